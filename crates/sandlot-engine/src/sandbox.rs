@@ -1,0 +1,579 @@
+//! One running sandbox: the control connection to its supervisor, its processes, its file operations.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use sandlot_linux::cgroup::{CgroupLimits, SandboxCgroup};
+use sandlot_linux::launch::{self, Launched};
+use sandlot_linux::layers::Layer;
+use sandlot_protocol::{
+    encode, parse_prefix, Event, FileErrorKind, FileOp, Request, Spawn, MAX_PAYLOAD,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::process::Process;
+use crate::EngineError;
+
+/// Most processes remembered per sandbox; the oldest finished ones are forgotten first.
+const MAX_REMEMBERED_PROCESSES: usize = 1024;
+/// Bytes of supervisor stderr kept as a failure reason.
+const LOG_KEEP: usize = 4096;
+
+/// A validated exec, ready for the supervisor.
+#[derive(Debug, Clone)]
+pub struct ExecSpec {
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// Complete environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory.
+    pub cwd: String,
+    /// Sandbox uid.
+    pub uid: u32,
+    /// Wall-clock limit.
+    pub timeout_ms: Option<u64>,
+    /// Bytes for stdin, then EOF. `None` with `keep_stdin` leaves it open for later writes.
+    pub stdin: Option<Vec<u8>>,
+    /// Keep stdin open for `/stdin` calls.
+    pub keep_stdin: bool,
+    /// Per-stream output cap.
+    pub max_output: usize,
+}
+
+enum FileMsg {
+    Chunk(Vec<u8>),
+    Done(serde_json::Value),
+    Failed(FileErrorKind, String),
+}
+
+/// Bytes of a file (or tar stream) coming out of the sandbox.
+pub struct FileStream {
+    rx: mpsc::Receiver<FileMsg>,
+    first: Option<Vec<u8>>,
+}
+
+impl FileStream {
+    /// The next chunk; `Ok(None)` at the end.
+    pub async fn next(&mut self) -> Result<Option<Bytes>, EngineError> {
+        if let Some(b) = self.first.take() {
+            return Ok(Some(Bytes::from(b)));
+        }
+        match self.rx.recv().await {
+            Some(FileMsg::Chunk(b)) => Ok(Some(Bytes::from(b))),
+            Some(FileMsg::Done(_)) => Ok(None),
+            Some(FileMsg::Failed(kind, message)) => Err(EngineError::File { kind, message }),
+            None => Err(EngineError::Gone("file transfer interrupted".into())),
+        }
+    }
+}
+
+struct Shared {
+    procs: Mutex<HashMap<u64, (Arc<Process>, u64)>>,
+    order: Mutex<Vec<u64>>,
+    files: Mutex<HashMap<u64, mpsc::Sender<FileMsg>>>,
+    alive: AtomicBool,
+    destroying: AtomicBool,
+    cgroup: SandboxCgroup,
+}
+
+/// A running sandbox.
+pub struct Sandbox {
+    /// Its id.
+    pub id: String,
+    /// Limits it was started with.
+    pub limits: CgroupLimits,
+    pid: i32,
+    out: mpsc::Sender<Vec<u8>>,
+    shared: Arc<Shared>,
+    next: AtomicU64,
+    layer: Layer,
+    ready: Mutex<Option<oneshot::Receiver<Result<(), String>>>>,
+    reaped: watch::Receiver<bool>,
+    log: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Sandbox {
+    pub(crate) fn attach(
+        id: String,
+        launched: Launched,
+        layer: Layer,
+        cgroup: SandboxCgroup,
+        limits: CgroupLimits,
+        deaths: mpsc::UnboundedSender<(String, String)>,
+    ) -> Arc<Self> {
+        let Launched { pid, control, log } = launched;
+        let std_sock = std::os::unix::net::UnixStream::from(control);
+        std_sock
+            .set_nonblocking(true)
+            .expect("fcntl on a fresh socket");
+        let sock = tokio::net::UnixStream::from_std(std_sock).expect("inside a tokio runtime");
+        let (mut rd, mut wr) = sock.into_split();
+        let (out, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
+        tokio::spawn(async move {
+            while let Some(frame) = out_rx.recv().await {
+                if wr.write_all(&frame).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let shared = Arc::new(Shared {
+            procs: Mutex::default(),
+            order: Mutex::default(),
+            files: Mutex::default(),
+            alive: AtomicBool::new(true),
+            destroying: AtomicBool::new(false),
+            cgroup,
+        });
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let log_buf = Arc::new(Mutex::new(Vec::new()));
+        spawn_log_reader(log, Arc::clone(&log_buf), id.clone());
+        let reader_shared = Arc::clone(&shared);
+        let reader_log = Arc::clone(&log_buf);
+        let reader_id = id.clone();
+        tokio::spawn(async move {
+            let mut ready = Some(ready_tx);
+            let end = read_loop(&mut rd, &reader_shared, &mut ready).await;
+            reader_shared.alive.store(false, Ordering::SeqCst);
+            if let Some(tx) = ready.take() {
+                // Give the log reader a moment to collect the setup error the supervisor printed.
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                let log =
+                    String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner()))
+                        .trim()
+                        .to_string();
+                let reason = if log.is_empty() { end } else { log };
+                let _ = tx.send(Err(reason));
+            } else if !reader_shared.destroying.load(Ordering::SeqCst) {
+                let log =
+                    String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner()))
+                        .trim()
+                        .to_string();
+                let why = if log.is_empty() {
+                    "the sandbox's supervisor exited".to_string()
+                } else {
+                    log
+                };
+                let _ = deaths.send((reader_id, why));
+            }
+            reader_shared.fail_all();
+        });
+        let (reaped_tx, reaped) = watch::channel(false);
+        std::thread::spawn(move || {
+            let _ = launch::wait(pid);
+            let _ = reaped_tx.send(true);
+        });
+        Arc::new(Sandbox {
+            id,
+            limits,
+            pid,
+            out,
+            shared,
+            next: AtomicU64::new(1),
+            layer,
+            ready: Mutex::new(Some(ready_rx)),
+            reaped,
+            log: log_buf,
+        })
+    }
+
+    pub(crate) async fn ready(&self) -> Result<(), String> {
+        let rx = self.ready.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match rx {
+            Some(rx) => rx
+                .await
+                .unwrap_or_else(|_| Err("supervisor connection dropped".into())),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the supervisor is still connected.
+    pub fn alive(&self) -> bool {
+        self.shared.alive.load(Ordering::SeqCst)
+    }
+
+    /// The last lines the supervisor printed (setup errors, crashes).
+    pub fn supervisor_log(&self) -> String {
+        String::from_utf8_lossy(&self.log.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+
+    async fn send(&self, req: &Request, payload: &[u8]) -> Result<(), EngineError> {
+        let frame = encode(req, payload).map_err(|e| EngineError::Host(e.to_string()))?;
+        if !self.alive() {
+            return Err(EngineError::Gone(self.id.clone()));
+        }
+        self.out
+            .send(frame)
+            .await
+            .map_err(|_| EngineError::Gone(self.id.clone()))
+    }
+
+    /// Starts a process and returns its record once the supervisor has answered the spawn.
+    pub async fn spawn(&self, spec: ExecSpec) -> Result<Arc<Process>, EngineError> {
+        let id = self.next.fetch_add(1, Ordering::SeqCst);
+        let proc = Process::new(id, spec.argv.clone(), spec.max_output, now_ms());
+        let oom_before = self.shared.cgroup.oom_kills();
+        self.shared.remember(id, Arc::clone(&proc), oom_before);
+        let started = proc.follow();
+        let spawn = Spawn {
+            proc: id,
+            argv: spec.argv,
+            env: spec.env,
+            cwd: spec.cwd,
+            uid: spec.uid,
+            timeout_ms: spec.timeout_ms,
+            stdin: spec.stdin.is_some() || spec.keep_stdin,
+        };
+        self.send(&Request::Spawn(spawn), &[]).await?;
+        if let Some(bytes) = spec.stdin {
+            for chunk in bytes.chunks(MAX_PAYLOAD) {
+                self.send(
+                    &Request::Stdin {
+                        proc: id,
+                        eof: false,
+                    },
+                    chunk,
+                )
+                .await?;
+            }
+            if !spec.keep_stdin {
+                self.send(
+                    &Request::Stdin {
+                        proc: id,
+                        eof: true,
+                    },
+                    &[],
+                )
+                .await?;
+            }
+        }
+        // Wait for Started (or an immediate failure/exit) so the caller can rely on the process existing.
+        if let Some(mut live) = started.live {
+            let _ = live.recv().await;
+        }
+        Ok(proc)
+    }
+
+    /// A process started through the API.
+    pub fn process(&self, id: u64) -> Option<Arc<Process>> {
+        self.shared
+            .procs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .map(|(p, _)| Arc::clone(p))
+    }
+
+    /// All remembered processes, oldest first.
+    pub fn processes(&self) -> Vec<Arc<Process>> {
+        let order = self
+            .shared
+            .order
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        order.iter().filter_map(|id| self.process(*id)).collect()
+    }
+
+    /// Sends `signal` to the process group of API process `id`.
+    pub async fn signal(&self, id: u64, signal: i32) -> Result<(), EngineError> {
+        self.send(&Request::Signal { proc: id, signal }, &[]).await
+    }
+
+    /// Writes to API process `id`'s stdin.
+    pub async fn stdin(&self, id: u64, data: &[u8], eof: bool) -> Result<(), EngineError> {
+        let mut chunks: Vec<&[u8]> = data.chunks(MAX_PAYLOAD).collect();
+        if chunks.is_empty() {
+            chunks.push(&[]);
+        }
+        let last = chunks.len() - 1;
+        for (i, c) in chunks.into_iter().enumerate() {
+            self.send(
+                &Request::Stdin {
+                    proc: id,
+                    eof: eof && i == last,
+                },
+                c,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    fn open_file_req(&self, buffer: usize) -> (u64, mpsc::Receiver<FileMsg>) {
+        let req = self.next.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::channel(buffer);
+        self.shared
+            .files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(req, tx);
+        (req, rx)
+    }
+
+    /// A file operation with a JSON answer (stat, list, mkdir, remove, move).
+    pub async fn file_op(&self, uid: u32, op: FileOp) -> Result<serde_json::Value, EngineError> {
+        let (req, mut rx) = self.open_file_req(4);
+        self.send(&Request::File { req, uid, op }, &[]).await?;
+        loop {
+            match rx.recv().await {
+                Some(FileMsg::Done(v)) => return Ok(v),
+                Some(FileMsg::Failed(kind, message)) => {
+                    return Err(EngineError::File { kind, message })
+                }
+                Some(FileMsg::Chunk(_)) => continue,
+                None => return Err(EngineError::Gone(self.id.clone())),
+            }
+        }
+    }
+
+    /// Starts a download (`Read` or `Tar`); errors that happen before the first byte are returned here.
+    pub async fn download(&self, uid: u32, op: FileOp) -> Result<FileStream, EngineError> {
+        let (req, mut rx) = self.open_file_req(16);
+        self.send(&Request::File { req, uid, op }, &[]).await?;
+        match rx.recv().await {
+            Some(FileMsg::Chunk(b)) => Ok(FileStream { rx, first: Some(b) }),
+            Some(FileMsg::Done(v)) => {
+                // An empty file: a stream that ends at once.
+                let (tx, rx) = mpsc::channel(1);
+                let _ = tx.try_send(FileMsg::Done(v));
+                Ok(FileStream { rx, first: None })
+            }
+            Some(FileMsg::Failed(kind, message)) => Err(EngineError::File { kind, message }),
+            None => Err(EngineError::Gone(self.id.clone())),
+        }
+    }
+
+    /// Runs an upload (`Write` or `Untar`), feeding it from `body` (chunks of any size).
+    pub async fn upload<R: AsyncRead + Unpin>(
+        &self,
+        uid: u32,
+        op: FileOp,
+        mut body: R,
+    ) -> Result<serde_json::Value, EngineError> {
+        let (req, mut rx) = self.open_file_req(4);
+        self.send(&Request::File { req, uid, op }, &[]).await?;
+        let mut buf = vec![0u8; MAX_PAYLOAD];
+        loop {
+            // A failure reported mid-upload (too large, disk full) ends it at once.
+            if let Ok(msg) = rx.try_recv() {
+                return finish_upload(msg);
+            }
+            let n = match body.read(&mut buf).await {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = self.send(&Request::Abort { req }, &[]).await;
+                    return Err(EngineError::File {
+                        kind: FileErrorKind::Invalid,
+                        message: format!("reading the request body failed: {e}"),
+                    });
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            self.send(&Request::Data { req }, &buf[..n]).await?;
+        }
+        self.send(&Request::End { req }, &[]).await?;
+        match rx.recv().await {
+            Some(msg) => finish_upload(msg),
+            None => Err(EngineError::Gone(self.id.clone())),
+        }
+    }
+
+    /// Kills the sandbox and removes its cgroup and layer.
+    pub(crate) async fn destroy(&self) {
+        self.shared.destroying.store(true, Ordering::SeqCst);
+        // SIGKILL to pid 1 of a pid namespace kills every process in it.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let mut reaped = self.reaped.clone();
+        let _ = reaped.wait_for(|r| *r).await;
+        let cgroup = self.shared.cgroup.clone();
+        let layer = self.layer.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let _ = cgroup.destroy();
+            let _ = layer.remove();
+        })
+        .await;
+    }
+}
+
+fn finish_upload(msg: FileMsg) -> Result<serde_json::Value, EngineError> {
+    match msg {
+        FileMsg::Done(v) => Ok(v),
+        FileMsg::Failed(kind, message) => Err(EngineError::File { kind, message }),
+        FileMsg::Chunk(_) => Err(EngineError::Host("unexpected data during an upload".into())),
+    }
+}
+
+impl Shared {
+    fn remember(&self, id: u64, proc: Arc<Process>, oom_before: u64) {
+        let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        procs.insert(id, (proc, oom_before));
+        order.push(id);
+        while order.len() > MAX_REMEMBERED_PROCESSES {
+            let Some(pos) = order
+                .iter()
+                .position(|i| procs.get(i).is_some_and(|(p, _)| p.result().is_some()))
+            else {
+                break;
+            };
+            let old = order.remove(pos);
+            procs.remove(&old);
+        }
+    }
+
+    fn proc(&self, id: u64) -> Option<(Arc<Process>, u64)> {
+        self.procs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .map(|(p, o)| (Arc::clone(p), *o))
+    }
+
+    /// The supervisor is gone: every running process ends `killed` (or `oom`), every transfer fails.
+    fn fail_all(&self) {
+        let procs: Vec<_> = self
+            .procs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let oom_now = self.cgroup.oom_kills();
+        for (p, before) in procs {
+            p.on_exit(None, oom_now > before);
+        }
+        self.files.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R) -> Result<(Event, Vec<u8>), String> {
+    let mut prefix = [0u8; 8];
+    rd.read_exact(&mut prefix)
+        .await
+        .map_err(|e| format!("supervisor connection closed ({e})"))?;
+    let (hlen, plen) = parse_prefix(prefix).map_err(|e| e.to_string())?;
+    let mut head = vec![0u8; hlen];
+    rd.read_exact(&mut head).await.map_err(|e| e.to_string())?;
+    let mut payload = vec![0u8; plen];
+    rd.read_exact(&mut payload)
+        .await
+        .map_err(|e| e.to_string())?;
+    let ev =
+        serde_json::from_slice(&head).map_err(|e| format!("malformed supervisor frame: {e}"))?;
+    Ok((ev, payload))
+}
+
+/// Dispatches supervisor events until the connection ends; returns why it ended.
+async fn read_loop<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    shared: &Shared,
+    ready: &mut Option<oneshot::Sender<Result<(), String>>>,
+) -> String {
+    loop {
+        let (ev, payload) = match read_frame(rd).await {
+            Ok(f) => f,
+            Err(e) => return e,
+        };
+        match ev {
+            Event::Ready { version } => {
+                if let Some(tx) = ready.take() {
+                    let r = if version == sandlot_protocol::VERSION {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "supervisor speaks protocol {version}, daemon {}",
+                            sandlot_protocol::VERSION
+                        ))
+                    };
+                    let _ = tx.send(r);
+                }
+            }
+            Event::Started { proc, .. } => {
+                if let Some((p, _)) = shared.proc(proc) {
+                    p.on_started();
+                }
+            }
+            Event::SpawnFailed { proc, message } => {
+                if let Some((p, _)) = shared.proc(proc) {
+                    p.on_spawn_failed(&message);
+                }
+            }
+            Event::Output { proc, fd } => {
+                if let Some((p, _)) = shared.proc(proc) {
+                    p.on_output(fd, &payload);
+                }
+            }
+            Event::Exited { proc, end } => {
+                if let Some((p, before)) = shared.proc(proc) {
+                    p.on_exit(Some(end), shared.cgroup.oom_kills() > before);
+                }
+            }
+            Event::Chunk { req } => {
+                let tx = shared
+                    .files
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&req)
+                    .cloned();
+                if let Some(tx) = tx {
+                    // A receiver that went away (client disconnected) just drops the rest.
+                    let _ = tx.send(FileMsg::Chunk(payload)).await;
+                }
+            }
+            Event::Done { req, value } => {
+                let tx = shared
+                    .files
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&req);
+                if let Some(tx) = tx {
+                    let _ = tx.send(FileMsg::Done(value)).await;
+                }
+            }
+            Event::Failed { req, kind, message } => {
+                let tx = shared
+                    .files
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&req);
+                if let Some(tx) = tx {
+                    let _ = tx.send(FileMsg::Failed(kind, message)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Collects the supervisor's stderr (bounded) and logs it.
+fn spawn_log_reader(log: OwnedFd, keep: Arc<Mutex<Vec<u8>>>, id: String) {
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut f = std::fs::File::from(log);
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = f.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let mut k = keep.lock().unwrap_or_else(|p| p.into_inner());
+            k.extend_from_slice(&buf[..n]);
+            let excess = k.len().saturating_sub(LOG_KEEP);
+            k.drain(..excess);
+            tracing::warn!(sandbox = %id, "supervisor: {}", String::from_utf8_lossy(&buf[..n]).trim_end());
+        }
+    });
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,384 @@
+//! Sandbox cgroups, always beneath the daemon's own cgroup, on cgroup v2 or the v1 hierarchies.
+//!
+//! Limits: memory (no swap beyond it), pids, CPU quota. The OOM-kill counter tells an `oom` end from any
+//! other SIGKILL. Every sandbox cgroup lives in `<daemon cgroup>/sandlot/<id>` so that a start-up sweep can
+//! find and remove what the store does not explain.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::Duration;
+
+/// Limits applied to one sandbox cgroup.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CgroupLimits {
+    /// Bytes of memory (and of memory+swap where the kernel accounts swap).
+    pub memory_bytes: u64,
+    /// Processes and threads.
+    pub pids: u64,
+    /// CPU cores (fractional).
+    pub cpu: f64,
+}
+
+/// cgroup errors, with the file that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// No usable cgroup hierarchy.
+    #[error("cgroups: {0}")]
+    Unsupported(String),
+    /// A cgroupfs operation failed.
+    #[error("cgroup {path}: {source}")]
+    Io {
+        /// File or directory.
+        path: PathBuf,
+        /// Cause.
+        source: io::Error,
+    },
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> CgroupError + '_ {
+    move |source| CgroupError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+const CPU_PERIOD_US: u64 = 100_000;
+const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
+
+/// Where sandbox cgroups are made.
+#[derive(Debug, Clone)]
+pub enum Cgroups {
+    /// Unified hierarchy: one directory per sandbox.
+    V2 {
+        /// `<mount>/<daemon cgroup>/sandlot`.
+        base: PathBuf,
+    },
+    /// v1 (or hybrid): one directory per controller per sandbox.
+    V1 {
+        /// `(controller, <mount>/<daemon cgroup>/sandlot)`.
+        bases: Vec<(&'static str, PathBuf)>,
+    },
+}
+
+/// One sandbox's cgroup directories.
+#[derive(Debug, Clone)]
+pub struct SandboxCgroup {
+    dirs: Vec<(&'static str, PathBuf)>,
+    v2: bool,
+}
+
+impl Cgroups {
+    /// Finds the daemon's own cgroup(s) and prepares `<it>/sandlot` beneath.
+    pub fn detect() -> Result<Self, CgroupError> {
+        let own = fs::read_to_string("/proc/self/cgroup")
+            .map_err(io_at(Path::new("/proc/self/cgroup")))?;
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+            .map_err(io_at(Path::new("/proc/self/mountinfo")))?;
+        let mounts = parse_mountinfo(&mountinfo);
+        let v1: Vec<_> = V1_CONTROLLERS
+            .iter()
+            .filter_map(|ctrl| {
+                let mnt = mounts
+                    .iter()
+                    .find(|m| m.fstype == "cgroup" && m.options.split(',').any(|o| o == *ctrl))?;
+                let path = own_path(&own, |ctrls| ctrls.split(',').any(|c| c == *ctrl))?;
+                Some((
+                    *ctrl,
+                    join_cgroup(&mnt.point, &path, &mnt.root).join("sandlot"),
+                ))
+            })
+            .collect();
+        if v1.iter().any(|(c, _)| *c == "memory") {
+            for (_, base) in &v1 {
+                fs::create_dir_all(base).map_err(io_at(base))?;
+            }
+            return Ok(Cgroups::V1 { bases: v1 });
+        }
+        let mnt = mounts
+            .iter()
+            .find(|m| m.fstype == "cgroup2")
+            .ok_or_else(|| {
+                CgroupError::Unsupported("no cgroup2 or v1 memory hierarchy is mounted".into())
+            })?;
+        let path = own_path(&own, |ctrls| ctrls.is_empty()).ok_or_else(|| {
+            CgroupError::Unsupported(
+                "the daemon's cgroup v2 path is not in /proc/self/cgroup".into(),
+            )
+        })?;
+        let daemon = join_cgroup(&mnt.point, &path, &mnt.root);
+        let base = daemon.join("sandlot");
+        prepare_v2(&daemon, &base)?;
+        Ok(Cgroups::V2 { base })
+    }
+
+    /// Creates the cgroup of sandbox `id` with its limits.
+    pub fn create(&self, id: &str, limits: CgroupLimits) -> Result<SandboxCgroup, CgroupError> {
+        let cg = self.handle(id);
+        for (_, dir) in &cg.dirs {
+            fs::create_dir_all(dir).map_err(io_at(dir))?;
+        }
+        let quota = ((limits.cpu * CPU_PERIOD_US as f64).round() as u64).max(1000);
+        if cg.v2 {
+            let dir = &cg.dirs[0].1;
+            write(&dir.join("memory.max"), &limits.memory_bytes.to_string())?;
+            write(&dir.join("memory.swap.max"), "0").or_else(ignore_missing)?;
+            write(&dir.join("pids.max"), &limits.pids.to_string())?;
+            write(&dir.join("cpu.max"), &format!("{quota} {CPU_PERIOD_US}"))?;
+        } else {
+            for (ctrl, dir) in &cg.dirs {
+                match *ctrl {
+                    "memory" => {
+                        write(
+                            &dir.join("memory.limit_in_bytes"),
+                            &limits.memory_bytes.to_string(),
+                        )?;
+                        // Present only with swap accounting; where it is, memory+swap gets the same cap.
+                        write(
+                            &dir.join("memory.memsw.limit_in_bytes"),
+                            &limits.memory_bytes.to_string(),
+                        )
+                        .or_else(ignore_missing)?;
+                        write(&dir.join("memory.swappiness"), "0").or_else(ignore_missing)?;
+                    }
+                    "pids" => write(&dir.join("pids.max"), &limits.pids.to_string())?,
+                    "cpu" => {
+                        write(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+                        write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(cg)
+    }
+
+    /// The cgroup of sandbox `id`, whether or not it exists.
+    pub fn handle(&self, id: &str) -> SandboxCgroup {
+        match self {
+            Cgroups::V2 { base } => SandboxCgroup {
+                dirs: vec![("unified", base.join(id))],
+                v2: true,
+            },
+            Cgroups::V1 { bases } => SandboxCgroup {
+                dirs: bases.iter().map(|(c, b)| (*c, b.join(id))).collect(),
+                v2: false,
+            },
+        }
+    }
+
+    /// Names of the sandbox cgroups that exist now.
+    pub fn existing(&self) -> Vec<String> {
+        let bases: Vec<&PathBuf> = match self {
+            Cgroups::V2 { base } => vec![base],
+            Cgroups::V1 { bases } => bases.iter().map(|(_, b)| b).collect(),
+        };
+        let mut names: Vec<String> = bases
+            .iter()
+            .filter_map(|b| fs::read_dir(b).ok())
+            .flat_map(|rd| rd.flatten())
+            .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+impl SandboxCgroup {
+    /// Moves process `pid` into every controller of this cgroup.
+    pub fn add(&self, pid: i32) -> Result<(), CgroupError> {
+        for (_, dir) in &self.dirs {
+            write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// How many processes the kernel's OOM killer has killed in this cgroup so far.
+    pub fn oom_kills(&self) -> u64 {
+        let (file, key) = if self.v2 {
+            ("memory.events", "oom_kill")
+        } else {
+            ("memory.oom_control", "oom_kill")
+        };
+        let Some((_, dir)) = self.dirs.iter().find(|(c, _)| self.v2 || *c == "memory") else {
+            return 0;
+        };
+        fs::read_to_string(dir.join(file))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
+            })
+            .unwrap_or(0)
+    }
+
+    /// Kills every process in the cgroup and removes its directories. Idempotent.
+    pub fn destroy(&self) -> Result<(), CgroupError> {
+        for attempt in 0..200 {
+            let mut busy = false;
+            for (_, dir) in &self.dirs {
+                if !dir.exists() {
+                    continue;
+                }
+                if self.v2 && dir.join("cgroup.kill").exists() {
+                    let _ = fs::write(dir.join("cgroup.kill"), "1");
+                }
+                if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
+                    for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                        // SAFETY: plain syscall on a pid read from this sandbox's own cgroup.
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                    }
+                }
+                match fs::remove_dir(dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => busy = true,
+                    Err(e) => {
+                        return Err(CgroupError::Io {
+                            path: dir.clone(),
+                            source: e,
+                        })
+                    }
+                }
+            }
+            if !busy {
+                return Ok(());
+            }
+            // Killed processes leave the cgroup only once the kernel has torn them down.
+            thread::sleep(Duration::from_millis(if attempt < 20 { 1 } else { 10 }));
+        }
+        Err(CgroupError::Io {
+            path: self.dirs[0].1.clone(),
+            source: io::Error::other("processes did not leave the cgroup within 2 s"),
+        })
+    }
+}
+
+/// On v2, controllers can be handed to children only from a cgroup without processes of its own, so the
+/// daemon moves itself into a `daemon` leaf first when needed.
+fn prepare_v2(daemon: &Path, base: &Path) -> Result<(), CgroupError> {
+    let wanted = "+memory +pids +cpu";
+    let sub = daemon.join("cgroup.subtree_control");
+    if fs::write(&sub, wanted).is_err() {
+        let leaf = daemon.join("daemon");
+        fs::create_dir_all(&leaf).map_err(io_at(&leaf))?;
+        let procs = fs::read_to_string(daemon.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines() {
+            let _ = fs::write(leaf.join("cgroup.procs"), pid);
+        }
+        write(&sub, wanted).map_err(|e| {
+            CgroupError::Unsupported(format!(
+                "cannot delegate memory, pids and cpu below {} ({e}); run sandlot in a cgroup it may manage \
+                 (systemd: Delegate=yes)",
+                daemon.display()
+            ))
+        })?;
+    }
+    fs::create_dir_all(base).map_err(io_at(base))?;
+    write(&base.join("cgroup.subtree_control"), wanted)
+}
+
+fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
+    fs::write(path, value).map_err(io_at(path))
+}
+
+fn ignore_missing(e: CgroupError) -> Result<(), CgroupError> {
+    match &e {
+        CgroupError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => Ok(()),
+        _ => Err(e),
+    }
+}
+
+struct MountEntry {
+    root: String,
+    point: PathBuf,
+    fstype: String,
+    options: String,
+}
+
+fn parse_mountinfo(s: &str) -> Vec<MountEntry> {
+    s.lines()
+        .filter_map(|line| {
+            let (pre, post) = line.split_once(" - ")?;
+            let pre: Vec<&str> = pre.split(' ').collect();
+            let post: Vec<&str> = post.split(' ').collect();
+            Some(MountEntry {
+                root: pre.get(3)?.to_string(),
+                point: PathBuf::from(pre.get(4)?),
+                fstype: post.first()?.to_string(),
+                options: post.get(2).unwrap_or(&"").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The cgroup path of this process for the hierarchy whose controller list satisfies `pick`.
+fn own_path(proc_cgroup: &str, pick: impl Fn(&str) -> bool) -> Option<String> {
+    proc_cgroup.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+        pick(ctrls).then(|| path.to_string())
+    })
+}
+
+/// Joins a cgroup path onto its mount point, accounting for a mount of a sub-tree (`root` != "/").
+fn join_cgroup(point: &Path, path: &str, root: &str) -> PathBuf {
+    let rel = path
+        .strip_prefix(root)
+        .unwrap_or(path)
+        .trim_start_matches('/');
+    if rel.is_empty() {
+        point.to_path_buf()
+    } else {
+        point.join(rel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_v1_controller_paths_including_combined_ones() {
+        let own = "4:memory:/process_api/abc\n2:cpu,cpuacct:/x\n0::/\n";
+        assert_eq!(
+            own_path(own, |c| c.split(',').any(|x| x == "memory")).as_deref(),
+            Some("/process_api/abc")
+        );
+        assert_eq!(
+            own_path(own, |c| c.split(',').any(|x| x == "cpu")).as_deref(),
+            Some("/x")
+        );
+        assert_eq!(own_path(own, |c| c.is_empty()).as_deref(), Some("/"));
+    }
+
+    #[test]
+    fn joins_paths_of_bind_mounted_subtrees() {
+        assert_eq!(
+            join_cgroup(Path::new("/sys/fs/cgroup/memory"), "/a/b", "/"),
+            PathBuf::from("/sys/fs/cgroup/memory/a/b")
+        );
+        assert_eq!(
+            join_cgroup(Path::new("/sys/fs/cgroup"), "/a/b", "/a"),
+            PathBuf::from("/sys/fs/cgroup/b")
+        );
+        assert_eq!(
+            join_cgroup(Path::new("/sys/fs/cgroup"), "/", "/"),
+            PathBuf::from("/sys/fs/cgroup")
+        );
+    }
+
+    #[test]
+    fn parses_mountinfo_lines() {
+        let mi =
+            "30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid shared:9 - cgroup cgroup rw,memory\n";
+        let m = parse_mountinfo(mi);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].fstype, "cgroup");
+        assert_eq!(m[0].point, PathBuf::from("/sys/fs/cgroup/memory"));
+        assert!(m[0].options.contains("memory"));
+    }
+}

@@ -1,0 +1,280 @@
+//! The sandbox side of the driver: runs as pid 1 of the new namespaces, before the supervisor, and
+//! turns a [`ContainerSpec`] into the sandbox's root. Nothing here runs in the daemon.
+//!
+//! One step per call, each with why. Any failure ends the process with the step named on stderr, which
+//! the daemon reports as the sandbox's `failed` reason.
+
+use std::ffi::CString;
+use std::fs::{self, File};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::stat::{umask, Mode};
+use nix::sys::statvfs::{statvfs, FsFlags};
+use nix::unistd::{chdir, pivot_root, sethostname};
+
+use crate::ContainerSpec;
+
+/// A setup step that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("sandbox setup: {step}: {source}")]
+pub struct SetupError {
+    step: String,
+    source: io::Error,
+}
+
+fn step<T, E: Into<io::Error>>(what: impl Into<String>, r: Result<T, E>) -> Result<T, SetupError> {
+    r.map_err(|e| SetupError {
+        step: what.into(),
+        source: e.into(),
+    })
+}
+
+fn errno(e: nix::Error) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+/// Device nodes bound from the host: harmless character devices that programs expect.
+const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Reads the spec the daemon sends as the first frame on the control socket.
+pub fn read_spec() -> Result<ContainerSpec, sandlot_protocol::FrameError> {
+    // SAFETY: the launcher placed the control socket at CONTROL_FD; ManuallyDrop keeps it open for the
+    // supervisor, which takes ownership of the same fd afterwards.
+    let sock = std::mem::ManuallyDrop::new(unsafe {
+        <std::os::unix::net::UnixStream as std::os::fd::FromRawFd>::from_raw_fd(
+            sandlot_protocol::CONTROL_FD,
+        )
+    });
+    let mut reader: &std::os::unix::net::UnixStream = &sock;
+    Ok(sandlot_protocol::read_frame::<ContainerSpec, _>(&mut reader)?.header)
+}
+
+/// Builds the root described by `spec` and enters it. Called once, in the sandbox's first process.
+pub fn enter(spec: &ContainerSpec) -> Result<(), SetupError> {
+    // The daemon has already put this process in the sandbox cgroup; a cgroup namespace rooted there
+    // hides the host's cgroup paths from /proc/self/cgroup.
+    step(
+        "unshare cgroup namespace",
+        unshare(CloneFlags::CLONE_NEWCGROUP).map_err(errno),
+    )?;
+    // Nothing mounted from here on may propagate back to the host.
+    step(
+        "make / private",
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        )
+        .map_err(errno),
+    )?;
+
+    let root = &spec.root;
+    let lower = spec
+        .lower
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    let opts = format!(
+        "lowerdir={lower},upperdir={},workdir={},userxattr",
+        spec.upper.display(),
+        spec.work.display()
+    );
+    step(
+        "mount overlay root",
+        mount(
+            Some("overlay"),
+            root,
+            Some("overlay"),
+            MsFlags::empty(),
+            Some(opts.as_str()),
+        )
+        .map_err(errno),
+    )?;
+
+    for (src, dst) in &spec.ro_binds {
+        bind_readonly(src, &inside(root, dst))?;
+    }
+
+    let proc_dir = root.join("proc");
+    step(
+        "mount /proc",
+        mount(
+            Some("proc"),
+            &proc_dir,
+            Some("proc"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None::<&str>,
+        )
+        .map_err(errno),
+    )?;
+    setup_dev(root, spec.tmp_mb)?;
+    let tmp_opts = format!("mode=1777,size={}m", spec.tmp_mb);
+    step(
+        "mount /tmp",
+        mount(
+            Some("tmpfs"),
+            &root.join("tmp"),
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(tmp_opts.as_str()),
+        )
+        .map_err(errno),
+    )?;
+
+    // pivot_root(".", ".") stacks the old root under the new one; detaching it leaves no path back.
+    step("chdir to new root", chdir(root.as_path()).map_err(errno))?;
+    step("pivot_root", pivot_root(".", ".").map_err(errno))?;
+    step(
+        "detach old root",
+        umount2(".", MntFlags::MNT_DETACH).map_err(errno),
+    )?;
+    step("chdir /", chdir("/").map_err(errno))?;
+
+    step("set hostname", sethostname(&spec.hostname).map_err(errno))?;
+    step("bring up loopback", loopback_up())?;
+    umask(Mode::from_bits_truncate(0o022));
+    Ok(())
+}
+
+fn inside(root: &Path, p: &Path) -> PathBuf {
+    root.join(p.strip_prefix("/").unwrap_or(p))
+}
+
+/// Binds `src` at `dst` and makes it read-only. Flags the host mount already has (nosuid, nodev…) are
+/// locked in a user namespace and must be repeated in the remount.
+fn bind_readonly(src: &Path, dst: &Path) -> Result<(), SetupError> {
+    let what = format!("bind {} read-only", src.display());
+    step(
+        &what,
+        mount(
+            Some(src),
+            dst,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .map_err(errno),
+    )?;
+    let current = step(&what, statvfs(dst).map_err(errno))?.flags();
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    for (have, want) in [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if current.contains(have) {
+            flags |= want;
+        }
+    }
+    step(
+        &what,
+        mount(None::<&str>, dst, None::<&str>, flags, None::<&str>).map_err(errno),
+    )?;
+    Ok(())
+}
+
+/// A tmpfs /dev with a handful of host character devices bound in (mknod is not allowed in a user
+/// namespace, and should not be), a private devpts and /dev/shm.
+fn setup_dev(root: &Path, shm_mb: u64) -> Result<(), SetupError> {
+    let dev = root.join("dev");
+    step(
+        "mount /dev",
+        mount(
+            Some("tmpfs"),
+            &dev,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            Some("mode=755,size=64k"),
+        )
+        .map_err(errno),
+    )?;
+    for name in DEVICES {
+        let target = dev.join(name);
+        step(format!("create /dev/{name}"), File::create(&target))?;
+        step(
+            format!("bind /dev/{name}"),
+            mount(
+                Some(&Path::new("/dev").join(name)),
+                &target,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(errno),
+        )?;
+    }
+    for (link, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ] {
+        step(format!("link /dev/{link}"), symlink(target, dev.join(link)))?;
+    }
+    step("mkdir /dev/pts", fs::create_dir(dev.join("pts")))?;
+    step(
+        "mount /dev/pts",
+        mount(
+            Some("devpts"),
+            &dev.join("pts"),
+            Some("devpts"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            Some("newinstance,ptmxmode=0666,mode=0620"),
+        )
+        .map_err(errno),
+    )?;
+    step("mkdir /dev/shm", fs::create_dir(dev.join("shm")))?;
+    let shm_opts = format!("mode=1777,size={shm_mb}m");
+    step(
+        "mount /dev/shm",
+        mount(
+            Some("tmpfs"),
+            &dev.join("shm"),
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(shm_opts.as_str()),
+        )
+        .map_err(errno),
+    )?;
+    Ok(())
+}
+
+/// Sets IFF_UP on `lo` of the sandbox's fresh network namespace (it starts down).
+fn loopback_up() -> io::Result<()> {
+    // SAFETY: socket() has no memory-safety preconditions; the fd is owned by `sock` below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by socket() and is owned by nothing else.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain data; zeroed is a valid initial state.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let name = CString::new("lo").expect("no NUL");
+    for (i, b) in name.as_bytes_with_nul().iter().enumerate() {
+        req.ifr_name[i] = *b as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the interface name and writes the flags union of a valid ifreq.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the union member written by SIOCGIFFLAGS is ifru_flags.
+    unsafe { req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+    // SAFETY: SIOCSIFFLAGS reads a valid ifreq.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

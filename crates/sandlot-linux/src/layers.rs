@@ -1,0 +1,109 @@
+//! The per-sandbox writable layer, prepared by the daemon before the sandbox starts.
+//!
+//! Image files are owned by host ids that are not mapped into the sandbox, so the sandbox's root cannot
+//! write through them. The daemon therefore creates, in the upper layer, the directories the sandbox must
+//! own (`/`, `/etc`, `/root`, `/home/user`, …) with the sandbox's host ids, and the generated identity
+//! files. overlayfs shows an upper directory's owner over the lower one's.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{chown, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::IdRange;
+
+/// Paths of one sandbox's layer on the host.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    /// `<state>/sandboxes/<id>`.
+    pub dir: PathBuf,
+    /// Writable overlay layer.
+    pub upper: PathBuf,
+    /// overlayfs work dir.
+    pub work: PathBuf,
+    /// Mount point of the merged root (inside the sandbox's own mount namespace only).
+    pub root: PathBuf,
+}
+
+impl Layer {
+    /// Layout under `sandboxes_dir` for sandbox `id`.
+    pub fn at(sandboxes_dir: &Path, id: &str) -> Self {
+        let dir = sandboxes_dir.join(id);
+        Layer {
+            upper: dir.join("upper"),
+            work: dir.join("work"),
+            root: dir.join("root"),
+            dir,
+        }
+    }
+
+    /// Creates the layer with the sandbox-owned skeleton and generated /etc files.
+    pub fn create(&self, ids: IdRange, hostname: &str) -> io::Result<()> {
+        fs::create_dir_all(&self.dir)?;
+        fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o711))?;
+        fs::create_dir_all(&self.root)?;
+        let root = ids.host(0);
+        let user = ids.host(1000);
+        let dir = |rel: &str, owner: u32, mode: u32| -> io::Result<()> {
+            let p = self.upper.join(rel);
+            fs::create_dir_all(&p)?;
+            chown(&p, Some(owner), Some(owner))?;
+            fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+        };
+        dir("", root, 0o755)?;
+        for d in ["etc", "home", "var", "opt", "mnt", "srv", "run"] {
+            dir(d, root, 0o755)?;
+        }
+        dir("root", root, 0o700)?;
+        dir("home/user", user, 0o755)?;
+        dir("var/tmp", root, 0o1777)?;
+        fs::create_dir_all(&self.work)?;
+        chown(&self.work, Some(root), Some(root))?;
+        fs::set_permissions(&self.work, fs::Permissions::from_mode(0o700))?;
+
+        let file = |rel: &str, body: &str, mode: u32| -> io::Result<()> {
+            let p = self.upper.join(rel);
+            fs::write(&p, body)?;
+            chown(&p, Some(root), Some(root))?;
+            fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+        };
+        file("etc/hostname", &format!("{hostname}\n"), 0o644)?;
+        file(
+            "etc/hosts",
+            &format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"),
+            0o644,
+        )?;
+        file(
+            "etc/passwd",
+            "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:sandbox user:/home/user:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+            0o644,
+        )?;
+        file(
+            "etc/group",
+            "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
+            0o644,
+        )?;
+        // The sandbox's own shadow file: a symlink planted to /etc/shadow reads this, never the host's.
+        file(
+            "etc/shadow",
+            "root:*:19000:0:99999:7:::\nuser:*:19000:0:99999:7:::\n",
+            0o640,
+        )?;
+        // No network in this release: an empty resolver list fails lookups at once instead of hanging.
+        file(
+            "etc/resolv.conf",
+            "# sandlot: this sandbox has no network access\n",
+            0o644,
+        )?;
+        Ok(())
+    }
+
+    /// Removes the layer. Everything below is plain files: the mounts lived in the sandbox's own mount
+    /// namespace and vanished with its last process.
+    pub fn remove(&self) -> io::Result<()> {
+        match fs::remove_dir_all(&self.dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}

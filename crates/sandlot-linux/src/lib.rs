@@ -1,0 +1,65 @@
+//! The Linux namespace driver of sandlot.
+//!
+//! It executes a [`ContainerSpec`]; it does not choose policy. The daemon side ([`cgroup`], [`image`],
+//! [`layers`], [`launch`]) prepares host resources and clones the sandbox's first process; the sandbox
+//! side ([`container`]) runs inside the new namespaces, builds the root and hands over to the supervisor.
+//!
+//! Order, per sandbox: cgroup beneath the daemon's own → clone into new user, pid, mount, net, ipc, uts
+//! namespaces → uid/gid map (a distinct host range per sandbox) → join cgroup, new cgroup namespace →
+//! overlayfs root (lower = image, upper = private layer) → pivot_root, fresh /proc, minimal /dev, tmpfs
+//! /tmp and /dev/shm, no /sys → hostname, loopback up → supervisor as pid 1.
+
+pub mod cgroup;
+pub mod container;
+pub mod image;
+pub mod launch;
+pub mod layers;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything the sandbox side needs to build its root. Serialised into the supervisor's argv.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ContainerSpec {
+    /// Empty directory the root is assembled on.
+    pub root: PathBuf,
+    /// Read-only image layers, top first.
+    pub lower: Vec<PathBuf>,
+    /// The sandbox's private writable layer.
+    pub upper: PathBuf,
+    /// overlayfs work directory (same filesystem as `upper`).
+    pub work: PathBuf,
+    /// Host directories bound read-only into the root (the `host` image's /usr).
+    pub ro_binds: Vec<(PathBuf, PathBuf)>,
+    /// Hostname inside the sandbox.
+    pub hostname: String,
+    /// Size cap of the /tmp and /dev/shm tmpfs, in MiB (also charged to the memory cgroup).
+    pub tmp_mb: u64,
+}
+
+/// A contiguous host uid/gid range that a sandbox's ids 0..[`UID_RANGE`] map onto.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdRange {
+    /// Host id of the sandbox's root.
+    pub base: u32,
+}
+
+/// Ids each sandbox owns on the host.
+pub const UID_RANGE: u32 = 65536;
+/// First host id handed to sandboxes; far above ordinary users and systemd's dynamic ranges.
+pub const UID_FIRST: u32 = 0x1000_0000;
+
+impl IdRange {
+    /// The range of slot `n`: slots never overlap, and none contains host root.
+    pub fn for_slot(n: u32) -> Self {
+        IdRange {
+            base: UID_FIRST + n * UID_RANGE,
+        }
+    }
+
+    /// Host id of sandbox id `id`.
+    pub fn host(self, id: u32) -> u32 {
+        self.base + id
+    }
+}

@@ -1,0 +1,399 @@
+//! The control protocol between the daemon (host, trusted) and the supervisor (pid 1 of a sandbox,
+//! untrusted side of the line).
+//!
+//! A frame is `u32 header_len | u32 payload_len | header (JSON) | payload (raw bytes)`, little endian.
+//! Both lengths are capped before anything is allocated, so a hostile supervisor cannot make the daemon
+//! allocate more than [`MAX_HEADER`] + [`MAX_PAYLOAD`] per frame. Bulk data (process output, file bytes)
+//! travels in the payload so it is never base64-encoded.
+
+use std::io::{self, Read, Write};
+
+use serde::{Deserialize, Serialize};
+
+/// Protocol version, sent by the supervisor in [`Event::Ready`].
+pub const VERSION: u32 = 1;
+/// Largest header accepted (argv and env of a spawn live here).
+pub const MAX_HEADER: usize = 4 << 20;
+/// Largest payload per frame; bulk data is split into frames of at most this size.
+pub const MAX_PAYLOAD: usize = 256 << 10;
+
+/// Sandbox-side file descriptor number on which the supervisor finds its control socket.
+pub const CONTROL_FD: i32 = 3;
+
+/// Daemon → supervisor.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// Start a process. Its output arrives as [`Event::Output`] frames tagged with `proc`.
+    Spawn(Spawn),
+    /// Bytes for a process's standard input (in the payload); `eof` closes it afterwards.
+    Stdin {
+        /// Process handle.
+        proc: u64,
+        /// Close standard input after the payload.
+        eof: bool,
+    },
+    /// Send a signal to a process's whole group.
+    Signal {
+        /// Process handle.
+        proc: u64,
+        /// Signal number.
+        signal: i32,
+    },
+    /// A file-system operation; answered by [`Event::Done`], [`Event::Failed`] or data frames.
+    File {
+        /// Request id, echoed in answers.
+        req: u64,
+        /// Sandbox uid to perform it as.
+        uid: u32,
+        /// The operation.
+        op: FileOp,
+    },
+    /// Payload bytes for an open upload (`FileOp::Write` or `FileOp::Untar`).
+    Data {
+        /// Request id of the upload.
+        req: u64,
+    },
+    /// End of an upload: the supervisor commits it and answers `Done`.
+    End {
+        /// Request id of the upload.
+        req: u64,
+    },
+    /// Abandon an upload; nothing is committed.
+    Abort {
+        /// Request id of the upload.
+        req: u64,
+    },
+}
+
+/// A process to start.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Spawn {
+    /// Handle chosen by the daemon.
+    pub proc: u64,
+    /// Program and arguments; `argv[0]` is looked up in `PATH`.
+    pub argv: Vec<String>,
+    /// Complete environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory.
+    pub cwd: String,
+    /// Uid and gid inside the sandbox.
+    pub uid: u32,
+    /// Wall-clock limit; the group is killed with SIGKILL when it passes.
+    pub timeout_ms: Option<u64>,
+    /// Keep standard input open for [`Request::Stdin`] (else it reads from /dev/null).
+    pub stdin: bool,
+}
+
+/// File operations performed by the supervisor inside the sandbox's own view.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FileOp {
+    /// Stream a regular file back as `Chunk` frames, then `Done`.
+    Read {
+        /// Path.
+        path: String,
+    },
+    /// Begin an upload; data follows in `Data` frames, committed atomically at `End`.
+    Write {
+        /// Path.
+        path: String,
+        /// Permission bits.
+        mode: u32,
+        /// Most bytes accepted.
+        max_bytes: u64,
+    },
+    /// Metadata of one path (symlinks not followed).
+    Stat {
+        /// Path.
+        path: String,
+    },
+    /// Entries below a directory.
+    List {
+        /// Directory.
+        path: String,
+        /// 1 = direct children.
+        depth: u32,
+        /// Most entries returned.
+        max_entries: u32,
+    },
+    /// Create a directory.
+    Mkdir {
+        /// Path.
+        path: String,
+        /// Like `mkdir -p`.
+        parents: bool,
+    },
+    /// Remove a file or directory.
+    Remove {
+        /// Path.
+        path: String,
+        /// Remove a non-empty directory too.
+        recursive: bool,
+    },
+    /// Rename.
+    Move {
+        /// Source.
+        from: String,
+        /// Destination.
+        to: String,
+        /// Replace an existing destination.
+        overwrite: bool,
+    },
+    /// Begin a tar upload unpacked into a directory; data follows in `Data` frames.
+    Untar {
+        /// Destination directory (created if missing).
+        path: String,
+        /// Most bytes accepted.
+        max_bytes: u64,
+    },
+    /// Stream a directory as a tar archive in `Chunk` frames, then `Done`.
+    Tar {
+        /// Directory.
+        path: String,
+    },
+}
+
+/// Supervisor → daemon.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum Event {
+    /// The supervisor has finished setting up and accepts requests.
+    Ready {
+        /// Its protocol version.
+        version: u32,
+    },
+    /// A spawned process is running.
+    Started {
+        /// Process handle.
+        proc: u64,
+        /// Kernel pid inside the sandbox.
+        pid: i32,
+    },
+    /// A spawn failed before the program ran (not found, bad cwd…).
+    SpawnFailed {
+        /// Process handle.
+        proc: u64,
+        /// Why.
+        message: String,
+    },
+    /// Output bytes in the payload.
+    Output {
+        /// Process handle.
+        proc: u64,
+        /// 1 = stdout, 2 = stderr.
+        fd: u8,
+    },
+    /// The process ended and both output pipes are drained; nothing more comes for `proc`.
+    Exited {
+        /// Process handle.
+        proc: u64,
+        /// How.
+        end: Termination,
+    },
+    /// Bytes of a file read or tar download, in the payload.
+    Chunk {
+        /// Request id.
+        req: u64,
+    },
+    /// A file operation finished; `value` is its JSON result (stat, list, counts) or null.
+    Done {
+        /// Request id.
+        req: u64,
+        /// Result.
+        value: serde_json::Value,
+    },
+    /// A file operation failed.
+    Failed {
+        /// Request id.
+        req: u64,
+        /// Category.
+        kind: FileErrorKind,
+        /// Message (paths are the sandbox's own).
+        message: String,
+    },
+}
+
+/// How a process ended, as the supervisor saw it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "how", rename_all = "snake_case")]
+pub enum Termination {
+    /// Normal exit.
+    Exited {
+        /// Exit code.
+        code: i32,
+    },
+    /// A signal ended it.
+    Signaled {
+        /// Signal number.
+        signal: i32,
+    },
+    /// The supervisor killed it because its timeout passed.
+    Timeout,
+}
+
+/// Categories of file-operation failure, mapped to API error codes by the daemon.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FileErrorKind {
+    /// ENOENT.
+    NotFound,
+    /// EACCES / EPERM / EROFS.
+    PermissionDenied,
+    /// EISDIR / ENOTDIR / not a regular file.
+    WrongKind,
+    /// EEXIST / ENOTEMPTY.
+    AlreadyExists,
+    /// Upload larger than allowed, ENOSPC, EDQUOT, EFBIG.
+    TooLarge,
+    /// Malformed input (bad tar entry, relative path…).
+    Invalid,
+    /// Anything else.
+    Other,
+}
+
+/// A decoded frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame<T> {
+    /// The message.
+    pub header: T,
+    /// Bulk bytes (possibly empty).
+    pub payload: Vec<u8>,
+}
+
+/// Framing failures.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The peer closed the connection between frames.
+    #[error("connection closed")]
+    Closed,
+    /// Read or write failed.
+    #[error("control socket I/O: {0}")]
+    Io(#[from] io::Error),
+    /// A length field is over its cap.
+    #[error("frame too large: header {header} bytes, payload {payload} bytes")]
+    TooLarge {
+        /// Announced header length.
+        header: usize,
+        /// Announced payload length.
+        payload: usize,
+    },
+    /// The header is not a message of this protocol.
+    #[error("malformed frame header: {0}")]
+    Malformed(#[from] serde_json::Error),
+}
+
+/// Encodes one frame into bytes ready to write.
+pub fn encode<T: Serialize>(header: &T, payload: &[u8]) -> Result<Vec<u8>, FrameError> {
+    let head = serde_json::to_vec(header)?;
+    if head.len() > MAX_HEADER || payload.len() > MAX_PAYLOAD {
+        return Err(FrameError::TooLarge {
+            header: head.len(),
+            payload: payload.len(),
+        });
+    }
+    let mut out = Vec::with_capacity(8 + head.len() + payload.len());
+    out.extend_from_slice(&(head.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&head);
+    out.extend_from_slice(payload);
+    Ok(out)
+}
+
+/// Checks the 8-byte length prefix and returns `(header_len, payload_len)`.
+pub fn parse_prefix(prefix: [u8; 8]) -> Result<(usize, usize), FrameError> {
+    let header = u32::from_le_bytes(prefix[..4].try_into().expect("4 bytes")) as usize;
+    let payload = u32::from_le_bytes(prefix[4..].try_into().expect("4 bytes")) as usize;
+    if header > MAX_HEADER || payload > MAX_PAYLOAD || header == 0 {
+        return Err(FrameError::TooLarge { header, payload });
+    }
+    Ok((header, payload))
+}
+
+/// Writes one frame (blocking).
+pub fn write_frame<T: Serialize, W: Write>(
+    w: &mut W,
+    header: &T,
+    payload: &[u8],
+) -> Result<(), FrameError> {
+    w.write_all(&encode(header, payload)?)?;
+    Ok(())
+}
+
+/// Reads one frame (blocking). Returns [`FrameError::Closed`] on a clean EOF between frames.
+pub fn read_frame<T: for<'de> Deserialize<'de>, R: Read>(
+    r: &mut R,
+) -> Result<Frame<T>, FrameError> {
+    let mut prefix = [0u8; 8];
+    match r.read_exact(&mut prefix) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let (hlen, plen) = parse_prefix(prefix)?;
+    let mut head = vec![0u8; hlen];
+    r.read_exact(&mut head)?;
+    let mut payload = vec![0u8; plen];
+    r.read_exact(&mut payload)?;
+    Ok(Frame {
+        header: serde_json::from_slice(&head)?,
+        payload,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let ev = Event::Output { proc: 7, fd: 1 };
+        let bytes = encode(&ev, b"hello").unwrap();
+        let frame: Frame<Event> = read_frame(&mut &bytes[..]).unwrap();
+        assert_eq!(frame.header, ev);
+        assert_eq!(frame.payload, b"hello");
+    }
+
+    #[test]
+    fn oversized_lengths_are_refused_before_allocation() {
+        let mut prefix = [0u8; 8];
+        prefix[..4].copy_from_slice(&10u32.to_le_bytes());
+        prefix[4..].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            parse_prefix(prefix),
+            Err(FrameError::TooLarge { .. })
+        ));
+        let mut prefix = [0u8; 8];
+        prefix[..4].copy_from_slice(&(MAX_HEADER as u32 + 1).to_le_bytes());
+        assert!(matches!(
+            parse_prefix(prefix),
+            Err(FrameError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn clean_eof_is_closed_and_torn_frame_is_io() {
+        assert!(matches!(
+            read_frame::<Event, _>(&mut &b""[..]),
+            Err(FrameError::Closed)
+        ));
+        let bytes = encode(&Event::Ready { version: 1 }, b"").unwrap();
+        let torn = &bytes[..bytes.len() - 1];
+        assert!(matches!(
+            read_frame::<Event, _>(&mut &torn[..]),
+            Err(FrameError::Io(_))
+        ));
+    }
+
+    #[test]
+    fn garbage_header_is_malformed() {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&3u32.to_le_bytes());
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(b"{x}");
+        assert!(matches!(
+            read_frame::<Event, _>(&mut &bytes[..]),
+            Err(FrameError::Malformed(_))
+        ));
+    }
+}

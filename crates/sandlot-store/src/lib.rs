@@ -1,0 +1,455 @@
+//! sandlot's durable state: one SQLite database in WAL mode.
+//!
+//! Tenants, API keys (stored as SHA-256 digests, never in clear), sandboxes and the audit log. SQLite is
+//! the source of truth; the engine's in-memory state is rebuilt from it at start-up. All access goes
+//! through typed methods; no SQL leaves this crate.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, OptionalExtension};
+use sandlot_api::{AuditEntry, Limits, SandboxInfo, SandboxState};
+use sha2::{Digest, Sha256};
+
+/// Store failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite reported an error.
+    #[error("state database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A stored JSON column did not parse.
+    #[error("state database: corrupt JSON column: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The integrity check found a problem.
+    #[error("state database failed its integrity check: {0}")]
+    Integrity(String),
+}
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// Who a valid API key acts for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// Tenant name.
+    pub tenant: String,
+    /// May create keys and read every tenant's audit.
+    pub admin: bool,
+}
+
+/// A sandbox row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxRecord {
+    /// The API view.
+    pub info: SandboxInfo,
+    /// Owner.
+    pub tenant: String,
+    /// Environment given to every command.
+    pub env: BTreeMap<String, String>,
+    /// Host uid-range slot.
+    pub slot: u32,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tenants (
+    name        TEXT PRIMARY KEY,
+    created_ms  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+    digest      TEXT PRIMARY KEY,
+    prefix      TEXT NOT NULL,
+    tenant      TEXT NOT NULL REFERENCES tenants(name),
+    admin       INTEGER NOT NULL DEFAULT 0,
+    created_ms  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sandboxes (
+    id          TEXT PRIMARY KEY,
+    tenant      TEXT NOT NULL REFERENCES tenants(name),
+    state       TEXT NOT NULL,
+    reason      TEXT,
+    image       TEXT NOT NULL,
+    limits      TEXT NOT NULL,
+    env         TEXT NOT NULL,
+    metadata    TEXT NOT NULL,
+    slot        INTEGER NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    expires_ms  INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sandboxes_tenant ON sandboxes(tenant, created_ms);
+CREATE TABLE IF NOT EXISTS audit (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    at_ms       INTEGER NOT NULL,
+    tenant      TEXT NOT NULL,
+    sandbox_id  TEXT,
+    action      TEXT NOT NULL,
+    detail      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_sandbox ON audit(sandbox_id, seq);
+PRAGMA user_version = 1;
+";
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn digest(key: &str) -> String {
+    let d = Sha256::digest(key.as_bytes());
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn random_token(prefix: &str) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let mut rng = rand::rngs::OsRng;
+    let body: String = (0..40)
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("{prefix}{body}")
+}
+
+/// The database handle. One connection behind a mutex: writes are tiny and SQLite serialises them anyway.
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`, in WAL mode with `synchronous=FULL`, so a
+    /// committed row survives a crash of the daemon or the machine.
+    pub fn open(path: &Path) -> Result<Self> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs SQLite's integrity check.
+    pub fn integrity_check(&self) -> Result<()> {
+        let r: String = self
+            .conn()
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        if r == "ok" {
+            Ok(())
+        } else {
+            Err(StoreError::Integrity(r))
+        }
+    }
+
+    /// Creates the first admin key if no admin key exists; returns it in clear (shown once).
+    pub fn ensure_admin_key(&self) -> Result<Option<String>> {
+        let has: bool = self.conn().query_row(
+            "SELECT EXISTS(SELECT 1 FROM api_keys WHERE admin = 1)",
+            [],
+            |r| r.get(0),
+        )?;
+        if has {
+            return Ok(None);
+        }
+        self.create_key("admin", true).map(Some)
+    }
+
+    /// Creates an API key for `tenant` (creating the tenant if new) and returns it in clear.
+    pub fn create_key(&self, tenant: &str, admin: bool) -> Result<String> {
+        let key = random_token("sl_");
+        let now = now_ms();
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "INSERT OR IGNORE INTO tenants(name, created_ms) VALUES (?1, ?2)",
+            params![tenant, now],
+        )?;
+        tx.execute(
+            "INSERT INTO api_keys(digest, prefix, tenant, admin, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![digest(&key), &key[..8], tenant, admin, now],
+        )?;
+        tx.commit()?;
+        Ok(key)
+    }
+
+    /// The principal of `key`, or `None` when it is unknown.
+    pub fn authenticate(&self, key: &str) -> Result<Option<Principal>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT tenant, admin FROM api_keys WHERE digest = ?1",
+                params![digest(key)],
+                |r| {
+                    Ok(Principal {
+                        tenant: r.get(0)?,
+                        admin: r.get(1)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// Records a new sandbox.
+    pub fn insert_sandbox(&self, rec: &SandboxRecord) -> Result<()> {
+        let i = &rec.info;
+        self.conn().execute(
+            "INSERT INTO sandboxes(id, tenant, state, reason, image, limits, env, metadata, slot, created_ms, expires_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                i.id,
+                rec.tenant,
+                i.state.as_str(),
+                i.reason,
+                i.image,
+                serde_json::to_string(&i.limits)?,
+                serde_json::to_string(&rec.env)?,
+                serde_json::to_string(&i.metadata)?,
+                rec.slot,
+                i.created_at_ms,
+                i.expires_at_ms,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Sets a sandbox's state (and reason, cleared when `None`).
+    pub fn set_state(&self, id: &str, state: SandboxState, reason: Option<&str>) -> Result<()> {
+        self.conn().execute(
+            "UPDATE sandboxes SET state = ?2, reason = ?3 WHERE id = ?1",
+            params![id, state.as_str(), reason],
+        )?;
+        Ok(())
+    }
+
+    fn sandboxes(&self, sql: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<SandboxRecord>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(sql)?;
+        let rows = stmt.query_map(args, |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, String>(6)?,
+                r.get::<_, String>(7)?,
+                r.get::<_, u32>(8)?,
+                r.get::<_, i64>(9)?,
+                r.get::<_, i64>(10)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, tenant, state, reason, image, limits, env, metadata, slot, created, expires) =
+                row?;
+            let limits: Limits = serde_json::from_str(&limits)?;
+            out.push(SandboxRecord {
+                info: SandboxInfo {
+                    id,
+                    state: SandboxState::parse(&state).unwrap_or(SandboxState::Failed),
+                    reason,
+                    image,
+                    limits,
+                    metadata: serde_json::from_str(&metadata)?,
+                    created_at_ms: created,
+                    expires_at_ms: expires,
+                },
+                tenant,
+                env: serde_json::from_str(&env)?,
+                slot,
+            });
+        }
+        Ok(out)
+    }
+
+    const COLUMNS: &'static str =
+        "SELECT id, tenant, state, reason, image, limits, env, metadata, slot, created_ms, expires_ms FROM sandboxes";
+
+    /// One sandbox of `tenant` (another tenant's id is simply not found).
+    pub fn get_sandbox(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>> {
+        let sql = format!(
+            "{} WHERE id = ?1 AND tenant = ?2 AND state != 'deleted'",
+            Self::COLUMNS
+        );
+        Ok(self.sandboxes(&sql, &[&id, &tenant])?.into_iter().next())
+    }
+
+    /// Sandboxes of `tenant` that are not deleted, newest first.
+    pub fn list_sandboxes(&self, tenant: &str) -> Result<Vec<SandboxRecord>> {
+        let sql = format!(
+            "{} WHERE tenant = ?1 AND state != 'deleted' ORDER BY created_ms DESC, id",
+            Self::COLUMNS
+        );
+        self.sandboxes(&sql, &[&tenant])
+    }
+
+    /// Every sandbox not deleted, of all tenants (start-up recovery, expiry).
+    pub fn live_sandboxes(&self) -> Result<Vec<SandboxRecord>> {
+        let sql = format!(
+            "{} WHERE state != 'deleted' ORDER BY created_ms",
+            Self::COLUMNS
+        );
+        self.sandboxes(&sql, &[])
+    }
+
+    /// Appends an audit record.
+    pub fn audit(
+        &self,
+        tenant: &str,
+        sandbox_id: Option<&str>,
+        action: &str,
+        detail: &serde_json::Value,
+    ) -> Result<()> {
+        self.conn().execute(
+            "INSERT INTO audit(at_ms, tenant, sandbox_id, action, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![now_ms(), tenant, sandbox_id, action, detail.to_string()],
+        )?;
+        Ok(())
+    }
+
+    /// Audit records, newest first; `tenant = None` reads every tenant's (admin).
+    pub fn list_audit(
+        &self,
+        tenant: Option<&str>,
+        sandbox_id: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT seq, at_ms, tenant, sandbox_id, action, detail FROM audit
+             WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR sandbox_id = ?2)
+             ORDER BY seq DESC LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![tenant, sandbox_id, limit], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get::<_, String>(5)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, at_ms, tenant, sandbox_id, action, detail) = row?;
+            out.push(AuditEntry {
+                seq,
+                at_ms,
+                tenant,
+                sandbox_id,
+                action,
+                detail: serde_json::from_str(&detail)?,
+            });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, tenant: &str) -> SandboxRecord {
+        SandboxRecord {
+            info: SandboxInfo {
+                id: id.into(),
+                state: SandboxState::Running,
+                reason: None,
+                image: "host".into(),
+                limits: Limits {
+                    cpu: 1.0,
+                    memory_mb: 512,
+                    pids: 256,
+                    timeout_s: 300,
+                },
+                metadata: BTreeMap::from([("k".into(), "v".into())]),
+                created_at_ms: 1,
+                expires_at_ms: 2,
+            },
+            tenant: tenant.into(),
+            env: BTreeMap::new(),
+            slot: 3,
+        }
+    }
+
+    #[test]
+    fn keys_authenticate_and_are_stored_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        let admin = store.ensure_admin_key().unwrap().expect("first admin key");
+        assert!(
+            store.ensure_admin_key().unwrap().is_none(),
+            "only one bootstrap key"
+        );
+        let key = store.create_key("acme", false).unwrap();
+        assert_eq!(
+            store.authenticate(&key).unwrap(),
+            Some(Principal {
+                tenant: "acme".into(),
+                admin: false
+            })
+        );
+        assert_eq!(store.authenticate(&admin).unwrap().unwrap().admin, true);
+        assert_eq!(store.authenticate("sl_wrong").unwrap(), None);
+        drop(store);
+        let raw = std::fs::read(dir.path().join("s.db")).unwrap();
+        let wal = std::fs::read(dir.path().join("s.db-wal")).unwrap_or_default();
+        for bytes in [raw, wal] {
+            assert!(
+                !bytes.windows(key.len()).any(|w| w == key.as_bytes()),
+                "key in clear on disk"
+            );
+        }
+    }
+
+    #[test]
+    fn sandboxes_are_scoped_by_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        store.create_key("a", false).unwrap();
+        store.create_key("b", false).unwrap();
+        store.insert_sandbox(&record("sb_1", "a")).unwrap();
+        assert_eq!(
+            store.get_sandbox("a", "sb_1").unwrap(),
+            Some(record("sb_1", "a"))
+        );
+        assert_eq!(store.get_sandbox("b", "sb_1").unwrap(), None);
+        assert_eq!(store.list_sandboxes("b").unwrap().len(), 0);
+        store
+            .set_state("sb_1", SandboxState::Deleted, None)
+            .unwrap();
+        assert_eq!(store.get_sandbox("a", "sb_1").unwrap(), None);
+        assert!(store.live_sandboxes().unwrap().is_empty());
+    }
+
+    #[test]
+    fn audit_filters_by_tenant_and_sandbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        store
+            .audit(
+                "a",
+                Some("sb_1"),
+                "exec",
+                &serde_json::json!({"argv": ["true"]}),
+            )
+            .unwrap();
+        store
+            .audit("b", None, "key.create", &serde_json::json!({}))
+            .unwrap();
+        assert_eq!(store.list_audit(Some("a"), None, 10).unwrap().len(), 1);
+        assert_eq!(store.list_audit(None, None, 10).unwrap().len(), 2);
+        let e = &store.list_audit(Some("a"), Some("sb_1"), 10).unwrap()[0];
+        assert_eq!(e.action, "exec");
+        assert_eq!(e.detail["argv"][0], "true");
+        store.integrity_check().unwrap();
+    }
+}

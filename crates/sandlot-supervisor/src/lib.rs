@@ -1,0 +1,87 @@
+//! The supervisor: pid 1 of every sandbox.
+//!
+//! It is started by the Linux driver after the sandbox's root is in place and speaks the framed protocol of
+//! `sandlot-protocol` on one socket. It spawns commands (each in its own process group), reaps every
+//! zombie (orphans included, as any init must), pipes output back, enforces per-command timeouts by
+//! killing the group, and performs file operations from inside the sandbox's own view, with the requesting
+//! user's fsuid, so a planted symlink or `..` can only ever reach the sandbox's own files.
+//!
+//! It holds no host secret and trusts nothing from the workload. Its threads: one reads requests, one reaps
+//! children, one per output pipe, one per file operation; all writes to the socket go through
+//! [`Outbox`], which writes whole frames under a lock.
+
+mod files;
+mod process;
+
+use std::io::{self, BufReader};
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
+
+use sandlot_protocol::{read_frame, write_frame, Event, FrameError, Request, CONTROL_FD};
+
+/// The write half of the control socket, shared by every thread.
+#[derive(Clone)]
+pub(crate) struct Outbox {
+    sock: Arc<Mutex<UnixStream>>,
+}
+
+impl Outbox {
+    /// Sends one event. A broken socket means the daemon is gone: the sandbox has no reason to live.
+    pub(crate) fn send(&self, ev: &Event, payload: &[u8]) {
+        let mut sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = write_frame(&mut *sock, ev, payload) {
+            eprintln!("supervisor: control socket write failed ({e}); exiting");
+            std::process::exit(70);
+        }
+    }
+}
+
+/// Runs the supervisor on the control socket at [`CONTROL_FD`]. Never returns.
+pub fn run() -> ! {
+    // SAFETY: the driver places the control socket at CONTROL_FD before exec; nothing else owns it.
+    let sock = unsafe { UnixStream::from_raw_fd(CONTROL_FD) };
+    match serve(sock) {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("supervisor: {e}");
+            std::process::exit(70);
+        }
+    }
+}
+
+fn serve(sock: UnixStream) -> io::Result<()> {
+    // SIGCHLD is consumed by the reaper thread with sigwait, so it must be blocked in every thread; threads
+    // inherit the mask, and std's Command resets it in children before exec.
+    process::block_sigchld()?;
+    let outbox = Outbox {
+        sock: Arc::new(Mutex::new(sock.try_clone()?)),
+    };
+    let procs = process::Table::new(outbox.clone());
+    procs.start_reaper();
+    let uploads = files::Uploads::default();
+
+    outbox.send(
+        &Event::Ready {
+            version: sandlot_protocol::VERSION,
+        },
+        &[],
+    );
+    let mut reader = BufReader::with_capacity(256 << 10, sock);
+    loop {
+        let frame = match read_frame::<Request, _>(&mut reader) {
+            Ok(f) => f,
+            Err(FrameError::Closed) => return Ok(()),
+            Err(e) => return Err(io::Error::other(e.to_string())),
+        };
+        match frame.header {
+            Request::Spawn(spawn) => procs.spawn(spawn),
+            Request::Stdin { proc, eof } => procs.stdin(proc, &frame.payload, eof),
+            Request::Signal { proc, signal } => procs.signal(proc, signal),
+            Request::File { req, uid, op } => files::start(&outbox, &uploads, req, uid, op),
+            Request::Data { req } => uploads.data(req, frame.payload),
+            Request::End { req } => uploads.end(req),
+            Request::Abort { req } => uploads.abort(req),
+        }
+    }
+}

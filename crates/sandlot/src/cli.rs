@@ -1,0 +1,277 @@
+//! The client side of the `sandlot` binary: `run`, `sandbox …`, `keys …`, `audit`.
+//!
+//! Each command talks to a server through `sandlot-client`. Results a script wants (ids, keys, file
+//! bytes, JSON with `--json`) go to stdout; notes go to stderr.
+
+mod admin;
+mod cp;
+mod output;
+mod run;
+mod sandbox;
+
+use std::fs;
+use std::io;
+
+use anyhow::{bail, Context};
+use sandlot_client::{Client, ErrorKind};
+
+use admin::{AuditArgs, KeysCmd};
+use run::RunArgs;
+use sandbox::SandboxCmd;
+
+/// Where `sandlot serve` writes the admin key by default; read when no key is given.
+const ADMIN_KEY_PATH: &str = "/var/lib/sandlot/admin.key";
+
+/// Exit status when no server answers.
+const EXIT_NO_SERVER: i32 = 2;
+
+const RUN_LONG: &str = "\
+Run one command in a fresh sandbox and delete the sandbox afterwards.
+
+The command's output is streamed as it is written: its stdout to ours, its stderr to ours. sandlot \
+exits with the command's exit code; 128+N when signal N ended it; 124 when --timeout passed (like \
+coreutils `timeout`); 137 when the sandbox ran out of memory; 2 when no server answers; 1 when sandlot \
+itself failed.
+
+Examples:
+  sandlot run -- python3 -c 'print(6 * 7)'
+  sandlot run --memory 256 --timeout 10 -- sh -c 'make test'
+  echo hello | sandlot run --stdin -- wc -c
+  sandlot run --shell -- 'ls /usr/bin | wc -l'";
+
+const SANDBOX_LONG: &str = "\
+Manage long-lived sandboxes: create one, run commands in it, copy files in and out, remove it.
+
+Example:
+  id=$(sandlot sandbox create --memory 512)
+  sandlot sandbox cp ./app.py $id:/home/user/app.py
+  sandlot sandbox exec $id -- python3 app.py
+  sandlot sandbox rm $id";
+
+const KEYS_LONG: &str = "\
+Manage API keys. Keys belong to a tenant and see only that tenant's sandboxes. Creating keys needs \
+the admin key that `sandlot serve` writes to <state-dir>/admin.key.
+
+Example:
+  sudo sandlot keys create --tenant alice";
+
+const AUDIT_LONG: &str = "\
+Show the audit log of the key's tenant, newest first: sandbox creation and deletion, commands, file \
+writes.
+
+Examples:
+  sandlot audit --limit 20
+  sandlot audit --sandbox sb_123 --json | jq '.entries[].action'";
+
+/// Commands that talk to a sandlot server.
+#[derive(clap::Subcommand, Debug)]
+pub enum ClientCommand {
+    /// Run one command in a fresh sandbox, then delete the sandbox.
+    #[command(long_about = RUN_LONG)]
+    Run(RunArgs),
+    /// Create, list, inspect, use and remove sandboxes.
+    #[command(subcommand, long_about = SANDBOX_LONG)]
+    Sandbox(SandboxCmd),
+    /// Create API keys (needs the admin key).
+    #[command(subcommand, long_about = KEYS_LONG)]
+    Keys(KeysCmd),
+    /// Show the audit log.
+    #[command(long_about = AUDIT_LONG)]
+    Audit(AuditArgs),
+}
+
+impl ClientCommand {
+    fn conn(&self) -> &Conn {
+        match self {
+            ClientCommand::Run(args) => &args.conn,
+            ClientCommand::Sandbox(cmd) => cmd.conn(),
+            ClientCommand::Keys(cmd) => cmd.conn(),
+            ClientCommand::Audit(args) => &args.conn,
+        }
+    }
+}
+
+/// How to reach the server; flattened into every command.
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Connection")]
+pub struct Conn {
+    /// URL of the sandlot server.
+    #[arg(long, env = "SANDLOT_URL", default_value = "http://127.0.0.1:7423")]
+    pub url: String,
+    /// API key. When neither this nor SANDLOT_API_KEY is set, the admin key in
+    /// /var/lib/sandlot/admin.key is used if it is readable (e.g. under sudo).
+    #[arg(long, env = "SANDLOT_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+impl Conn {
+    /// A client for this server, with the given key or the admin key file.
+    fn client(&self) -> anyhow::Result<Client> {
+        if let Some(key) = self
+            .api_key
+            .as_deref()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+        {
+            return Ok(Client::new(&self.url, key));
+        }
+        match fs::read_to_string(ADMIN_KEY_PATH) {
+            Ok(key) if !key.trim().is_empty() => Ok(Client::new(&self.url, key.trim())),
+            Ok(_) => bail!("no API key: {ADMIN_KEY_PATH} is empty. {}", key_help()),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => bail!(
+                "no API key: SANDLOT_API_KEY is not set and {ADMIN_KEY_PATH} is not readable by you \
+                 (run with sudo, or export SANDLOT_API_KEY=$(sudo cat {ADMIN_KEY_PATH}))"
+            ),
+            Err(_) => bail!("no API key. {}", key_help()),
+        }
+    }
+}
+
+fn key_help() -> String {
+    format!(
+        "Set SANDLOT_API_KEY or pass --api-key. `sandlot serve` writes the admin key to \
+         <state-dir>/admin.key ({ADMIN_KEY_PATH} by default, read automatically when readable); \
+         with it, make a key for a tenant: sandlot keys create --tenant NAME"
+    )
+}
+
+/// Runs a client command and returns the process exit code.
+///
+/// Errors are returned for the caller to print (`sandlot: {err:#}`, exit 1), except "no server
+/// answers", which is printed here and gives exit code 2.
+pub fn execute(cmd: ClientCommand) -> anyhow::Result<i32> {
+    let url = cmd.conn().url.clone();
+    let result = match cmd {
+        ClientCommand::Run(args) => run::run(args),
+        ClientCommand::Sandbox(cmd) => sandbox::execute(cmd),
+        ClientCommand::Keys(cmd) => admin::keys(cmd),
+        ClientCommand::Audit(args) => admin::audit(args),
+    };
+    match result {
+        Err(err) => match client_error_kind(&err) {
+            Some(ErrorKind::Connect) => {
+                eprintln!(
+                    "sandlot: no server at {url}. Start one with: sudo sandlot serve   (or set SANDLOT_URL)"
+                );
+                Ok(EXIT_NO_SERVER)
+            }
+            Some(ErrorKind::Unauthenticated) => Err(anyhow::anyhow!(
+                "{err:#} (the server at {url} rejected the API key; check SANDLOT_API_KEY or --api-key)"
+            )),
+            _ => Err(err),
+        },
+        ok => ok,
+    }
+}
+
+/// The kind of the SDK error in `err`'s chain, if any.
+fn client_error_kind(err: &anyhow::Error) -> Option<ErrorKind> {
+    err.chain()
+        .find_map(|e| e.downcast_ref::<sandlot_client::Error>())
+        .map(|e| e.kind())
+}
+
+/// Parses `KEY=VALUE` (for `--env` and `--meta`).
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got `{s}`")),
+    }
+}
+
+/// Identity a command runs as, for `--user`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum UserArg {
+    /// uid 1000, home /home/user.
+    #[default]
+    User,
+    /// root of the sandbox's own user namespace (not of the host).
+    Root,
+}
+
+impl From<UserArg> for sandlot_client::api::User {
+    fn from(user: UserArg) -> Self {
+        match user {
+            UserArg::User => sandlot_client::api::User::User,
+            UserArg::Root => sandlot_client::api::User::Root,
+        }
+    }
+}
+
+/// Adds what we were doing to an SDK error.
+trait Doing<T> {
+    fn doing(self, what: &str) -> anyhow::Result<T>;
+}
+
+impl<T> Doing<T> for sandlot_client::Result<T> {
+    fn doing(self, what: &str) -> anyhow::Result<T> {
+        self.map_err(anyhow::Error::new)
+            .with_context(|| what.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(clap::Parser, Debug)]
+    #[command(name = "sandlot")]
+    struct TestCli {
+        #[command(subcommand)]
+        cmd: ClientCommand,
+    }
+
+    #[test]
+    fn cli_definition_is_valid() {
+        TestCli::command().debug_assert();
+    }
+
+    #[test]
+    fn env_names_match_the_api() {
+        assert_eq!(sandlot_client::api::ENV_URL, "SANDLOT_URL");
+        assert_eq!(sandlot_client::api::ENV_API_KEY, "SANDLOT_API_KEY");
+        assert_eq!(
+            format!("http://{}", sandlot_client::api::DEFAULT_LISTEN),
+            "http://127.0.0.1:7423"
+        );
+    }
+
+    #[test]
+    fn key_value_parsing() {
+        assert_eq!(parse_key_value("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert_eq!(parse_key_value("A="), Ok(("A".into(), String::new())));
+        assert!(parse_key_value("=x").is_err());
+        assert!(parse_key_value("novalue").is_err());
+    }
+
+    #[test]
+    fn run_takes_the_command_after_the_flags() {
+        let cli = TestCli::try_parse_from(["sandlot", "run", "--memory", "64", "ls", "-la", "/"])
+            .unwrap();
+        let ClientCommand::Run(args) = cli.cmd else {
+            panic!()
+        };
+        assert_eq!(args.command, ["ls", "-la", "/"]);
+        let cli = TestCli::try_parse_from(["sandlot", "run", "--", "echo", "--memory"]).unwrap();
+        let ClientCommand::Run(args) = cli.cmd else {
+            panic!()
+        };
+        assert_eq!(args.command, ["echo", "--memory"]);
+        assert!(TestCli::try_parse_from(["sandlot", "run"]).is_err());
+    }
+
+    #[test]
+    fn connect_errors_become_exit_code_2() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}");
+        let cli =
+            TestCli::try_parse_from(["sandlot", "sandbox", "ls", "--url", &url, "--api-key", "k"])
+                .unwrap();
+        assert_eq!(execute(cli.cmd).unwrap(), EXIT_NO_SERVER);
+    }
+}

@@ -1,0 +1,109 @@
+//! `sandlot keys create` and `sandlot audit`.
+
+use sandlot_client::api::AuditList;
+
+use super::output::{print_json, print_table, utc_time};
+use super::{Conn, Doing};
+
+const KEYS_CREATE_LONG: &str = "\
+Create an API key for a tenant (the tenant is created if new) and print it on stdout. The key is \
+shown once; the server keeps only its hash. Needs the admin key: run with sudo to use \
+/var/lib/sandlot/admin.key, or set SANDLOT_API_KEY to it.
+
+Example:
+  export SANDLOT_API_KEY=$(sudo sandlot keys create --tenant alice)";
+
+/// `sandlot keys …` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum KeysCmd {
+    /// Create an API key for a tenant and print it.
+    #[command(long_about = KEYS_CREATE_LONG)]
+    Create(KeyCreateArgs),
+}
+
+impl KeysCmd {
+    pub(super) fn conn(&self) -> &Conn {
+        match self {
+            KeysCmd::Create(args) => &args.conn,
+        }
+    }
+}
+
+/// Arguments of `sandlot keys create`.
+#[derive(clap::Args, Debug)]
+pub struct KeyCreateArgs {
+    /// Tenant the key acts for.
+    #[arg(long, value_name = "T")]
+    tenant: String,
+    /// Print `{"tenant": …, "key": …}` instead of the bare key.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `sandlot audit`.
+#[derive(clap::Args, Debug)]
+pub struct AuditArgs {
+    /// Only records about this sandbox.
+    #[arg(long, value_name = "ID")]
+    sandbox: Option<String>,
+    /// At most this many records (default: the server's).
+    #[arg(long, value_name = "N")]
+    limit: Option<u32>,
+    /// Print JSON (`{"entries": [...]}`) instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pub(super) conn: Conn,
+}
+
+pub(super) fn keys(cmd: KeysCmd) -> anyhow::Result<i32> {
+    match cmd {
+        KeysCmd::Create(args) => {
+            let client = args.conn.client()?;
+            let created = client
+                .create_key(&args.tenant)
+                .doing(&format!("creating a key for tenant {}", args.tenant))?;
+            if args.json {
+                print_json(&created)?;
+            } else {
+                println!("{}", created.key);
+                eprintln!(
+                    "sandlot: key for tenant {} (shown once; store it now)",
+                    created.tenant
+                );
+            }
+            Ok(0)
+        }
+    }
+}
+
+pub(super) fn audit(args: AuditArgs) -> anyhow::Result<i32> {
+    let client = args.conn.client()?;
+    let entries = client
+        .audit(args.sandbox.as_deref(), args.limit)
+        .doing("reading the audit log")?;
+    if args.json {
+        print_json(&AuditList { entries })?;
+        return Ok(0);
+    }
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|entry| {
+            vec![
+                entry.seq.to_string(),
+                utc_time(entry.at_ms),
+                entry.tenant.clone(),
+                entry.sandbox_id.clone().unwrap_or_else(|| "-".to_string()),
+                entry.action.clone(),
+                entry.detail.to_string(),
+            ]
+        })
+        .collect();
+    print_table(
+        &["SEQ", "TIME", "TENANT", "SANDBOX", "ACTION", "DETAIL"],
+        &rows,
+    )?;
+    Ok(0)
+}

@@ -1,0 +1,129 @@
+//! Printing helpers: JSON, aligned tables, times and ages.
+
+use std::io::{self, Write};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use serde::Serialize;
+
+/// Prints `value` as pretty JSON on stdout.
+pub(super) fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
+    let mut out = io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value).context("writing JSON")?;
+    writeln!(out).context("writing JSON")?;
+    Ok(())
+}
+
+/// Prints a table with left-aligned columns on stdout; the last column is not padded.
+pub(super) fn print_table(headers: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
+    let mut out = io::stdout().lock();
+    out.write_all(table(headers, rows).as_bytes())
+        .context("writing the table")?;
+    Ok(())
+}
+
+fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut text = String::new();
+    let header_row: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header_row).chain(rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad + 3));
+            }
+        }
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    text
+}
+
+/// Now, in Unix milliseconds.
+pub(super) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// A duration in milliseconds as its largest unit: `45s`, `12m`, `3h`, `2d`.
+pub(super) fn short_duration(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// Unix milliseconds as `YYYY-MM-DDTHH:MM:SSZ` (UTC).
+pub(super) fn utc_time(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let of_day = secs.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns() {
+        let rows = vec![
+            vec!["sb_1".to_string(), "running".to_string(), "1m".to_string()],
+            vec!["sb_long".to_string(), "ok".to_string(), "2d".to_string()],
+        ];
+        assert_eq!(
+            table(&["ID", "STATE", "AGE"], &rows),
+            "ID        STATE     AGE\nsb_1      running   1m\nsb_long   ok        2d\n"
+        );
+    }
+
+    #[test]
+    fn durations_use_the_largest_unit() {
+        assert_eq!(short_duration(-5), "0s");
+        assert_eq!(short_duration(59_999), "59s");
+        assert_eq!(short_duration(60_000), "1m");
+        assert_eq!(short_duration(7_200_000), "2h");
+        assert_eq!(short_duration(3 * 86_400_000), "3d");
+    }
+
+    #[test]
+    fn utc_times() {
+        assert_eq!(utc_time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_time(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_time(1_700_000_000_123), "2023-11-14T22:13:20Z");
+    }
+}

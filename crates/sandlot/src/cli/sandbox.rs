@@ -1,0 +1,344 @@
+//! `sandlot sandbox create|ls|info|exec|cp|rm`.
+
+use std::collections::BTreeMap;
+
+use sandlot_client::api::{SandboxInfo, SandboxList};
+use sandlot_client::ErrorKind;
+
+use super::cp::{self, CpArgs};
+use super::output::{now_ms, print_json, print_table, short_duration, utc_time};
+use super::run::{self, CommandArgs, LimitArgs};
+use super::{client_error_kind, parse_key_value, Conn, Doing};
+
+const CREATE_LONG: &str = "\
+Create a sandbox and print its id on stdout (the full description with --json). It lives until \
+`sandlot sandbox rm` or until its --timeout passes.
+
+Example:
+  id=$(sandlot sandbox create --memory 512 --timeout 3600 --meta owner=ci)";
+
+const LS_LONG: &str = "\
+List the sandboxes of the key's tenant, newest first.
+
+Examples:
+  sandlot sandbox ls
+  sandlot sandbox ls --json | jq -r '.sandboxes[].id'";
+
+const INFO_LONG: &str = "\
+Show one sandbox: state, image, limits, labels, creation and expiry times.
+
+Example:
+  sandlot sandbox info sb_123 --json | jq .state";
+
+const EXEC_LONG: &str = "\
+Run a command in an existing sandbox, streaming its output; sandlot exits with the command's exit \
+code (124 on --timeout, 137 when out of memory, 128+N for signal N). With --json, wait and print the \
+whole result (status, exit code, capped stdout and stderr) as JSON instead.
+
+Examples:
+  sandlot sandbox exec sb_123 -- python3 app.py
+  sandlot sandbox exec sb_123 --user root --cwd /etc -- cat hostname
+  sandlot sandbox exec sb_123 --json -- ls / | jq .stdout";
+
+const CP_LONG: &str = "\
+Copy a file between this machine and a sandbox (docker cp style): exactly one of SRC and DST is \
+ID:PATH. `-` as the local side means standard input or output. A DST inside the sandbox that ends \
+with / or is a directory receives the file under its own name; local file modes are kept.
+
+Directories travel as tar archives with --tar: upload a local .tar file (or - for stdin) and unpack \
+it into a sandbox directory, or download a sandbox directory as a .tar file (or - for stdout).
+
+Examples:
+  sandlot sandbox cp ./main.py sb_123:/home/user/
+  sandlot sandbox cp sb_123:/home/user/out.csv ./out.csv
+  tar -C ./project -cf - . | sandlot sandbox cp --tar - sb_123:/home/user/project
+  sandlot sandbox cp --tar sb_123:/home/user/project - | tar -xf - -C ./copy";
+
+const RM_LONG: &str = "\
+Delete sandboxes: their processes are killed and their files dropped. Prints each deleted id; exits \
+with 1 if any could not be deleted.
+
+Example:
+  sandlot sandbox rm sb_123 sb_456";
+
+/// `sandlot sandbox …` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum SandboxCmd {
+    /// Create a sandbox and print its id.
+    #[command(long_about = CREATE_LONG)]
+    Create(CreateArgs),
+    /// List sandboxes.
+    #[command(long_about = LS_LONG, visible_alias = "list")]
+    Ls(LsArgs),
+    /// Show one sandbox.
+    #[command(long_about = INFO_LONG)]
+    Info(InfoArgs),
+    /// Run a command in a sandbox.
+    #[command(long_about = EXEC_LONG)]
+    Exec(ExecArgs),
+    /// Copy files into or out of a sandbox.
+    #[command(long_about = CP_LONG)]
+    Cp(CpArgs),
+    /// Delete sandboxes.
+    #[command(long_about = RM_LONG, visible_alias = "delete")]
+    Rm(RmArgs),
+}
+
+impl SandboxCmd {
+    pub(super) fn conn(&self) -> &Conn {
+        match self {
+            SandboxCmd::Create(args) => &args.conn,
+            SandboxCmd::Ls(args) => &args.conn,
+            SandboxCmd::Info(args) => &args.conn,
+            SandboxCmd::Exec(args) => &args.conn,
+            SandboxCmd::Cp(args) => &args.conn,
+            SandboxCmd::Rm(args) => &args.conn,
+        }
+    }
+}
+
+/// Arguments of `sandlot sandbox create`.
+#[derive(clap::Args, Debug)]
+pub struct CreateArgs {
+    // Field order is help order: a flattened group's heading also covers the fields after it.
+    /// Print the created sandbox as JSON instead of its id.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    limits: LimitArgs,
+    /// Lifetime in seconds; the sandbox is deleted when it passes (default: the server's).
+    #[arg(long, value_name = "S", help_heading = "Sandbox")]
+    timeout: Option<u64>,
+    /// Environment variable for every command in the sandbox (repeatable).
+    #[arg(long, short = 'e', value_name = "K=V", value_parser = parse_key_value, help_heading = "Sandbox")]
+    env: Vec<(String, String)>,
+    /// Label returned as given, e.g. owner=ci (repeatable).
+    #[arg(long, value_name = "K=V", value_parser = parse_key_value, help_heading = "Sandbox")]
+    meta: Vec<(String, String)>,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `sandlot sandbox ls`.
+#[derive(clap::Args, Debug)]
+pub struct LsArgs {
+    /// Print JSON (`{"sandboxes": [...]}`) instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `sandlot sandbox info`.
+#[derive(clap::Args, Debug)]
+pub struct InfoArgs {
+    /// Sandbox id.
+    id: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `sandlot sandbox exec`.
+#[derive(clap::Args, Debug)]
+pub struct ExecArgs {
+    /// Sandbox id.
+    id: String,
+    /// The command and its arguments (use `--` before a command that starts with `-`).
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    command: Vec<String>,
+    /// Wait for the command and print its result as JSON instead of streaming its output.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    exec: CommandArgs,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `sandlot sandbox rm`.
+#[derive(clap::Args, Debug)]
+pub struct RmArgs {
+    /// Sandbox ids.
+    #[arg(required = true, value_name = "ID")]
+    ids: Vec<String>,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+pub(super) fn execute(cmd: SandboxCmd) -> anyhow::Result<i32> {
+    match cmd {
+        SandboxCmd::Create(args) => create(args),
+        SandboxCmd::Ls(args) => ls(args),
+        SandboxCmd::Info(args) => info(args),
+        SandboxCmd::Exec(args) => exec(args),
+        SandboxCmd::Cp(args) => cp::cp(args),
+        SandboxCmd::Rm(args) => rm(args),
+    }
+}
+
+fn create(args: CreateArgs) -> anyhow::Result<i32> {
+    let client = args.conn.client()?;
+    let mut spec = args.limits.spec();
+    spec.timeout_s = args.timeout;
+    spec.env = args.env.into_iter().collect();
+    spec.metadata = args.meta.into_iter().collect();
+    let sandbox = client.create(&spec).doing("creating a sandbox")?;
+    match sandbox.created() {
+        Some(info) if args.json => print_json(info)?,
+        _ => println!("{}", sandbox.id()),
+    }
+    Ok(0)
+}
+
+fn ls(args: LsArgs) -> anyhow::Result<i32> {
+    let client = args.conn.client()?;
+    let sandboxes = client.list().doing("listing sandboxes")?;
+    if args.json {
+        print_json(&SandboxList { sandboxes })?;
+        return Ok(0);
+    }
+    let now = now_ms();
+    let rows: Vec<Vec<String>> = sandboxes
+        .iter()
+        .map(|sb| {
+            vec![
+                sb.id.clone(),
+                sb.state.as_str().to_string(),
+                sb.image.clone(),
+                sb.limits.cpu.to_string(),
+                sb.limits.memory_mb.to_string(),
+                short_duration(now - sb.created_at_ms),
+            ]
+        })
+        .collect();
+    print_table(&["ID", "STATE", "IMAGE", "CPU", "MEM(MB)", "AGE"], &rows)?;
+    Ok(0)
+}
+
+fn info(args: InfoArgs) -> anyhow::Result<i32> {
+    let client = args.conn.client()?;
+    let info = client
+        .get(&args.id)
+        .doing(&format!("getting sandbox {}", args.id))?;
+    if args.json {
+        print_json(&info)?;
+    } else {
+        print!("{}", describe(&info, now_ms()));
+    }
+    Ok(0)
+}
+
+/// `key: value` lines for `sandbox info`.
+fn describe(info: &SandboxInfo, now: i64) -> String {
+    let mut lines = vec![
+        ("id", info.id.clone()),
+        ("state", info.state.as_str().to_string()),
+    ];
+    if let Some(reason) = &info.reason {
+        lines.push(("reason", reason.clone()));
+    }
+    lines.extend([
+        ("image", info.image.clone()),
+        ("cpu", format!("{} cores", info.limits.cpu)),
+        ("memory", format!("{} MiB", info.limits.memory_mb)),
+        ("pids", info.limits.pids.to_string()),
+        ("lifetime", format!("{} s", info.limits.timeout_s)),
+        (
+            "created",
+            format!(
+                "{} ({} ago)",
+                utc_time(info.created_at_ms),
+                short_duration(now - info.created_at_ms)
+            ),
+        ),
+        ("expires", expiry(info.expires_at_ms, now)),
+    ]);
+    lines.extend(labels(&info.metadata).map(|label| ("label", label)));
+    lines
+        .into_iter()
+        .map(|(key, value)| format!("{:<10}{value}\n", format!("{key}:")))
+        .collect()
+}
+
+fn expiry(expires_at_ms: i64, now: i64) -> String {
+    let when = utc_time(expires_at_ms);
+    if expires_at_ms >= now {
+        format!("{when} (in {})", short_duration(expires_at_ms - now))
+    } else {
+        format!("{when} ({} ago)", short_duration(now - expires_at_ms))
+    }
+}
+
+fn labels(metadata: &BTreeMap<String, String>) -> impl Iterator<Item = String> + '_ {
+    metadata.iter().map(|(k, v)| format!("{k}={v}"))
+}
+
+fn exec(args: ExecArgs) -> anyhow::Result<i32> {
+    let client = args.conn.client()?;
+    let sandbox = client.sandbox(&args.id);
+    let request = args.exec.request(&args.command)?;
+    if args.json {
+        let result = sandbox
+            .exec(&request)
+            .doing(&format!("running the command in {}", args.id))?;
+        print_json(&result)?;
+        return Ok(run::exit_code_of(&result));
+    }
+    run::stream(&sandbox, &request)
+}
+
+fn rm(args: RmArgs) -> anyhow::Result<i32> {
+    let client = args.conn.client()?;
+    let mut failed = false;
+    for id in &args.ids {
+        match client.sandbox(id).delete().doing(&format!("deleting {id}")) {
+            Ok(()) => println!("{id}"),
+            // Without a server every other id would fail the same way: stop and say so once.
+            Err(err) if client_error_kind(&err) == Some(ErrorKind::Connect) => return Err(err),
+            Err(err) => {
+                eprintln!("sandlot: {err:#}");
+                failed = true;
+            }
+        }
+    }
+    Ok(i32::from(failed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandlot_client::api::{Limits, SandboxState};
+
+    #[test]
+    fn info_text_lists_every_field() {
+        let info = SandboxInfo {
+            id: "sb_1".into(),
+            state: SandboxState::Running,
+            reason: None,
+            image: "host".into(),
+            limits: Limits {
+                cpu: 0.5,
+                memory_mb: 512,
+                pids: 256,
+                timeout_s: 3600,
+            },
+            metadata: BTreeMap::from([("owner".to_string(), "ci".to_string())]),
+            created_at_ms: 0,
+            expires_at_ms: 3_600_000,
+        };
+        let text = describe(&info, 60_000);
+        assert!(
+            text.starts_with("id:       sb_1\nstate:    running\n"),
+            "{text}"
+        );
+        assert!(text.contains("cpu:      0.5 cores\n"), "{text}");
+        assert!(
+            text.contains("expires:  1970-01-01T01:00:00Z (in 59m)\n"),
+            "{text}"
+        );
+        assert!(text.contains("label:    owner=ci\n"), "{text}");
+    }
+}

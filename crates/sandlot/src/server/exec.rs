@@ -1,0 +1,297 @@
+//! Exec and process routes.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use sandlot_api::{
+    ExecEvent, ExecRequest, ExecResult, KillRequest, ProcessList, ProcessStarted, StdinRequest,
+    NDJSON,
+};
+use sandlot_engine::{ExecSpec, Process};
+use sandlot_store::SandboxRecord;
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::extract::{no_nul, running, ApiJson, Caller};
+use super::sandboxes::check_env;
+use super::{ApiError, AppState};
+
+/// Foreground commands without a `timeout_s` are killed after this long.
+const DEFAULT_EXEC_TIMEOUT_S: f64 = 60.0;
+const MAX_ARGV_BYTES: usize = 1 << 20;
+const MAX_STDIN_BYTES: usize = 8 << 20;
+
+fn wants_ndjson(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains(NDJSON))
+}
+
+/// Turns a request into an [`ExecSpec`], validating every field.
+fn spec(app: &AppState, rec: &SandboxRecord, req: ExecRequest) -> Result<ExecSpec, ApiError> {
+    let argv = match (req.argv, req.shell) {
+        (Some(argv), None) => argv,
+        (None, Some(shell)) => vec!["/bin/sh".into(), "-c".into(), shell],
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid("give either `argv` or `shell`, not both"))
+        }
+        (None, None) => {
+            return Err(ApiError::invalid(
+                "missing command: give `argv` (a list) or `shell` (a string)",
+            ))
+        }
+    };
+    if argv.is_empty() || argv[0].is_empty() {
+        return Err(ApiError::invalid(
+            "`argv` must name a program in its first element",
+        ));
+    }
+    let mut size = 0;
+    for a in &argv {
+        no_nul("argv", a)?;
+        size += a.len() + 1;
+    }
+    if size > MAX_ARGV_BYTES {
+        return Err(ApiError::invalid(format!("argv is {size} bytes; the limit is {MAX_ARGV_BYTES}; pass large input through stdin or a file")));
+    }
+    check_env(&req.env)?;
+    let user = req.user;
+    let cwd = req.cwd.unwrap_or_else(|| user.home().to_string());
+    no_nul("cwd", &cwd)?;
+    if !cwd.starts_with('/') {
+        return Err(ApiError::invalid(format!(
+            "cwd must be an absolute path, got {cwd:?}"
+        )));
+    }
+    let timeout = match (req.timeout_s, req.background) {
+        (Some(t), _) if !(t.is_finite() && t > 0.0 && t <= app.cfg.max_timeout_s as f64) => {
+            return Err(ApiError::invalid(format!(
+                "timeout_s must be a positive number of seconds up to {}, got {t}",
+                app.cfg.max_timeout_s
+            )));
+        }
+        (Some(t), _) => Some(t),
+        (None, false) => Some(DEFAULT_EXEC_TIMEOUT_S),
+        (None, true) => None,
+    };
+    let max_output = req.max_output_bytes.unwrap_or(app.cfg.max_output_bytes);
+    if !(1024..=64 << 20).contains(&max_output) {
+        return Err(ApiError::invalid(format!(
+            "max_output_bytes must be between 1024 and {}, got {max_output}",
+            64 << 20
+        )));
+    }
+    let stdin = req.stdin.map(String::into_bytes);
+    if stdin.as_ref().is_some_and(|s| s.len() > MAX_STDIN_BYTES) {
+        return Err(ApiError::invalid(format!(
+            "stdin over {MAX_STDIN_BYTES} bytes: upload a file instead"
+        )));
+    }
+    // Base environment, then the sandbox's, then the request's: later wins.
+    let mut env: std::collections::BTreeMap<String, String> = [
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
+        ("LANG", "C.UTF-8"),
+        ("HOME", user.home()),
+        ("USER", user.name()),
+        ("LOGNAME", user.name()),
+        ("SHELL", "/bin/bash"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    env.extend(rec.env.clone());
+    env.extend(req.env);
+    Ok(ExecSpec {
+        argv,
+        env: env.into_iter().collect(),
+        cwd,
+        uid: user.uid(),
+        timeout_ms: timeout.map(|t| (t * 1000.0) as u64),
+        stdin,
+        keep_stdin: req.background,
+        max_output: max_output as usize,
+    })
+}
+
+fn audit_end(app: &AppState, rec: &SandboxRecord, proc: &Process, user: &str, r: &ExecResult) {
+    let _ = app.store.audit(
+        &rec.tenant,
+        Some(&rec.info.id),
+        "exec",
+        &json!({
+            "pid": proc.id, "argv": proc.argv, "user": user, "status": r.status, "exit_code": r.exit_code,
+            "duration_ms": r.duration_ms, "stdout_bytes": r.stdout_bytes, "stderr_bytes": r.stderr_bytes,
+        }),
+    );
+}
+
+pub async fn exec(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<ExecRequest>,
+) -> Result<Response, ApiError> {
+    let (rec, sb) = running(&app, &caller, &id)?;
+    let background = req.background;
+    let user = req.user.name();
+    let spec = spec(&app, &rec, req)?;
+    let proc = sb.spawn(spec).await?;
+    if background {
+        let _ = app.store.audit(
+            &rec.tenant,
+            Some(&rec.info.id),
+            "exec.start",
+            &json!({"pid": proc.id, "argv": proc.argv, "user": user, "background": true}),
+        );
+        let (app2, proc2) = (Arc::clone(&app), Arc::clone(&proc));
+        tokio::spawn(async move {
+            let r = proc2.wait().await;
+            audit_end(&app2, &rec, &proc2, user, &r);
+        });
+        return Ok((StatusCode::ACCEPTED, Json(ProcessStarted { pid: proc.id })).into_response());
+    }
+    if wants_ndjson(&headers) {
+        let app2 = Arc::clone(&app);
+        let proc2 = Arc::clone(&proc);
+        tokio::spawn(async move {
+            let r = proc2.wait().await;
+            audit_end(&app2, &rec, &proc2, user, &r);
+        });
+        return Ok(ndjson(proc));
+    }
+    let r = proc.wait().await;
+    audit_end(&app, &rec, &proc, user, &r);
+    Ok(Json(r).into_response())
+}
+
+/// Streams a process's events, from its first, as NDJSON until it exits.
+fn ndjson(proc: Arc<Process>) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    tokio::spawn(async move {
+        let line = |ev: &ExecEvent| {
+            let mut v = serde_json::to_vec(ev).expect("events serialise");
+            v.push(b'\n');
+            Ok(Bytes::from(v))
+        };
+        let follow = proc.follow();
+        for ev in &follow.replay {
+            if tx.send(line(ev)).await.is_err() {
+                return;
+            }
+        }
+        let Some(mut live) = follow.live else { return };
+        loop {
+            let ev = match live.recv().await {
+                Ok(ev) => ev,
+                // The reader fell behind the live buffer: say so, then carry on with what is current.
+                Err(RecvError::Lagged(_)) => ExecEvent::Truncated {
+                    stream: "events".into(),
+                },
+                Err(RecvError::Closed) => return,
+            };
+            let last = matches!(ev, ExecEvent::Exited { .. });
+            if tx.send(line(&ev)).await.is_err() || last {
+                return;
+            }
+        }
+    });
+    ([(header::CONTENT_TYPE, NDJSON)], super::channel_body(rx)).into_response()
+}
+
+fn process(sb: &sandlot_engine::Sandbox, pid: u64) -> Result<Arc<Process>, ApiError> {
+    sb.process(pid)
+        .ok_or_else(|| ApiError::not_found(&format!("process {pid}")))
+}
+
+pub async fn list(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ProcessList>, ApiError> {
+    let (_, sb) = running(&app, &caller, &id)?;
+    Ok(Json(ProcessList {
+        processes: sb.processes().iter().map(|p| p.info()).collect(),
+    }))
+}
+
+pub async fn wait(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path((id, pid)): Path<(String, u64)>,
+) -> Result<Json<ExecResult>, ApiError> {
+    let (_, sb) = running(&app, &caller, &id)?;
+    let proc = process(&sb, pid)?;
+    Ok(Json(proc.wait().await))
+}
+
+pub async fn kill(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path((id, pid)): Path<(String, u64)>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    // The body is optional: empty means SIGKILL.
+    let req: KillRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        KillRequest::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?
+    };
+    let (rec, sb) = running(&app, &caller, &id)?;
+    let proc = process(&sb, pid)?;
+    let signal = req.signal.unwrap_or(libc::SIGKILL);
+    if !(1..=64).contains(&signal) {
+        return Err(ApiError::invalid(format!(
+            "signal must be 1-64, got {signal}"
+        )));
+    }
+    if proc.result().is_some() {
+        return Err(ApiError::conflict(format!(
+            "process {pid} has already exited"
+        )));
+    }
+    sb.signal(pid, signal).await?;
+    app.store.audit(
+        &rec.tenant,
+        Some(&id),
+        "process.kill",
+        &json!({"pid": pid, "signal": signal}),
+    )?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn stdin(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path((id, pid)): Path<(String, u64)>,
+    ApiJson(req): ApiJson<StdinRequest>,
+) -> Result<StatusCode, ApiError> {
+    let (_, sb) = running(&app, &caller, &id)?;
+    let proc = process(&sb, pid)?;
+    if proc.result().is_some() {
+        return Err(ApiError::conflict(format!(
+            "process {pid} has already exited"
+        )));
+    }
+    sb.stdin(pid, req.data.as_bytes(), req.eof).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn logs(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path((id, pid)): Path<(String, u64)>,
+) -> Result<Response, ApiError> {
+    let (_, sb) = running(&app, &caller, &id)?;
+    Ok(ndjson(process(&sb, pid)?))
+}

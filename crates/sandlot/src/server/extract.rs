@@ -1,0 +1,123 @@
+//! Request extractors: the authenticated caller, JSON bodies and query strings whose rejections become
+//! API errors with a clear message, and the lookup of a caller's sandbox.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::Json;
+use sandlot_api::{codes, SandboxState};
+use sandlot_engine::Sandbox;
+use sandlot_store::SandboxRecord;
+use serde::de::DeserializeOwned;
+
+use super::{ApiError, AppState};
+
+/// The tenant a valid `Authorization: Bearer` key acts for.
+pub struct Caller {
+    pub tenant: String,
+    pub admin: bool,
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        let unauth = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, codes::UNAUTHENTICATED, m);
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .ok_or_else(|| {
+                unauth("missing Authorization header; send `Authorization: Bearer <API key>`")
+            })?;
+        let key = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| unauth("malformed Authorization header; expected `Bearer <API key>`"))?;
+        match app.store.authenticate(key)? {
+            Some(p) => Ok(Caller {
+                tenant: p.tenant,
+                admin: p.admin,
+            }),
+            None => Err(unauth("unknown API key")),
+        }
+    }
+}
+
+/// A JSON body; unknown fields and type errors are a 400 that names the problem.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(ApiJson(v)),
+            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::invalid(
+                "expected a JSON body with `Content-Type: application/json`",
+            )),
+            Err(e) => Err(ApiError::invalid(format!(
+                "invalid JSON body: {}",
+                e.body_text()
+            ))),
+        }
+    }
+}
+
+/// A query string; bad values are a 400 that names the parameter.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(v)) => Ok(ApiQuery(v)),
+            Err(e @ QueryRejection::FailedToDeserializeQueryString(_)) => Err(ApiError::invalid(
+                format!("invalid query string: {}", e.body_text()),
+            )),
+            Err(e) => Err(ApiError::invalid(e.body_text())),
+        }
+    }
+}
+
+/// The caller's sandbox `id`; another tenant's is simply not found (404, never 403).
+pub fn record(app: &AppState, caller: &Caller, id: &str) -> Result<SandboxRecord, ApiError> {
+    app.store
+        .get_sandbox(&caller.tenant, id)?
+        .ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))
+}
+
+/// The caller's sandbox `id`, which must be running.
+pub fn running(
+    app: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<(SandboxRecord, Arc<Sandbox>), ApiError> {
+    let rec = record(app, caller, id)?;
+    match (rec.info.state, app.engine.get(id)) {
+        (SandboxState::Running, Some(sb)) if sb.alive() => Ok((rec, sb)),
+        (state, _) => Err(ApiError::conflict(format!(
+            "sandbox {id} is {}{}; only a running sandbox accepts commands and file operations",
+            state.as_str(),
+            rec.info
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        ))),
+    }
+}
+
+/// Checks a text value that will cross into the sandbox (argv, env, paths): no NUL bytes.
+pub fn no_nul(what: &str, s: &str) -> Result<(), ApiError> {
+    if s.contains('\0') {
+        return Err(ApiError::invalid(format!("{what} contains a NUL byte")));
+    }
+    Ok(())
+}

@@ -1,0 +1,284 @@
+//! `sandlot serve`: configuration, start-up recovery, the HTTP router and graceful shutdown.
+
+mod error;
+mod exec;
+mod extract;
+mod files;
+mod sandboxes;
+
+use std::collections::{BTreeSet, HashSet};
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use sandlot_api::SandboxState;
+use sandlot_engine::{Engine, EngineConfig};
+use sandlot_store::Store;
+
+pub use error::ApiError;
+
+/// Options of `sandlot serve`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(
+    long_about = "Run the sandlot server: the HTTP API, the sandbox engine and the SQLite state store, in one \
+process. It must run as root: it creates namespaces, cgroups and a host uid range per sandbox.\n\n\
+On first start it creates an admin API key and writes it to <state-dir>/admin.key (mode 0600).\n\n\
+Example:\n  sudo sandlot serve --listen 127.0.0.1:7423\n  export SANDLOT_API_KEY=$(sudo cat /var/lib/sandlot/admin.key)\n  sandlot run -- echo hello"
+)]
+pub struct ServeArgs {
+    /// Address to listen on. Keep it on loopback unless a TLS-terminating proxy is in front.
+    #[arg(long, default_value = sandlot_api::DEFAULT_LISTEN, env = "SANDLOT_LISTEN")]
+    pub listen: SocketAddr,
+    /// Directory for the database, images and sandbox layers [default: /var/lib/sandlot as root,
+    /// else $XDG_DATA_HOME/sandlot].
+    #[arg(long, env = "SANDLOT_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Default per-stream output cap of an exec, in bytes (head and tail are kept).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_output_bytes: u64,
+    /// Largest file or tar upload accepted, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub max_upload_mb: u64,
+    /// Most sandboxes alive at once on this server.
+    #[arg(long, default_value_t = 256)]
+    pub max_sandboxes: usize,
+    /// Memory limit of a sandbox when the request names none, in MiB.
+    #[arg(long, default_value_t = 512)]
+    pub default_memory_mb: u64,
+    /// CPU limit of a sandbox when the request names none, in cores.
+    #[arg(long, default_value_t = 1.0)]
+    pub default_cpu: f64,
+    /// Process limit of a sandbox when the request names none.
+    #[arg(long, default_value_t = 256)]
+    pub default_pids: u64,
+    /// Lifetime of a sandbox when the request names none, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub default_timeout_s: u64,
+    /// Longest lifetime a request may ask for, in seconds.
+    #[arg(long, default_value_t = 86_400)]
+    pub max_timeout_s: u64,
+}
+
+/// Shared state of the handlers.
+pub struct App {
+    pub store: Store,
+    pub engine: Arc<Engine>,
+    pub cfg: ServeArgs,
+    /// uid-range slots in use.
+    pub slots: Mutex<BTreeSet<u32>>,
+}
+
+pub type AppState = Arc<App>;
+
+fn default_state_dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return PathBuf::from("/var/lib/sandlot");
+    }
+    std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("sandlot")
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SANDLOT_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!(
+            "must run as root: each sandbox gets its own namespaces, cgroup and host uid range. \
+             Start it with `sudo sandlot serve`"
+        );
+    }
+    let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("creating {}", state_dir.display()))?;
+    // Sandbox uids must traverse it to reach their layers; nobody may list or read it.
+    std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o711))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(args, state_dir))
+}
+
+async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
+    let db = state_dir.join("sandlot.db");
+    let store = Store::open(&db).with_context(|| format!("opening {}", db.display()))?;
+    store.integrity_check()?;
+    for f in ["sandlot.db", "sandlot.db-wal", "sandlot.db-shm"] {
+        let _ = std::fs::set_permissions(state_dir.join(f), std::fs::Permissions::from_mode(0o600));
+    }
+    write_admin_key(&store, &state_dir)?;
+
+    let engine = Engine::new(EngineConfig {
+        state_dir: state_dir.clone(),
+        start_timeout: Duration::from_secs(15),
+    })
+    .context("starting the sandbox engine")?;
+    recover(&store, &engine)?;
+
+    let app = Arc::new(App {
+        store,
+        engine: Arc::clone(&engine),
+        cfg: args.clone(),
+        slots: Mutex::default(),
+    });
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(sandboxes::expiry_loop(
+        Arc::clone(&app),
+        shutdown_rx.clone(),
+    ));
+    if let Some(deaths) = engine.take_deaths() {
+        tokio::spawn(sandboxes::death_loop(Arc::clone(&app), deaths));
+    }
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    tracing::info!(
+        "sandlot listening on http://{} (state in {})",
+        args.listen,
+        state_dir.display()
+    );
+    let router = router(Arc::clone(&app));
+    let mut rx = shutdown_rx.clone();
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            let _ = shutdown_tx.send(true);
+            let _ = rx.changed().await;
+        })
+        .await?;
+    tracing::info!("shutting down: deleting running sandboxes");
+    for id in app.engine.running_ids() {
+        let _ = app.engine.destroy(&id).await;
+        let _ = app
+            .store
+            .set_state(&id, SandboxState::Deleted, Some("server shut down"));
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// Creates the bootstrap admin key on first start and writes it where the operator can find it.
+fn write_admin_key(store: &Store, state_dir: &Path) -> anyhow::Result<()> {
+    let path = state_dir.join("admin.key");
+    if let Some(key) = store.ensure_admin_key()? {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        writeln!(f, "{key}")?;
+        f.sync_all()?;
+        tracing::info!(
+            "created the admin API key and wrote it to {} (mode 0600); use it as SANDLOT_API_KEY, \
+             and make tenant keys with `sandlot keys create --tenant NAME`",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+use std::os::unix::fs::OpenOptionsExt;
+
+/// Start-up recovery: sandboxes of a previous daemon died with it (their supervisors had PDEATHSIG).
+/// They are ephemeral in this release, so they are marked deleted; then everything on disk and in the
+/// cgroup tree that no live record explains is swept.
+fn recover(store: &Store, engine: &Engine) -> anyhow::Result<()> {
+    for rec in store.live_sandboxes()? {
+        store.set_state(
+            &rec.info.id,
+            SandboxState::Deleted,
+            Some("the server restarted; sandbox processes ended"),
+        )?;
+        store.audit(
+            &rec.tenant,
+            Some(&rec.info.id),
+            "sandbox.lost",
+            &serde_json::json!({"reason": "server restart"}),
+        )?;
+    }
+    let report = engine.sweep(&HashSet::new());
+    if !report.cgroups.is_empty() || !report.layers.is_empty() {
+        tracing::info!(cgroups = ?report.cgroups, layers = ?report.layers, "swept leftovers of a previous run");
+    }
+    Ok(())
+}
+
+/// A response body fed by a channel: each item is a chunk, an error aborts the transfer.
+pub(crate) fn channel_body<E>(
+    mut rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, E>>,
+) -> axum::body::Body
+where
+    E: Into<axum::BoxError> + Send + 'static,
+{
+    axum::body::Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+}
+
+fn router(app: AppState) -> Router {
+    let uploads = Router::new()
+        .route(
+            "/v1/sandboxes/{id}/files",
+            get(files::read).put(files::write).delete(files::remove),
+        )
+        .route(
+            "/v1/sandboxes/{id}/files/tar",
+            get(files::download_tar).put(files::upload_tar),
+        )
+        .layer(DefaultBodyLimit::disable());
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/v1/keys", post(sandboxes::create_key))
+        .route("/v1/audit", get(sandboxes::audit))
+        .route(
+            "/v1/sandboxes",
+            post(sandboxes::create).get(sandboxes::list),
+        )
+        .route(
+            "/v1/sandboxes/{id}",
+            get(sandboxes::get).delete(sandboxes::delete),
+        )
+        .route("/v1/sandboxes/{id}/exec", post(exec::exec))
+        .route("/v1/sandboxes/{id}/processes", get(exec::list))
+        .route("/v1/sandboxes/{id}/processes/{pid}/wait", post(exec::wait))
+        .route("/v1/sandboxes/{id}/processes/{pid}/kill", post(exec::kill))
+        .route(
+            "/v1/sandboxes/{id}/processes/{pid}/stdin",
+            post(exec::stdin),
+        )
+        .route("/v1/sandboxes/{id}/processes/{pid}/logs", get(exec::logs))
+        .route("/v1/sandboxes/{id}/files/list", get(files::list))
+        .route("/v1/sandboxes/{id}/files/stat", get(files::stat))
+        .route("/v1/sandboxes/{id}/files/mkdir", post(files::mkdir))
+        .route("/v1/sandboxes/{id}/files/move", post(files::rename))
+        .merge(uploads)
+        .fallback(|| async { ApiError::not_found("route") })
+        .layer(DefaultBodyLimit::max(16 << 20))
+        .with_state(app)
+}
