@@ -92,7 +92,7 @@ pub struct Sandbox {
     next: AtomicU64,
     layer: Layer,
     ready: Mutex<Option<oneshot::Receiver<Result<(), String>>>>,
-    reaped: watch::Receiver<bool>,
+    reaped: watch::Receiver<Option<String>>,
     log: Arc<Mutex<Vec<u8>>>,
 }
 
@@ -134,18 +134,30 @@ impl Sandbox {
         let reader_shared = Arc::clone(&shared);
         let reader_log = Arc::clone(&log_buf);
         let reader_id = id.clone();
+        let (reaped_tx, reaped) = watch::channel(None);
+        let mut reader_reaped = reaped.clone();
         tokio::spawn(async move {
             let mut ready = Some(ready_tx);
             let end = read_loop(&mut rd, &reader_shared, &mut ready).await;
             reader_shared.alive.store(false, Ordering::SeqCst);
             if let Some(tx) = ready.take() {
-                // Give the log reader a moment to collect the setup error the supervisor printed.
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                let log =
-                    String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner()))
-                        .trim()
-                        .to_string();
-                let reason = if log.is_empty() { end } else { log };
+                // Wait (briefly) for the exit status and the setup error the supervisor printed.
+                let how = tokio::time::timeout(
+                    std::time::Duration::from_millis(500),
+                    reader_reaped.wait_for(|r| r.is_some()),
+                )
+                .await
+                .ok()
+                .and_then(|r| r.ok().and_then(|v| v.clone()))
+                .unwrap_or_else(|| "still running".into());
+                let log = String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner()))
+                    .trim()
+                    .to_string();
+                let reason = if log.is_empty() {
+                    format!("{end}; supervisor {how}")
+                } else {
+                    format!("{log} (supervisor {how})")
+                };
                 let _ = tx.send(Err(reason));
             } else if !reader_shared.destroying.load(Ordering::SeqCst) {
                 let log =
@@ -161,10 +173,14 @@ impl Sandbox {
             }
             reader_shared.fail_all();
         });
-        let (reaped_tx, reaped) = watch::channel(false);
         std::thread::spawn(move || {
-            let _ = launch::wait(pid);
-            let _ = reaped_tx.send(true);
+            let how = match launch::wait(pid) {
+                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => format!("exit status {code}"),
+                Ok(nix::sys::wait::WaitStatus::Signaled(_, sig, _)) => format!("killed by {sig}"),
+                Ok(other) => format!("{other:?}"),
+                Err(e) => format!("wait failed: {e}"),
+            };
+            let _ = reaped_tx.send(Some(how));
         });
         Arc::new(Sandbox {
             id,
@@ -393,7 +409,7 @@ impl Sandbox {
             nix::sys::signal::Signal::SIGKILL,
         );
         let mut reaped = self.reaped.clone();
-        let _ = reaped.wait_for(|r| *r).await;
+        let _ = reaped.wait_for(|r| r.is_some()).await;
         let cgroup = self.shared.cgroup.clone();
         let layer = self.layer.clone();
         let _ = tokio::task::spawn_blocking(move || {

@@ -1,5 +1,6 @@
 //! `sandlot`: the server (`sandlot serve`) and the command-line client, in one binary.
 
+mod bench;
 mod cli;
 mod server;
 
@@ -21,6 +22,8 @@ struct Cli {
 enum Command {
     /// Run the sandlot server: HTTP API, sandbox engine and state store.
     Serve(server::ServeArgs),
+    /// Measure create, exec and delete latency through the API, beside bubblewrap.
+    Bench(bench::BenchArgs),
     #[command(flatten)]
     Client(cli::ClientCommand),
 }
@@ -37,6 +40,13 @@ fn main() {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("sandlot serve: {e:#}");
+                1
+            }
+        },
+        Command::Bench(args) => match bench::run(args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("sandlot bench: {e:#}");
                 1
             }
         },

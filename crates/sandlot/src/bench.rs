@@ -1,0 +1,303 @@
+//! `sandlot bench`: latency figures through the public HTTP API, beside bubblewrap doing the same work.
+//!
+//! Measured: create→first output (create a sandbox, stream `echo`, stop at the first stdout byte) at
+//! concurrency 1 and 16; exec round trip in a running sandbox; delete. The baseline is `bwrap` (Debian's
+//! bubblewrap) starting a namespace sandbox over the host /usr and running the same `echo`.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use sandlot_client::api::{CreateSandbox, ExecEvent, ExecRequest};
+use sandlot_client::Client;
+
+/// Options of `sandlot bench`.
+#[derive(clap::Args, Debug)]
+#[command(
+    long_about = "Measure sandlot's latencies through its HTTP API and print them beside bubblewrap \
+(bwrap) doing the same work on this machine.\n\nWithout --url it starts a private server (as root) on a \
+free loopback port with a temporary state directory, and removes it afterwards.\n\nExample:\n  sudo sandlot bench --iterations 200"
+)]
+pub struct BenchArgs {
+    /// Server to measure (default: start a private one).
+    #[arg(long)]
+    url: Option<String>,
+    /// API key for --url.
+    #[arg(long, env = "SANDLOT_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Samples per figure.
+    #[arg(long, default_value_t = 100)]
+    iterations: usize,
+    /// Concurrency levels for create→first output, comma separated.
+    #[arg(long, default_value = "1,16", value_delimiter = ',')]
+    concurrency: Vec<usize>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+struct PrivateServer {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) on the server we spawned.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn start_private_server() -> anyhow::Result<(PrivateServer, Client)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let dir = std::env::temp_dir().join(format!("sandlot-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let child = Command::new(std::env::current_exe()?)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--state-dir",
+        ])
+        .arg(dir.join("state"))
+        .env("SANDLOT_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting a private server")?;
+    let server = PrivateServer {
+        child,
+        dir: dir.clone(),
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(key) = std::fs::read_to_string(dir.join("state/admin.key")) {
+            let client = Client::new(url.clone(), key.trim());
+            if client.health().is_ok() {
+                return Ok((server, client));
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("the private server did not become ready within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Figure {
+    name: String,
+    concurrency: usize,
+    samples: usize,
+    p50_ms: f64,
+    p99_ms: f64,
+    mean_ms: f64,
+}
+
+fn figure(name: &str, concurrency: usize, mut samples: Vec<Duration>) -> Figure {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let pct = |p: f64| {
+        ms(samples[((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1])
+    };
+    let mean = samples.iter().map(|d| ms(*d)).sum::<f64>() / samples.len() as f64;
+    Figure {
+        name: name.into(),
+        concurrency,
+        samples: samples.len(),
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        mean_ms: mean,
+    }
+}
+
+/// Runs `work` `total` times spread over `concurrency` threads; returns every sample.
+fn parallel(
+    total: usize,
+    concurrency: usize,
+    work: impl Fn() -> anyhow::Result<Duration> + Send + Sync + 'static,
+) -> anyhow::Result<Vec<Duration>> {
+    let work = Arc::new(work);
+    let samples = Arc::new(Mutex::new(Vec::with_capacity(total)));
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let threads: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (work, samples, next) =
+                (Arc::clone(&work), Arc::clone(&samples), Arc::clone(&next));
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < total {
+                    let d = work()?;
+                    samples.lock().unwrap_or_else(|p| p.into_inner()).push(d);
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join()
+            .map_err(|_| anyhow::anyhow!("bench thread panicked"))??;
+    }
+    let v = std::mem::take(&mut *samples.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(v)
+}
+
+fn echo_request() -> ExecRequest {
+    ExecRequest {
+        argv: Some(vec!["/bin/echo".into(), "ready".into()]),
+        ..Default::default()
+    }
+}
+
+/// Create a sandbox, stream `echo ready`, stop the clock at the first stdout event; delete untimed.
+fn create_to_first_output(client: &Client) -> anyhow::Result<Duration> {
+    let t0 = Instant::now();
+    let sb = client.create(&CreateSandbox::default())?;
+    let mut first = None;
+    for ev in sb.exec_stream(&echo_request())? {
+        if let ExecEvent::Stdout { .. } = ev? {
+            first.get_or_insert_with(|| t0.elapsed());
+        }
+    }
+    sb.delete()?;
+    first.context("the command printed nothing")
+}
+
+fn bwrap_available() -> bool {
+    Command::new("bwrap")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// bwrap over the host /usr with every namespace unshared, to the first byte of `echo`'s output.
+fn bwrap_first_output() -> anyhow::Result<Duration> {
+    let t0 = Instant::now();
+    let mut child = Command::new("bwrap")
+        .args([
+            "--unshare-all",
+            "--die-with-parent",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ])
+        .args([
+            "--symlink",
+            "usr/bin",
+            "/bin",
+            "--symlink",
+            "usr/lib",
+            "/lib",
+            "--symlink",
+            "usr/lib64",
+            "/lib64",
+        ])
+        .args([
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--",
+            "/bin/echo",
+            "ready",
+        ])
+        .stdout(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .context("running bwrap")?;
+    let mut byte = [0u8; 1];
+    child.stdout.take().expect("piped").read_exact(&mut byte)?;
+    let d = t0.elapsed();
+    child.wait()?;
+    Ok(d)
+}
+
+/// Runs the benchmark and prints the figures.
+pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
+    let (_server, client) = match &args.url {
+        Some(url) => {
+            let key = args
+                .api_key
+                .clone()
+                .context("--url needs --api-key or SANDLOT_API_KEY")?;
+            (None, Client::new(url.clone(), key))
+        }
+        None => {
+            let (s, c) = start_private_server()?;
+            (Some(s), c)
+        }
+    };
+    let n = args.iterations.max(1);
+    let mut figures = Vec::new();
+    // Warm-up: image skeleton, page cache, connection setup.
+    for _ in 0..3 {
+        create_to_first_output(&client)?;
+    }
+    for &c in &args.concurrency {
+        let cl = client.clone();
+        figures.push(figure(
+            "sandlot create→first output",
+            c,
+            parallel(n, c, move || create_to_first_output(&cl))?,
+        ));
+    }
+    let sb = client.create(&CreateSandbox::default())?;
+    let t = ExecRequest {
+        argv: Some(vec!["/bin/true".into()]),
+        ..Default::default()
+    };
+    let samples = (0..n)
+        .map(|_| {
+            let t0 = Instant::now();
+            sb.exec(&t).map(|_| t0.elapsed())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    figures.push(figure("sandlot exec round trip (/bin/true)", 1, samples));
+    sb.delete()?;
+    let deletes = (0..n.min(50))
+        .map(|_| {
+            let sb = client.create(&CreateSandbox::default())?;
+            let t0 = Instant::now();
+            sb.delete()
+                .map(|_| t0.elapsed())
+                .map_err(anyhow::Error::from)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    figures.push(figure("sandlot delete", 1, deletes));
+    if bwrap_available() {
+        for &c in &args.concurrency {
+            figures.push(figure(
+                "bwrap spawn→first output",
+                c,
+                parallel(n, c, bwrap_first_output)?,
+            ));
+        }
+    } else {
+        eprintln!("bwrap not found: install Debian's bubblewrap for the baseline (apt-get install bubblewrap)");
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+    } else {
+        println!(
+            "{:<40} {:>5} {:>8} {:>9} {:>9} {:>9}",
+            "figure", "conc", "samples", "p50 ms", "p99 ms", "mean ms"
+        );
+        for f in &figures {
+            println!(
+                "{:<40} {:>5} {:>8} {:>9.2} {:>9.2} {:>9.2}",
+                f.name, f.concurrency, f.samples, f.p50_ms, f.p99_ms, f.mean_ms
+            );
+        }
+    }
+    Ok(0)
+}
