@@ -182,6 +182,7 @@ impl Engine {
         let this = Arc::clone(self);
         let id_owned = id.to_string();
         let limits = spec.limits;
+        let t0 = std::time::Instant::now();
         let prepared = tokio::task::spawn_blocking(move || this.prepare(&id_owned, &spec))
             .await
             .map_err(|e| EngineError::Host(e.to_string()))??;
@@ -194,8 +195,11 @@ impl Engine {
             limits,
             self.deaths_tx.clone(),
         );
+        let t_launched = t0.elapsed();
         match tokio::time::timeout(self.cfg.start_timeout, sb.ready()).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => {
+                tracing::debug!(sandbox = id, ?t_launched, ready = ?t0.elapsed(), "sandbox started");
+            }
             Ok(Err(reason)) => {
                 sb.destroy().await;
                 return Err(EngineError::StartFailed(reason));

@@ -150,9 +150,10 @@ impl Sandbox {
                 .ok()
                 .and_then(|r| r.ok().and_then(|v| v.clone()))
                 .unwrap_or_else(|| "still running".into());
-                let log = String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner()))
-                    .trim()
-                    .to_string();
+                let log =
+                    String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner()))
+                        .trim()
+                        .to_string();
                 let reason = if log.is_empty() {
                     format!("{end}; supervisor {how}")
                 } else {

@@ -258,9 +258,12 @@ unsafe fn child_main(
         }
         // Until now we carry the daemon's host uid 0, which the new namespace does not map: become the
         // namespace's root (host uid `base`), or exec would drop every capability.
-        if libc::setgroups(0, std::ptr::null()) != 0
-            || libc::setresgid(0, 0, 0) != 0
-            || libc::setresuid(0, 0, 0) != 0
+        // Raw syscalls, not glibc's wrappers: those broadcast the change to every thread glibc believes
+        // exists, and after a raw clone of a multi-threaded daemon it still lists threads that are not
+        // here, so the wrapper would wait for them forever.
+        if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
+            || libc::syscall(libc::SYS_setresgid, 0, 0, 0) != 0
+            || libc::syscall(libc::SYS_setresuid, 0, 0, 0) != 0
         {
             libc::_exit(3);
         }

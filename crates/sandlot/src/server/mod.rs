@@ -156,6 +156,11 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     );
     let router = router(Arc::clone(&app));
     let mut rx = shutdown_rx.clone();
+    // Event streams are many small writes: without TCP_NODELAY, Nagle holds each one back until the
+    // client's delayed ACK (40 ms) arrives.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
