@@ -210,7 +210,8 @@ pub enum ExitStatus {
     Timeout,
     /// Killed by the kernel because the sandbox hit `memory_mb`.
     Oom,
-    /// Killed through the API (process kill) or because the sandbox went away.
+    /// Ended because its sandbox went away (deleted, expired, or its supervisor died). A signal sent
+    /// through `/processes/{pid}/kill` reports `signaled`.
     Killed,
 }
 
@@ -232,7 +233,8 @@ impl ExitStatus {
 pub struct ExecResult {
     /// How it ended.
     pub status: ExitStatus,
-    /// Exit code when `status` is `exited`; 128+signal otherwise, as a shell would report.
+    /// Exit code when `status` is `exited`; 128+signal for `signaled`, `oom` and `killed` (as a shell
+    /// would report); 124 for `timeout` (as coreutils `timeout` does).
     pub exit_code: i32,
     /// Signal number when a signal ended it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -521,11 +523,11 @@ pub mod codes {
     pub const PERMISSION_DENIED: &str = "permission_denied";
     /// 413: the body is larger than the server allows.
     pub const TOO_LARGE: &str = "too_large";
-    /// 429: too many sandboxes or processes.
+    /// 429: the server runs its maximum number of sandboxes (`--max-sandboxes`).
     pub const LIMIT_REACHED: &str = "limit_reached";
     /// 500: a bug or a host problem; retrying may help.
     pub const INTERNAL: &str = "internal";
-    /// 503: the sandbox's supervisor is gone or the server is shutting down.
+    /// 503: reserved for a server that is shutting down or overloaded (not yet returned).
     pub const UNAVAILABLE: &str = "unavailable";
 }
 
@@ -540,10 +542,7 @@ mod tests {
     #[test]
     fn unknown_fields_are_rejected() {
         let err = serde_json::from_str::<CreateSandbox>(r#"{"memroy_mb": 5}"#).unwrap_err();
-        assert!(
-            err.to_string().contains("unknown field `memroy_mb`"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("unknown field `memroy_mb`"), "{err}");
     }
 
     #[test]

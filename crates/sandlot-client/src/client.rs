@@ -5,8 +5,8 @@ use std::io::{self, Read};
 use std::time::Duration;
 
 use sandlot_api::{
-    AuditEntry, AuditList, CreateKey, CreateSandbox, KeyCreated, SandboxInfo, SandboxList,
-    DEFAULT_LISTEN, ENV_API_KEY, ENV_URL,
+    AuditEntry, AuditList, CreateKey, CreateSandbox, KeyCreated, SandboxInfo, SandboxList, DEFAULT_LISTEN, ENV_API_KEY,
+    ENV_URL,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -53,11 +53,7 @@ impl Client {
         while base.ends_with('/') {
             base.pop();
         }
-        Client {
-            agent,
-            base,
-            auth: format!("Bearer {}", api_key.into().trim()),
-        }
+        Client { agent, base, auth: format!("Bearer {}", api_key.into().trim()) }
     }
 
     /// A client configured from `SANDLOT_URL` (default `http://127.0.0.1:7423`) and `SANDLOT_API_KEY`.
@@ -89,9 +85,7 @@ impl Client {
 
     /// Creates an API key for `tenant` (the tenant is created if new). Needs the admin key.
     pub fn create_key(&self, tenant: &str) -> Result<KeyCreated> {
-        let body = CreateKey {
-            tenant: tenant.to_string(),
-        };
+        let body = CreateKey { tenant: tenant.to_string() };
         let response = self.send_json(self.request("POST", "/v1/keys"), &body)?;
         json(response, "the created key")
     }
@@ -141,9 +135,7 @@ impl Client {
 
     /// A request to `path_and_query` (starting with `/`) with the key set.
     pub(crate) fn request(&self, method: &str, path_and_query: &str) -> ureq::Request {
-        self.agent
-            .request(method, &format!("{}{}", self.base, path_and_query))
-            .set("Authorization", &self.auth)
+        self.agent.request(method, &format!("{}{}", self.base, path_and_query)).set("Authorization", &self.auth)
     }
 
     /// Sends a request without a body.
@@ -153,11 +145,7 @@ impl Client {
     }
 
     /// Sends a JSON body.
-    pub(crate) fn send_json<T: Serialize + ?Sized>(
-        &self,
-        request: ureq::Request,
-        body: &T,
-    ) -> Result<ureq::Response> {
+    pub(crate) fn send_json<T: Serialize + ?Sized>(&self, request: ureq::Request, body: &T) -> Result<ureq::Response> {
         self.check_scheme()?;
         request.send_json(body).map_err(|e| self.error(e))
     }
@@ -170,10 +158,7 @@ impl Client {
         body: impl Read,
     ) -> Result<ureq::Response> {
         self.check_scheme()?;
-        request
-            .set("Content-Type", content_type)
-            .send(body)
-            .map_err(|e| self.error(e))
+        request.set("Content-Type", content_type).send(body).map_err(|e| self.error(e))
     }
 
     /// Refuses URLs other than `http://` up front: this client is built without TLS, and ureq would
@@ -201,9 +186,7 @@ impl Client {
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The key stays out of logs.
-        f.debug_struct("Client")
-            .field("url", &self.base)
-            .finish_non_exhaustive()
+        f.debug_struct("Client").field("url", &self.base).finish_non_exhaustive()
     }
 }
 
@@ -245,20 +228,14 @@ mod tests {
     fn unusable_url_is_a_config_error() {
         let err = Client::new("not a url", "k").health().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Config);
-        let err = Client::new("https://127.0.0.1:1", "k")
-            .health()
-            .unwrap_err();
+        let err = Client::new("https://127.0.0.1:1", "k").health().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Config, "{err}");
     }
 
     #[test]
     fn nothing_listening_is_a_connect_error() {
         // Bind then drop to get a port that is very likely closed.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let url = format!("http://127.0.0.1:{port}");
         let err = Client::new(&url, "k").list().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Connect, "{err}");

@@ -72,21 +72,12 @@ impl Error {
 
     /// Whether the same request may succeed if sent again later (server down, overloaded or limited).
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self.kind,
-            ErrorKind::Connect | ErrorKind::LimitReached | ErrorKind::Server
-        )
+        matches!(self.kind, ErrorKind::Connect | ErrorKind::LimitReached | ErrorKind::Server)
     }
 
     /// An error of `kind` with our own message.
     pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
-        Error {
-            kind,
-            code: None,
-            status: None,
-            message: message.into(),
-            source: None,
-        }
+        Error { kind, code: None, status: None, message: message.into(), source: None }
     }
 
     fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Error {
@@ -111,13 +102,7 @@ impl Error {
                 } else {
                     format!("HTTP {status}: {}", truncate(body, 300))
                 };
-                Error {
-                    kind: kind_of_status(status),
-                    code: None,
-                    status: Some(status),
-                    message,
-                    source: None,
-                }
+                Error { kind: kind_of_status(status), code: None, status: Some(status), message, source: None }
             }
         }
     }
@@ -128,10 +113,7 @@ impl Error {
             ureq::Error::Status(status, response) => {
                 // Error bodies are small; cap the read so a misbehaving peer cannot make us buffer much.
                 let mut body = String::new();
-                let read = io::Read::read_to_string(
-                    &mut io::Read::take(response.into_reader(), 64 * 1024),
-                    &mut body,
-                );
+                let read = io::Read::read_to_string(&mut io::Read::take(response.into_reader(), 64 * 1024), &mut body);
                 if read.is_err() {
                     body.clear();
                 }
@@ -147,9 +129,7 @@ impl Error {
         let (kind, message) = match transport.kind() {
             U::ConnectionFailed | U::Dns | U::ProxyConnect => (
                 ErrorKind::Connect,
-                format!(
-                    "cannot reach sandlot at {base_url}: {detail}; start a server with `sudo sandlot serve`"
-                ),
+                format!("cannot reach sandlot at {base_url}: {detail}; start a server with `sudo sandlot serve`"),
             ),
             U::InvalidUrl | U::UnknownScheme | U::InsecureRequestHttpsOnly | U::InvalidProxyUrl => (
                 ErrorKind::Config,
@@ -158,14 +138,10 @@ impl Error {
                      this client speaks plain http)"
                 ),
             ),
-            U::BadStatus | U::BadHeader | U::TooManyRedirects => (
-                ErrorKind::Protocol,
-                format!("unexpected answer from {base_url}: {detail}"),
-            ),
-            U::Io => (
-                ErrorKind::Io,
-                format!("connection to {base_url} failed: {detail}"),
-            ),
+            U::BadStatus | U::BadHeader | U::TooManyRedirects => {
+                (ErrorKind::Protocol, format!("unexpected answer from {base_url}: {detail}"))
+            }
+            U::Io => (ErrorKind::Io, format!("connection to {base_url} failed: {detail}")),
             _ => (ErrorKind::Other, format!("request to {base_url} failed: {detail}")),
         };
         Error::new(kind, message).with_source(transport)
@@ -181,11 +157,7 @@ impl Error {
         if err.is_io() {
             Error::new(ErrorKind::Io, format!("reading {what}: {err}")).with_source(err)
         } else {
-            Error::new(
-                ErrorKind::Protocol,
-                format!("cannot parse {what} from the server: {err}"),
-            )
-            .with_source(err)
+            Error::new(ErrorKind::Protocol, format!("cannot parse {what} from the server: {err}")).with_source(err)
         }
     }
 }
@@ -249,9 +221,7 @@ impl fmt::Debug for Error {
 
 impl StdError for Error {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn StdError + 'static))
+        self.source.as_deref().map(|e| e as &(dyn StdError + 'static))
     }
 }
 
@@ -261,10 +231,7 @@ mod tests {
 
     #[test]
     fn server_error_body_gives_code_status_and_message() {
-        let err = Error::from_status(
-            404,
-            r#"{"error":{"code":"not_found","message":"no sandbox sb_x"}}"#,
-        );
+        let err = Error::from_status(404, r#"{"error":{"code":"not_found","message":"no sandbox sb_x"}}"#);
         assert_eq!(err.kind(), ErrorKind::NotFound);
         assert_eq!(err.code(), Some("not_found"));
         assert_eq!(err.status(), Some(404));
@@ -273,15 +240,9 @@ mod tests {
 
     #[test]
     fn code_decides_over_status() {
-        let err = Error::from_status(
-            403,
-            r#"{"error":{"code":"permission_denied","message":"nope"}}"#,
-        );
+        let err = Error::from_status(403, r#"{"error":{"code":"permission_denied","message":"nope"}}"#);
         assert_eq!(err.kind(), ErrorKind::PermissionDenied);
-        let err = Error::from_status(
-            409,
-            r#"{"error":{"code":"wrong_file_kind","message":"is a directory"}}"#,
-        );
+        let err = Error::from_status(409, r#"{"error":{"code":"wrong_file_kind","message":"is a directory"}}"#);
         assert_eq!(err.kind(), ErrorKind::Conflict);
         let err = Error::from_status(503, r#"{"error":{"code":"unavailable","message":"bye"}}"#);
         assert_eq!(err.kind(), ErrorKind::Server);

@@ -3,8 +3,8 @@
 use std::io::{self, Read, Write};
 
 use sandlot_api::{
-    ExecRequest, ExecResult, FileList, FileStat, KillRequest, MkdirRequest, MoveRequest,
-    ProcessInfo, ProcessList, ProcessStarted, SandboxInfo, StdinRequest, User, WriteResult, NDJSON,
+    ExecRequest, ExecResult, FileList, FileStat, KillRequest, MkdirRequest, MoveRequest, ProcessInfo, ProcessList,
+    ProcessStarted, SandboxInfo, StdinRequest, User, WriteResult, NDJSON,
 };
 
 use crate::client::{drain, json, Client};
@@ -26,21 +26,11 @@ pub struct Sandbox {
 
 impl Sandbox {
     pub(crate) fn new(client: Client, id: String) -> Sandbox {
-        Sandbox {
-            client,
-            id,
-            user: User::User,
-            created: None,
-        }
+        Sandbox { client, id, user: User::User, created: None }
     }
 
     pub(crate) fn with_info(client: Client, info: SandboxInfo) -> Sandbox {
-        Sandbox {
-            client,
-            id: info.id.clone(),
-            user: User::User,
-            created: Some(info),
-        }
+        Sandbox { client, id: info.id.clone(), user: User::User, created: Some(info) }
     }
 
     /// The sandbox id (`sb_…`).
@@ -56,10 +46,7 @@ impl Sandbox {
 
     /// A handle whose file operations run as `user` (e.g. [`User::Root`] to write under `/etc`).
     pub fn as_user(&self, user: User) -> Sandbox {
-        Sandbox {
-            user,
-            ..self.clone()
-        }
+        Sandbox { user, ..self.clone() }
     }
 
     /// Fetches the sandbox's current state.
@@ -69,9 +56,7 @@ impl Sandbox {
 
     /// Deletes the sandbox: its processes are killed and its files dropped.
     pub fn delete(&self) -> Result<()> {
-        let response = self
-            .client
-            .send(self.client.request("DELETE", &self.path("")))?;
+        let response = self.client.send(self.client.request("DELETE", &self.path("")))?;
         drain(response);
         Ok(())
     }
@@ -91,26 +76,18 @@ impl Sandbox {
                 "exec waits for the command; use Sandbox::spawn for background: true",
             ));
         }
-        let response = self
-            .client
-            .send_json(self.client.request("POST", &self.path("/exec")), request)?;
+        let response = self.client.send_json(self.client.request("POST", &self.path("/exec")), request)?;
         json(response, "the exec result")
     }
 
     /// Runs `argv` (no shell) as the sandbox user and waits for it.
     pub fn run(&self, argv: &[&str]) -> Result<ExecResult> {
-        self.exec(&ExecRequest {
-            argv: Some(argv.iter().map(|s| s.to_string()).collect()),
-            ..ExecRequest::default()
-        })
+        self.exec(&ExecRequest { argv: Some(argv.iter().map(|s| s.to_string()).collect()), ..ExecRequest::default() })
     }
 
     /// Runs a command line with `/bin/sh -c` as the sandbox user and waits for it.
     pub fn shell(&self, command: &str) -> Result<ExecResult> {
-        self.exec(&ExecRequest {
-            shell: Some(command.to_string()),
-            ..ExecRequest::default()
-        })
+        self.exec(&ExecRequest { shell: Some(command.to_string()), ..ExecRequest::default() })
     }
 
     /// Runs a command and streams its events (output chunks as they are written, then its exit).
@@ -123,32 +100,22 @@ impl Sandbox {
                 "exec_stream follows the command; use Sandbox::spawn then Sandbox::logs for background: true",
             ));
         }
-        let http = self
-            .client
-            .request("POST", &self.path("/exec"))
-            .set("Accept", NDJSON);
+        let http = self.client.request("POST", &self.path("/exec")).set("Accept", NDJSON);
         let response = self.client.send_json(http, request)?;
         Ok(EventStream::new(response.into_reader()))
     }
 
     /// Starts a command in the background and returns its process id at once.
     pub fn spawn(&self, request: &ExecRequest) -> Result<u64> {
-        let request = ExecRequest {
-            background: true,
-            ..request.clone()
-        };
-        let response = self
-            .client
-            .send_json(self.client.request("POST", &self.path("/exec")), &request)?;
+        let request = ExecRequest { background: true, ..request.clone() };
+        let response = self.client.send_json(self.client.request("POST", &self.path("/exec")), &request)?;
         let started: ProcessStarted = json(response, "the started process")?;
         Ok(started.pid)
     }
 
     /// Lists the processes started through the API, oldest first.
     pub fn processes(&self) -> Result<Vec<ProcessInfo>> {
-        let response = self
-            .client
-            .send(self.client.request("GET", &self.path("/processes")))?;
+        let response = self.client.send(self.client.request("GET", &self.path("/processes")))?;
         let list: ProcessList = json(response, "the process list")?;
         Ok(list.processes)
     }
@@ -163,9 +130,7 @@ impl Sandbox {
     /// Sends `signal` (default 9, SIGKILL) to process `pid`'s whole process group.
     pub fn kill_process(&self, pid: u64, signal: Option<i32>) -> Result<()> {
         let path = self.path(&format!("/processes/{pid}/kill"));
-        let response = self
-            .client
-            .send_json(self.client.request("POST", &path), &KillRequest { signal })?;
+        let response = self.client.send_json(self.client.request("POST", &path), &KillRequest { signal })?;
         drain(response);
         Ok(())
     }
@@ -173,13 +138,8 @@ impl Sandbox {
     /// Writes `data` to process `pid`'s standard input, then closes it if `eof`.
     pub fn write_stdin(&self, pid: u64, data: &str, eof: bool) -> Result<()> {
         let path = self.path(&format!("/processes/{pid}/stdin"));
-        let body = StdinRequest {
-            data: data.to_string(),
-            eof,
-        };
-        let response = self
-            .client
-            .send_json(self.client.request("POST", &path), &body)?;
+        let body = StdinRequest { data: data.to_string(), eof };
+        let response = self.client.send_json(self.client.request("POST", &path), &body)?;
         drain(response);
         Ok(())
     }
@@ -198,12 +158,7 @@ impl Sandbox {
     }
 
     /// Streams `reader` into the file at `path`; `mode` (e.g. `0o755`) defaults to the server's, 0644.
-    pub fn write_file_from(
-        &self,
-        path: &str,
-        reader: impl Read,
-        mode: Option<u32>,
-    ) -> Result<WriteResult> {
+    pub fn write_file_from(&self, path: &str, reader: impl Read, mode: Option<u32>) -> Result<WriteResult> {
         let mode = mode.map(|m| format!("{m:04o}"));
         let mut pairs = vec![("path", path)];
         if let Some(mode) = &mode {
@@ -212,9 +167,7 @@ impl Sandbox {
         self.push_user(&mut pairs);
         let path = self.path(&format!("/files{}", url::query(&pairs)));
         let http = self.client.request("PUT", &path);
-        let response = self
-            .client
-            .send_reader(http, "application/octet-stream", reader)?;
+        let response = self.client.send_reader(http, "application/octet-stream", reader)?;
         json(response, "the write result")
     }
 
@@ -253,11 +206,7 @@ impl Sandbox {
 
     /// Creates directory `path` and any missing parents; an existing directory is fine.
     pub fn mkdir(&self, path: &str) -> Result<()> {
-        let body = MkdirRequest {
-            path: path.to_string(),
-            parents: true,
-            user: self.user,
-        };
+        let body = MkdirRequest { path: path.to_string(), parents: true, user: self.user };
         let http = self.client.request("POST", &self.path("/files/mkdir"));
         drain(self.client.send_json(http, &body)?);
         Ok(())
@@ -276,12 +225,7 @@ impl Sandbox {
 
     /// Moves `from` to `to`; an existing `to` is replaced only with `overwrite`.
     pub fn rename(&self, from: &str, to: &str, overwrite: bool) -> Result<()> {
-        let body = MoveRequest {
-            from: from.to_string(),
-            to: to.to_string(),
-            overwrite,
-            user: self.user,
-        };
+        let body = MoveRequest { from: from.to_string(), to: to.to_string(), overwrite, user: self.user };
         let http = self.client.request("POST", &self.path("/files/move"));
         drain(self.client.send_json(http, &body)?);
         Ok(())
@@ -326,14 +270,10 @@ fn copy(response: ureq::Response, writer: &mut impl Write, what: &str) -> Result
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(Error::io(&format!("downloading {what}"), e)),
         };
-        writer
-            .write_all(&buf[..n])
-            .map_err(|e| Error::io(&format!("writing {what}"), e))?;
+        writer.write_all(&buf[..n]).map_err(|e| Error::io(&format!("writing {what}"), e))?;
         total += n as u64;
     }
-    writer
-        .flush()
-        .map_err(|e| Error::io(&format!("writing {what}"), e))?;
+    writer.flush().map_err(|e| Error::io(&format!("writing {what}"), e))?;
     Ok(total)
 }
 
@@ -350,21 +290,13 @@ mod tests {
     #[test]
     fn background_exec_is_refused_locally() {
         let sandbox = Client::new("http://127.0.0.1:1", "k").sandbox("sb_x");
-        let request = ExecRequest {
-            background: true,
-            ..ExecRequest::default()
-        };
-        assert_eq!(
-            sandbox.exec(&request).unwrap_err().kind(),
-            ErrorKind::Config
-        );
+        let request = ExecRequest { background: true, ..ExecRequest::default() };
+        assert_eq!(sandbox.exec(&request).unwrap_err().kind(), ErrorKind::Config);
     }
 
     #[test]
     fn as_user_keeps_the_id() {
-        let sandbox = Client::new("http://h", "k")
-            .sandbox("sb_x")
-            .as_user(User::Root);
+        let sandbox = Client::new("http://h", "k").sandbox("sb_x").as_user(User::Root);
         assert_eq!(sandbox.id(), "sb_x");
         let mut pairs = Vec::new();
         sandbox.push_user(&mut pairs);

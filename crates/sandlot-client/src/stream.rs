@@ -21,11 +21,7 @@ pub struct EventStream {
 
 impl EventStream {
     pub(crate) fn new(reader: Box<dyn Read + Send + Sync + 'static>) -> EventStream {
-        EventStream {
-            reader: BufReader::new(reader),
-            line: Vec::new(),
-            done: false,
-        }
+        EventStream { reader: BufReader::new(reader), line: Vec::new(), done: false }
     }
 
     fn next_event(&mut self) -> Option<Result<ExecEvent>> {
@@ -45,10 +41,7 @@ impl EventStream {
             if line.is_empty() {
                 continue;
             }
-            return Some(
-                serde_json::from_slice::<ExecEvent>(line)
-                    .map_err(|e| Error::decode("an exec event", e)),
-            );
+            return Some(serde_json::from_slice::<ExecEvent>(line).map_err(|e| Error::decode("an exec event", e)));
         }
     }
 }
@@ -62,9 +55,7 @@ impl Iterator for EventStream {
         }
         let item = self.next_event();
         self.done = match &item {
-            Some(Ok(ExecEvent::Exited { .. } | ExecEvent::Error { .. })) | Some(Err(_)) | None => {
-                true
-            }
+            Some(Ok(ExecEvent::Exited { .. } | ExecEvent::Error { .. })) | Some(Err(_)) | None => true,
             Some(Ok(_)) => false,
         };
         item
@@ -73,9 +64,7 @@ impl Iterator for EventStream {
 
 impl fmt::Debug for EventStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EventStream")
-            .field("done", &self.done)
-            .finish_non_exhaustive()
+        f.debug_struct("EventStream").field("done", &self.done).finish_non_exhaustive()
     }
 }
 
@@ -102,16 +91,8 @@ mod tests {
         ))
         .collect();
         assert_eq!(events.len(), 3);
-        assert_eq!(
-            events[1].as_ref().unwrap(),
-            &ExecEvent::Stdout {
-                data: "hi\n".into()
-            }
-        );
-        assert!(matches!(
-            events[2],
-            Ok(ExecEvent::Exited { exit_code: 0, .. })
-        ));
+        assert_eq!(events[1].as_ref().unwrap(), &ExecEvent::Stdout { data: "hi\n".into() });
+        assert!(matches!(events[2], Ok(ExecEvent::Exited { exit_code: 0, .. })));
     }
 
     #[test]
@@ -130,8 +111,7 @@ mod tests {
 
     #[test]
     fn last_line_without_newline_is_read() {
-        let events: Vec<_> =
-            stream(r#"{"type":"error","code":"internal","message":"boom"}"#).collect();
+        let events: Vec<_> = stream(r#"{"type":"error","code":"internal","message":"boom"}"#).collect();
         assert_eq!(events.len(), 1);
         assert!(matches!(events[0], Ok(ExecEvent::Error { .. })));
     }

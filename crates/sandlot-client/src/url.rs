@@ -54,10 +54,7 @@ mod tests {
 
     #[test]
     fn query_values_keep_slashes_and_escape_form_specials() {
-        assert_eq!(
-            query_value("/home/user/my file+1&x=y#z%"),
-            "/home/user/my%20file%2B1%26x%3Dy%23z%25"
-        );
+        assert_eq!(query_value("/home/user/my file+1&x=y#z%"), "/home/user/my%20file%2B1%26x%3Dy%23z%25");
     }
 
     #[test]
@@ -69,9 +66,6 @@ mod tests {
     #[test]
     fn query_joins_pairs() {
         assert_eq!(query(&[]), "");
-        assert_eq!(
-            query(&[("path", "/a b"), ("mode", "0644"), ("user", "root")]),
-            "?path=/a%20b&mode=0644&user=root"
-        );
+        assert_eq!(query(&[("path", "/a b"), ("mode", "0644"), ("user", "root")]), "?path=/a%20b&mode=0644&user=root");
     }
 }

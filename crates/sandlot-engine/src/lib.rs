@@ -16,7 +16,7 @@ use std::time::Duration;
 use sandlot_linux::cgroup::{CgroupError, CgroupLimits, Cgroups};
 use sandlot_linux::launch::{LaunchRequest, Launcher};
 use sandlot_linux::layers::Layer;
-use sandlot_linux::{image, ContainerSpec, IdRange};
+use sandlot_linux::{image, ContainerSpec};
 use sandlot_protocol::FileErrorKind;
 
 pub use process::{Follow, Process};
@@ -29,6 +29,8 @@ pub struct EngineConfig {
     pub state_dir: PathBuf,
     /// How long a sandbox may take from clone to its supervisor's `Ready`.
     pub start_timeout: Duration,
+    /// Defence layers in force (all, except in the escape suite's layer-by-layer tests).
+    pub layers: sandlot_linux::Layers,
 }
 
 /// What a sandbox is started with.
@@ -38,8 +40,8 @@ pub struct StartSpec {
     pub image: String,
     /// cgroup limits.
     pub limits: CgroupLimits,
-    /// Host uid-range slot.
-    pub slot: u32,
+    /// Host uid-range slot to reuse if free (a restarted sandbox keeps its file owners).
+    pub preferred_slot: Option<u32>,
 }
 
 /// Engine failures, by who is at fault.
@@ -104,7 +106,8 @@ pub struct Engine {
 impl Engine {
     /// Detects cgroups, prepares directories and starts the launcher thread.
     pub fn new(cfg: EngineConfig) -> Result<Arc<Self>, EngineError> {
-        let cgroups = Cgroups::detect()?;
+        let instance = instance_id(&cfg.state_dir)?;
+        let cgroups = Cgroups::detect(&instance)?;
         std::fs::create_dir_all(cfg.state_dir.join("sandboxes"))?;
         std::fs::create_dir_all(cfg.state_dir.join("images"))?;
         let launcher = Launcher::start()?;
@@ -121,10 +124,7 @@ impl Engine {
 
     /// Sandboxes whose supervisor ended without being asked to, with the reason; taken once.
     pub fn take_deaths(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<(String, String)>> {
-        self.deaths_rx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
+        self.deaths_rx.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     fn sandboxes_dir(&self) -> PathBuf {
@@ -171,11 +171,7 @@ impl Engine {
     }
 
     /// Starts sandbox `id` and waits until its supervisor is ready.
-    pub async fn start(
-        self: &Arc<Self>,
-        id: &str,
-        spec: StartSpec,
-    ) -> Result<Arc<Sandbox>, EngineError> {
+    pub async fn start(self: &Arc<Self>, id: &str, spec: StartSpec) -> Result<Arc<Sandbox>, EngineError> {
         if !self.has_image(&spec.image) {
             return Err(EngineError::UnknownImage(spec.image));
         }
@@ -186,15 +182,8 @@ impl Engine {
         let prepared = tokio::task::spawn_blocking(move || this.prepare(&id_owned, &spec))
             .await
             .map_err(|e| EngineError::Host(e.to_string()))??;
-        let (launched, layer, cgroup) = prepared;
-        let sb = Sandbox::attach(
-            id.to_string(),
-            launched,
-            layer,
-            cgroup,
-            limits,
-            self.deaths_tx.clone(),
-        );
+        let (launched, layer, cgroup, slot) = prepared;
+        let sb = Sandbox::attach(id.to_string(), launched, layer, cgroup, limits, slot, self.deaths_tx.clone());
         let t_launched = t0.elapsed();
         match tokio::time::timeout(self.cfg.start_timeout, sb.ready()).await {
             Ok(Ok(())) => {
@@ -222,15 +211,12 @@ impl Engine {
         id: &str,
         spec: &StartSpec,
     ) -> Result<
-        (
-            sandlot_linux::launch::Launched,
-            Layer,
-            sandlot_linux::cgroup::SandboxCgroup,
-        ),
+        (sandlot_linux::launch::Launched, Layer, sandlot_linux::cgroup::SandboxCgroup, sandlot_linux::ids::Slot),
         EngineError,
     > {
         let img = image::open(&self.images_dir(), &spec.image)?;
-        let ids = IdRange::for_slot(spec.slot);
+        let slot = sandlot_linux::ids::claim(spec.preferred_slot)?;
+        let ids = slot.ids();
         let layer = Layer::at(&self.sandboxes_dir(), id);
         layer.create(ids, &hostname(id))?;
         let cgroup = match self.cgroups.create(id, spec.limits) {
@@ -248,13 +234,10 @@ impl Engine {
             ro_binds: img.ro_binds.clone(),
             hostname: hostname(id),
             tmp_mb: (spec.limits.memory_bytes >> 20).max(16),
+            layers: self.cfg.layers,
         };
-        match self.launcher.launch(LaunchRequest {
-            spec: container,
-            ids,
-            cgroup: cgroup.clone(),
-        }) {
-            Ok(l) => Ok((l, layer, cgroup)),
+        match self.launcher.launch(LaunchRequest { spec: container, ids, cgroup: cgroup.clone() }) {
+            Ok(l) => Ok((l, layer, cgroup, slot)),
             Err(e) => {
                 let _ = cgroup.destroy();
                 let _ = layer.remove();
@@ -294,18 +277,34 @@ impl Engine {
         Ok(())
     }
 
-    /// Destroys every sandbox (graceful shutdown).
+    /// Destroys every sandbox and removes this daemon's cgroup base (graceful shutdown).
     pub async fn shutdown(&self) {
         let ids = self.running_ids();
         for id in ids {
             let _ = self.destroy(&id).await;
         }
+        self.cgroups.remove_base();
     }
 
     /// Path of the state directory.
     pub fn state_dir(&self) -> &Path {
         &self.cfg.state_dir
     }
+}
+
+/// This state directory's instance name (random, made on first start), which names its cgroup base.
+fn instance_id(state_dir: &Path) -> Result<String, EngineError> {
+    let path = state_dir.join("instance-id");
+    if let Ok(id) = std::fs::read_to_string(&path) {
+        let id = id.trim().to_string();
+        if !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Ok(id);
+        }
+    }
+    use rand::Rng;
+    let id: String = (0..8).map(|_| format!("{:x}", rand::thread_rng().gen_range(0..16u8))).collect();
+    std::fs::write(&path, &id)?;
+    Ok(id)
 }
 
 /// Hostname of a sandbox: `sandlot-` and the first characters of its id.

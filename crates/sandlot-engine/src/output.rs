@@ -53,11 +53,7 @@ impl Capture {
         // Live streaming covers everything until the first byte is dropped; after that the rest of the
         // head is gone from the stream and only the tail is sent, at the end.
         let dropping = self.dropped() > 0;
-        let live_end = if dropping {
-            self.head.len() as u64
-        } else {
-            self.total
-        };
+        let live_end = if dropping { self.head.len() as u64 } else { self.total };
         let live = if live_end > self.streamed {
             let bytes = self.range(self.streamed, live_end);
             self.streamed = live_end;
@@ -95,11 +91,7 @@ impl Capture {
     pub(crate) fn finish_stream(&mut self) -> Option<String> {
         let tail_start = self.total - self.tail.len() as u64;
         let from = self.streamed.max(tail_start);
-        let bytes = if from < self.total {
-            self.range(from, self.total)
-        } else {
-            Vec::new()
-        };
+        let bytes = if from < self.total { self.range(from, self.total) } else { Vec::new() };
         self.streamed = self.total;
         self.decode(&bytes, true)
     }
@@ -176,10 +168,7 @@ mod tests {
         streamed.push_str(&c.finish_stream().unwrap());
         // head = first 5 bytes, tail = last 5 (bytes 95..100 = r s t u v).
         assert_eq!(c.text(), "abcde\n[sandlot: 90 bytes omitted]\nrstuv");
-        assert!(
-            streamed.starts_with("abcde") && streamed.ends_with("rstuv"),
-            "{streamed}"
-        );
+        assert!(streamed.starts_with("abcde") && streamed.ends_with("rstuv"), "{streamed}");
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub struct Process {
     /// Start time, Unix milliseconds.
     pub started_at_ms: i64,
     started: Instant,
+    stdin_open: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
     live: broadcast::Sender<ExecEvent>,
     done: watch::Sender<Option<ExecResult>>,
@@ -43,12 +44,13 @@ pub struct Follow {
 }
 
 impl Process {
-    pub(crate) fn new(id: u64, argv: Vec<String>, cap: usize, started_at_ms: i64) -> Arc<Self> {
+    pub(crate) fn new(id: u64, argv: Vec<String>, cap: usize, started_at_ms: i64, stdin_open: bool) -> Arc<Self> {
         Arc::new(Process {
             id,
             argv,
             started_at_ms,
             started: Instant::now(),
+            stdin_open: std::sync::atomic::AtomicBool::new(stdin_open),
             state: Mutex::new(State {
                 stdout: Capture::new(cap),
                 stderr: Capture::new(cap),
@@ -76,27 +78,14 @@ impl Process {
 
     pub(crate) fn on_output(&self, fd: u8, data: &[u8]) {
         let mut st = self.lock();
-        let (live, began) = if fd == 2 {
-            st.stderr.push(data)
-        } else {
-            st.stdout.push(data)
-        };
+        let (live, began) = if fd == 2 { st.stderr.push(data) } else { st.stdout.push(data) };
         if let Some(text) = live {
-            let ev = if fd == 2 {
-                ExecEvent::Stderr { data: text }
-            } else {
-                ExecEvent::Stdout { data: text }
-            };
+            let ev = if fd == 2 { ExecEvent::Stderr { data: text } } else { ExecEvent::Stdout { data: text } };
             self.emit(&mut st, ev);
         }
         if began {
             let stream = if fd == 2 { "stderr" } else { "stdout" };
-            self.emit(
-                &mut st,
-                ExecEvent::Truncated {
-                    stream: stream.into(),
-                },
-            );
+            self.emit(&mut st, ExecEvent::Truncated { stream: stream.into() });
         }
     }
 
@@ -107,17 +96,9 @@ impl Process {
             return;
         }
         for fd in [1u8, 2] {
-            let tail = if fd == 2 {
-                st.stderr.finish_stream()
-            } else {
-                st.stdout.finish_stream()
-            };
+            let tail = if fd == 2 { st.stderr.finish_stream() } else { st.stdout.finish_stream() };
             if let Some(text) = tail {
-                let ev = if fd == 2 {
-                    ExecEvent::Stderr { data: text }
-                } else {
-                    ExecEvent::Stdout { data: text }
-                };
+                let ev = if fd == 2 { ExecEvent::Stderr { data: text } } else { ExecEvent::Stdout { data: text } };
                 self.emit(&mut st, ev);
             }
         }
@@ -127,12 +108,8 @@ impl Process {
                 (ExitStatus::Oom, 128 + signal, Some(signal))
             }
             // A shell whose child the OOM killer took reports 137 as its own exit code.
-            Some(Termination::Exited { code: 137 }) if oom => {
-                (ExitStatus::Oom, 137, Some(libc::SIGKILL))
-            }
-            Some(Termination::Signaled { signal }) => {
-                (ExitStatus::Signaled, 128 + signal, Some(signal))
-            }
+            Some(Termination::Exited { code: 137 }) if oom => (ExitStatus::Oom, 137, Some(libc::SIGKILL)),
+            Some(Termination::Signaled { signal }) => (ExitStatus::Signaled, 128 + signal, Some(signal)),
             Some(Termination::Exited { code }) => (ExitStatus::Exited, code, None),
             None if oom => (ExitStatus::Oom, 137, Some(libc::SIGKILL)),
             None => (ExitStatus::Killed, 137, Some(libc::SIGKILL)),
@@ -164,13 +141,18 @@ impl Process {
 
     /// A spawn the supervisor could not perform, reported like a shell would (127 not found, 126 other).
     pub(crate) fn on_spawn_failed(&self, message: &str) {
-        let code = if message.ends_with("command not found") {
-            127
-        } else {
-            126
-        };
+        let code = if message.ends_with("command not found") { 127 } else { 126 };
         self.on_output(2, format!("sandlot: {message}\n").as_bytes());
         self.on_exit(Some(Termination::Exited { code }), false);
+    }
+
+    /// Whether standard input still accepts writes.
+    pub fn stdin_open(&self) -> bool {
+        self.stdin_open.load(std::sync::atomic::Ordering::SeqCst) && self.result().is_none()
+    }
+
+    pub(crate) fn close_stdin(&self) {
+        self.stdin_open.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Waits for the end.
@@ -196,10 +178,7 @@ impl Process {
     pub fn follow(&self) -> Follow {
         let st = self.lock();
         let live = st.result.is_none().then(|| self.live.subscribe());
-        Follow {
-            replay: st.log.clone(),
-            live,
-        }
+        Follow { replay: st.log.clone(), live }
     }
 
     /// API view.

@@ -9,9 +9,7 @@ use bytes::Bytes;
 use sandlot_linux::cgroup::{CgroupLimits, SandboxCgroup};
 use sandlot_linux::launch::{self, Launched};
 use sandlot_linux::layers::Layer;
-use sandlot_protocol::{
-    encode, parse_prefix, Event, FileErrorKind, FileOp, Request, Spawn, MAX_PAYLOAD,
-};
+use sandlot_protocol::{encode, parse_prefix, Event, FileErrorKind, FileOp, Request, Spawn, MAX_PAYLOAD};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -93,6 +91,8 @@ pub struct Sandbox {
     layer: Layer,
     ready: Mutex<Option<oneshot::Receiver<Result<(), String>>>>,
     reaped: watch::Receiver<Option<String>>,
+    /// Held while the sandbox exists: its host uid range.
+    slot: sandlot_linux::ids::Slot,
     log: Arc<Mutex<Vec<u8>>>,
 }
 
@@ -103,13 +103,12 @@ impl Sandbox {
         layer: Layer,
         cgroup: SandboxCgroup,
         limits: CgroupLimits,
+        slot: sandlot_linux::ids::Slot,
         deaths: mpsc::UnboundedSender<(String, String)>,
     ) -> Arc<Self> {
         let Launched { pid, control, log } = launched;
         let std_sock = std::os::unix::net::UnixStream::from(control);
-        std_sock
-            .set_nonblocking(true)
-            .expect("fcntl on a fresh socket");
+        std_sock.set_nonblocking(true).expect("fcntl on a fresh socket");
         let sock = tokio::net::UnixStream::from_std(std_sock).expect("inside a tokio runtime");
         let (mut rd, mut wr) = sock.into_split();
         let (out, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
@@ -151,9 +150,7 @@ impl Sandbox {
                 .and_then(|r| r.ok().and_then(|v| v.clone()))
                 .unwrap_or_else(|| "still running".into());
                 let log =
-                    String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner()))
-                        .trim()
-                        .to_string();
+                    String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner())).trim().to_string();
                 let reason = if log.is_empty() {
                     format!("{end}; supervisor {how}")
                 } else {
@@ -162,14 +159,8 @@ impl Sandbox {
                 let _ = tx.send(Err(reason));
             } else if !reader_shared.destroying.load(Ordering::SeqCst) {
                 let log =
-                    String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner()))
-                        .trim()
-                        .to_string();
-                let why = if log.is_empty() {
-                    "the sandbox's supervisor exited".to_string()
-                } else {
-                    log
-                };
+                    String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner())).trim().to_string();
+                let why = if log.is_empty() { "the sandbox's supervisor exited".to_string() } else { log };
                 let _ = deaths.send((reader_id, why));
             }
             reader_shared.fail_all();
@@ -193,6 +184,7 @@ impl Sandbox {
             layer,
             ready: Mutex::new(Some(ready_rx)),
             reaped,
+            slot,
             log: log_buf,
         })
     }
@@ -200,11 +192,14 @@ impl Sandbox {
     pub(crate) async fn ready(&self) -> Result<(), String> {
         let rx = self.ready.lock().unwrap_or_else(|p| p.into_inner()).take();
         match rx {
-            Some(rx) => rx
-                .await
-                .unwrap_or_else(|_| Err("supervisor connection dropped".into())),
+            Some(rx) => rx.await.unwrap_or_else(|_| Err("supervisor connection dropped".into())),
             None => Ok(()),
         }
+    }
+
+    /// The host uid-range slot.
+    pub fn slot(&self) -> u32 {
+        self.slot.n
     }
 
     /// Whether the supervisor is still connected.
@@ -222,16 +217,13 @@ impl Sandbox {
         if !self.alive() {
             return Err(EngineError::Gone(self.id.clone()));
         }
-        self.out
-            .send(frame)
-            .await
-            .map_err(|_| EngineError::Gone(self.id.clone()))
+        self.out.send(frame).await.map_err(|_| EngineError::Gone(self.id.clone()))
     }
 
     /// Starts a process and returns its record once the supervisor has answered the spawn.
     pub async fn spawn(&self, spec: ExecSpec) -> Result<Arc<Process>, EngineError> {
         let id = self.next.fetch_add(1, Ordering::SeqCst);
-        let proc = Process::new(id, spec.argv.clone(), spec.max_output, now_ms());
+        let proc = Process::new(id, spec.argv.clone(), spec.max_output, now_ms(), spec.keep_stdin);
         let oom_before = self.shared.cgroup.oom_kills();
         self.shared.remember(id, Arc::clone(&proc), oom_before);
         let started = proc.follow();
@@ -247,24 +239,10 @@ impl Sandbox {
         self.send(&Request::Spawn(spawn), &[]).await?;
         if let Some(bytes) = spec.stdin {
             for chunk in bytes.chunks(MAX_PAYLOAD) {
-                self.send(
-                    &Request::Stdin {
-                        proc: id,
-                        eof: false,
-                    },
-                    chunk,
-                )
-                .await?;
+                self.send(&Request::Stdin { proc: id, eof: false }, chunk).await?;
             }
             if !spec.keep_stdin {
-                self.send(
-                    &Request::Stdin {
-                        proc: id,
-                        eof: true,
-                    },
-                    &[],
-                )
-                .await?;
+                self.send(&Request::Stdin { proc: id, eof: true }, &[]).await?;
             }
         }
         // Wait for Started (or an immediate failure/exit) so the caller can rely on the process existing.
@@ -276,22 +254,12 @@ impl Sandbox {
 
     /// A process started through the API.
     pub fn process(&self, id: u64) -> Option<Arc<Process>> {
-        self.shared
-            .procs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .map(|(p, _)| Arc::clone(p))
+        self.shared.procs.lock().unwrap_or_else(|p| p.into_inner()).get(&id).map(|(p, _)| Arc::clone(p))
     }
 
     /// All remembered processes, oldest first.
     pub fn processes(&self) -> Vec<Arc<Process>> {
-        let order = self
-            .shared
-            .order
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let order = self.shared.order.lock().unwrap_or_else(|p| p.into_inner()).clone();
         order.iter().filter_map(|id| self.process(*id)).collect()
     }
 
@@ -302,20 +270,18 @@ impl Sandbox {
 
     /// Writes to API process `id`'s stdin.
     pub async fn stdin(&self, id: u64, data: &[u8], eof: bool) -> Result<(), EngineError> {
+        if eof {
+            if let Some(p) = self.process(id) {
+                p.close_stdin();
+            }
+        }
         let mut chunks: Vec<&[u8]> = data.chunks(MAX_PAYLOAD).collect();
         if chunks.is_empty() {
             chunks.push(&[]);
         }
         let last = chunks.len() - 1;
         for (i, c) in chunks.into_iter().enumerate() {
-            self.send(
-                &Request::Stdin {
-                    proc: id,
-                    eof: eof && i == last,
-                },
-                c,
-            )
-            .await?;
+            self.send(&Request::Stdin { proc: id, eof: eof && i == last }, c).await?;
         }
         Ok(())
     }
@@ -323,11 +289,7 @@ impl Sandbox {
     fn open_file_req(&self, buffer: usize) -> (u64, mpsc::Receiver<FileMsg>) {
         let req = self.next.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = mpsc::channel(buffer);
-        self.shared
-            .files
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(req, tx);
+        self.shared.files.lock().unwrap_or_else(|p| p.into_inner()).insert(req, tx);
         (req, rx)
     }
 
@@ -338,9 +300,7 @@ impl Sandbox {
         loop {
             match rx.recv().await {
                 Some(FileMsg::Done(v)) => return Ok(v),
-                Some(FileMsg::Failed(kind, message)) => {
-                    return Err(EngineError::File { kind, message })
-                }
+                Some(FileMsg::Failed(kind, message)) => return Err(EngineError::File { kind, message }),
                 Some(FileMsg::Chunk(_)) => continue,
                 None => return Err(EngineError::Gone(self.id.clone())),
             }
@@ -405,10 +365,7 @@ impl Sandbox {
     pub(crate) async fn destroy(&self) {
         self.shared.destroying.store(true, Ordering::SeqCst);
         // SIGKILL to pid 1 of a pid namespace kills every process in it.
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGKILL);
         let mut reaped = self.reaped.clone();
         let _ = reaped.wait_for(|r| r.is_some()).await;
         let cgroup = self.shared.cgroup.clone();
@@ -436,10 +393,7 @@ impl Shared {
         procs.insert(id, (proc, oom_before));
         order.push(id);
         while order.len() > MAX_REMEMBERED_PROCESSES {
-            let Some(pos) = order
-                .iter()
-                .position(|i| procs.get(i).is_some_and(|(p, _)| p.result().is_some()))
-            else {
+            let Some(pos) = order.iter().position(|i| procs.get(i).is_some_and(|(p, _)| p.result().is_some())) else {
                 break;
             };
             let old = order.remove(pos);
@@ -448,22 +402,12 @@ impl Shared {
     }
 
     fn proc(&self, id: u64) -> Option<(Arc<Process>, u64)> {
-        self.procs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .map(|(p, o)| (Arc::clone(p), *o))
+        self.procs.lock().unwrap_or_else(|p| p.into_inner()).get(&id).map(|(p, o)| (Arc::clone(p), *o))
     }
 
     /// The supervisor is gone: every running process ends `killed` (or `oom`), every transfer fails.
     fn fail_all(&self) {
-        let procs: Vec<_> = self
-            .procs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let procs: Vec<_> = self.procs.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
         let oom_now = self.cgroup.oom_kills();
         for (p, before) in procs {
             p.on_exit(None, oom_now > before);
@@ -474,18 +418,13 @@ impl Shared {
 
 async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R) -> Result<(Event, Vec<u8>), String> {
     let mut prefix = [0u8; 8];
-    rd.read_exact(&mut prefix)
-        .await
-        .map_err(|e| format!("supervisor connection closed ({e})"))?;
+    rd.read_exact(&mut prefix).await.map_err(|e| format!("supervisor connection closed ({e})"))?;
     let (hlen, plen) = parse_prefix(prefix).map_err(|e| e.to_string())?;
     let mut head = vec![0u8; hlen];
     rd.read_exact(&mut head).await.map_err(|e| e.to_string())?;
     let mut payload = vec![0u8; plen];
-    rd.read_exact(&mut payload)
-        .await
-        .map_err(|e| e.to_string())?;
-    let ev =
-        serde_json::from_slice(&head).map_err(|e| format!("malformed supervisor frame: {e}"))?;
+    rd.read_exact(&mut payload).await.map_err(|e| e.to_string())?;
+    let ev = serde_json::from_slice(&head).map_err(|e| format!("malformed supervisor frame: {e}"))?;
     Ok((ev, payload))
 }
 
@@ -506,10 +445,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     let r = if version == sandlot_protocol::VERSION {
                         Ok(())
                     } else {
-                        Err(format!(
-                            "supervisor speaks protocol {version}, daemon {}",
-                            sandlot_protocol::VERSION
-                        ))
+                        Err(format!("supervisor speaks protocol {version}, daemon {}", sandlot_protocol::VERSION))
                     };
                     let _ = tx.send(r);
                 }
@@ -535,33 +471,20 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             }
             Event::Chunk { req } => {
-                let tx = shared
-                    .files
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&req)
-                    .cloned();
+                let tx = shared.files.lock().unwrap_or_else(|p| p.into_inner()).get(&req).cloned();
                 if let Some(tx) = tx {
                     // A receiver that went away (client disconnected) just drops the rest.
                     let _ = tx.send(FileMsg::Chunk(payload)).await;
                 }
             }
             Event::Done { req, value } => {
-                let tx = shared
-                    .files
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&req);
+                let tx = shared.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
                 if let Some(tx) = tx {
                     let _ = tx.send(FileMsg::Done(value)).await;
                 }
             }
             Event::Failed { req, kind, message } => {
-                let tx = shared
-                    .files
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&req);
+                let tx = shared.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
                 if let Some(tx) = tx {
                     let _ = tx.send(FileMsg::Failed(kind, message)).await;
                 }
@@ -590,7 +513,5 @@ fn spawn_log_reader(log: OwnedFd, keep: Arc<Mutex<Vec<u8>>>, id: String) {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }

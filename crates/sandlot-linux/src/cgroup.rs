@@ -38,10 +38,7 @@ pub enum CgroupError {
 }
 
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> CgroupError + '_ {
-    move |source| CgroupError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| CgroupError::Io { path: path.to_path_buf(), source }
 }
 
 const CPU_PERIOD_US: u64 = 100_000;
@@ -70,24 +67,19 @@ pub struct SandboxCgroup {
 }
 
 impl Cgroups {
-    /// Finds the daemon's own cgroup(s) and prepares `<it>/sandlot` beneath.
-    pub fn detect() -> Result<Self, CgroupError> {
-        let own = fs::read_to_string("/proc/self/cgroup")
-            .map_err(io_at(Path::new("/proc/self/cgroup")))?;
-        let mountinfo = fs::read_to_string("/proc/self/mountinfo")
-            .map_err(io_at(Path::new("/proc/self/mountinfo")))?;
+    /// Finds the daemon's own cgroup(s) and prepares `<it>/sandlot-<instance>` beneath. The instance name
+    /// keeps two daemons in one cgroup (or parallel test servers) from sweeping each other's sandboxes.
+    pub fn detect(instance: &str) -> Result<Self, CgroupError> {
+        let dir_name = format!("sandlot-{instance}");
+        let own = fs::read_to_string("/proc/self/cgroup").map_err(io_at(Path::new("/proc/self/cgroup")))?;
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo").map_err(io_at(Path::new("/proc/self/mountinfo")))?;
         let mounts = parse_mountinfo(&mountinfo);
         let v1: Vec<_> = V1_CONTROLLERS
             .iter()
             .filter_map(|ctrl| {
-                let mnt = mounts
-                    .iter()
-                    .find(|m| m.fstype == "cgroup" && m.options.split(',').any(|o| o == *ctrl))?;
+                let mnt = mounts.iter().find(|m| m.fstype == "cgroup" && m.options.split(',').any(|o| o == *ctrl))?;
                 let path = own_path(&own, |ctrls| ctrls.split(',').any(|c| c == *ctrl))?;
-                Some((
-                    *ctrl,
-                    join_cgroup(&mnt.point, &path, &mnt.root).join("sandlot"),
-                ))
+                Some((*ctrl, join_cgroup(&mnt.point, &path, &mnt.root).join(&dir_name)))
             })
             .collect();
         if v1.iter().any(|(c, _)| *c == "memory") {
@@ -99,16 +91,12 @@ impl Cgroups {
         let mnt = mounts
             .iter()
             .find(|m| m.fstype == "cgroup2")
-            .ok_or_else(|| {
-                CgroupError::Unsupported("no cgroup2 or v1 memory hierarchy is mounted".into())
-            })?;
+            .ok_or_else(|| CgroupError::Unsupported("no cgroup2 or v1 memory hierarchy is mounted".into()))?;
         let path = own_path(&own, |ctrls| ctrls.is_empty()).ok_or_else(|| {
-            CgroupError::Unsupported(
-                "the daemon's cgroup v2 path is not in /proc/self/cgroup".into(),
-            )
+            CgroupError::Unsupported("the daemon's cgroup v2 path is not in /proc/self/cgroup".into())
         })?;
         let daemon = join_cgroup(&mnt.point, &path, &mnt.root);
-        let base = daemon.join("sandlot");
+        let base = daemon.join(&dir_name);
         prepare_v2(&daemon, &base)?;
         Ok(Cgroups::V2 { base })
     }
@@ -130,16 +118,10 @@ impl Cgroups {
             for (ctrl, dir) in &cg.dirs {
                 match *ctrl {
                     "memory" => {
-                        write(
-                            &dir.join("memory.limit_in_bytes"),
-                            &limits.memory_bytes.to_string(),
-                        )?;
+                        write(&dir.join("memory.limit_in_bytes"), &limits.memory_bytes.to_string())?;
                         // Present only with swap accounting; where it is, memory+swap gets the same cap.
-                        write(
-                            &dir.join("memory.memsw.limit_in_bytes"),
-                            &limits.memory_bytes.to_string(),
-                        )
-                        .or_else(ignore_missing)?;
+                        write(&dir.join("memory.memsw.limit_in_bytes"), &limits.memory_bytes.to_string())
+                            .or_else(ignore_missing)?;
                         write(&dir.join("memory.swappiness"), "0").or_else(ignore_missing)?;
                     }
                     "pids" => write(&dir.join("pids.max"), &limits.pids.to_string())?,
@@ -154,17 +136,24 @@ impl Cgroups {
         Ok(cg)
     }
 
+    /// Removes this daemon's (empty) base cgroup directories, at shutdown.
+    pub fn remove_base(&self) {
+        let bases: Vec<&PathBuf> = match self {
+            Cgroups::V2 { base } => vec![base],
+            Cgroups::V1 { bases } => bases.iter().map(|(_, b)| b).collect(),
+        };
+        for b in bases {
+            let _ = fs::remove_dir(b);
+        }
+    }
+
     /// The cgroup of sandbox `id`, whether or not it exists.
     pub fn handle(&self, id: &str) -> SandboxCgroup {
         match self {
-            Cgroups::V2 { base } => SandboxCgroup {
-                dirs: vec![("unified", base.join(id))],
-                v2: true,
-            },
-            Cgroups::V1 { bases } => SandboxCgroup {
-                dirs: bases.iter().map(|(c, b)| (*c, b.join(id))).collect(),
-                v2: false,
-            },
+            Cgroups::V2 { base } => SandboxCgroup { dirs: vec![("unified", base.join(id))], v2: true },
+            Cgroups::V1 { bases } => {
+                SandboxCgroup { dirs: bases.iter().map(|(c, b)| (*c, b.join(id))).collect(), v2: false }
+            }
         }
     }
 
@@ -198,20 +187,13 @@ impl SandboxCgroup {
 
     /// How many processes the kernel's OOM killer has killed in this cgroup so far.
     pub fn oom_kills(&self) -> u64 {
-        let (file, key) = if self.v2 {
-            ("memory.events", "oom_kill")
-        } else {
-            ("memory.oom_control", "oom_kill")
-        };
+        let (file, key) = if self.v2 { ("memory.events", "oom_kill") } else { ("memory.oom_control", "oom_kill") };
         let Some((_, dir)) = self.dirs.iter().find(|(c, _)| self.v2 || *c == "memory") else {
             return 0;
         };
         fs::read_to_string(dir.join(file))
             .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
-            })
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok())))
             .unwrap_or(0)
     }
 
@@ -236,12 +218,7 @@ impl SandboxCgroup {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                     Err(e) if e.raw_os_error() == Some(libc::EBUSY) => busy = true,
-                    Err(e) => {
-                        return Err(CgroupError::Io {
-                            path: dir.clone(),
-                            source: e,
-                        })
-                    }
+                    Err(e) => return Err(CgroupError::Io { path: dir.clone(), source: e }),
                 }
             }
             if !busy {
@@ -326,10 +303,7 @@ fn own_path(proc_cgroup: &str, pick: impl Fn(&str) -> bool) -> Option<String> {
 
 /// Joins a cgroup path onto its mount point, accounting for a mount of a sub-tree (`root` != "/").
 fn join_cgroup(point: &Path, path: &str, root: &str) -> PathBuf {
-    let rel = path
-        .strip_prefix(root)
-        .unwrap_or(path)
-        .trim_start_matches('/');
+    let rel = path.strip_prefix(root).unwrap_or(path).trim_start_matches('/');
     if rel.is_empty() {
         point.to_path_buf()
     } else {
@@ -344,14 +318,8 @@ mod tests {
     #[test]
     fn finds_v1_controller_paths_including_combined_ones() {
         let own = "4:memory:/process_api/abc\n2:cpu,cpuacct:/x\n0::/\n";
-        assert_eq!(
-            own_path(own, |c| c.split(',').any(|x| x == "memory")).as_deref(),
-            Some("/process_api/abc")
-        );
-        assert_eq!(
-            own_path(own, |c| c.split(',').any(|x| x == "cpu")).as_deref(),
-            Some("/x")
-        );
+        assert_eq!(own_path(own, |c| c.split(',').any(|x| x == "memory")).as_deref(), Some("/process_api/abc"));
+        assert_eq!(own_path(own, |c| c.split(',').any(|x| x == "cpu")).as_deref(), Some("/x"));
         assert_eq!(own_path(own, |c| c.is_empty()).as_deref(), Some("/"));
     }
 
@@ -361,20 +329,13 @@ mod tests {
             join_cgroup(Path::new("/sys/fs/cgroup/memory"), "/a/b", "/"),
             PathBuf::from("/sys/fs/cgroup/memory/a/b")
         );
-        assert_eq!(
-            join_cgroup(Path::new("/sys/fs/cgroup"), "/a/b", "/a"),
-            PathBuf::from("/sys/fs/cgroup/b")
-        );
-        assert_eq!(
-            join_cgroup(Path::new("/sys/fs/cgroup"), "/", "/"),
-            PathBuf::from("/sys/fs/cgroup")
-        );
+        assert_eq!(join_cgroup(Path::new("/sys/fs/cgroup"), "/a/b", "/a"), PathBuf::from("/sys/fs/cgroup/b"));
+        assert_eq!(join_cgroup(Path::new("/sys/fs/cgroup"), "/", "/"), PathBuf::from("/sys/fs/cgroup"));
     }
 
     #[test]
     fn parses_mountinfo_lines() {
-        let mi =
-            "30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid shared:9 - cgroup cgroup rw,memory\n";
+        let mi = "30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid shared:9 - cgroup cgroup rw,memory\n";
         let m = parse_mountinfo(mi);
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].fstype, "cgroup");

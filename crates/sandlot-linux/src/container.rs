@@ -28,10 +28,7 @@ pub struct SetupError {
 }
 
 fn step<T, E: Into<io::Error>>(what: impl Into<String>, r: Result<T, E>) -> Result<T, SetupError> {
-    r.map_err(|e| SetupError {
-        step: what.into(),
-        source: e.into(),
-    })
+    r.map_err(|e| SetupError { step: what.into(), source: e.into() })
 }
 
 fn errno(e: nix::Error) -> io::Error {
@@ -46,9 +43,7 @@ pub fn read_spec() -> Result<ContainerSpec, sandlot_protocol::FrameError> {
     // SAFETY: the launcher placed the control socket at CONTROL_FD; ManuallyDrop keeps it open for the
     // supervisor, which takes ownership of the same fd afterwards.
     let sock = std::mem::ManuallyDrop::new(unsafe {
-        <std::os::unix::net::UnixStream as std::os::fd::FromRawFd>::from_raw_fd(
-            sandlot_protocol::CONTROL_FD,
-        )
+        <std::os::unix::net::UnixStream as std::os::fd::FromRawFd>::from_raw_fd(sandlot_protocol::CONTROL_FD)
     });
     let mut reader: &std::os::unix::net::UnixStream = &sock;
     Ok(sandlot_protocol::read_frame::<ContainerSpec, _>(&mut reader)?.header)
@@ -58,45 +53,19 @@ pub fn read_spec() -> Result<ContainerSpec, sandlot_protocol::FrameError> {
 pub fn enter(spec: &ContainerSpec) -> Result<(), SetupError> {
     // The daemon has already put this process in the sandbox cgroup; a cgroup namespace rooted there
     // hides the host's cgroup paths from /proc/self/cgroup.
-    step(
-        "unshare cgroup namespace",
-        unshare(CloneFlags::CLONE_NEWCGROUP).map_err(errno),
-    )?;
+    step("unshare cgroup namespace", unshare(CloneFlags::CLONE_NEWCGROUP).map_err(errno))?;
     // Nothing mounted from here on may propagate back to the host.
     step(
         "make / private",
-        mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        )
-        .map_err(errno),
+        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>).map_err(errno),
     )?;
 
     let root = &spec.root;
-    let lower = spec
-        .lower
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(":");
-    let opts = format!(
-        "lowerdir={lower},upperdir={},workdir={},userxattr",
-        spec.upper.display(),
-        spec.work.display()
-    );
+    let lower = spec.lower.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":");
+    let opts = format!("lowerdir={lower},upperdir={},workdir={},userxattr", spec.upper.display(), spec.work.display());
     step(
         "mount overlay root",
-        mount(
-            Some("overlay"),
-            root,
-            Some("overlay"),
-            MsFlags::empty(),
-            Some(opts.as_str()),
-        )
-        .map_err(errno),
+        mount(Some("overlay"), root, Some("overlay"), MsFlags::empty(), Some(opts.as_str())).map_err(errno),
     )?;
 
     for (src, dst) in &spec.ro_binds {
@@ -132,15 +101,57 @@ pub fn enter(spec: &ContainerSpec) -> Result<(), SetupError> {
     // pivot_root(".", ".") stacks the old root under the new one; detaching it leaves no path back.
     step("chdir to new root", chdir(root.as_path()).map_err(errno))?;
     step("pivot_root", pivot_root(".", ".").map_err(errno))?;
-    step(
-        "detach old root",
-        umount2(".", MntFlags::MNT_DETACH).map_err(errno),
-    )?;
+    step("detach old root", umount2(".", MntFlags::MNT_DETACH).map_err(errno))?;
     step("chdir /", chdir("/").map_err(errno))?;
 
+    mask_proc()?;
     step("set hostname", sethostname(&spec.hostname).map_err(errno))?;
     step("bring up loopback", loopback_up())?;
     umask(Mode::from_bits_truncate(0o022));
+    if spec.layers.landlock {
+        let enforced = step("landlock", crate::landlock::restrict_to("/"))?;
+        if enforced.abi == 0 {
+            eprintln!("warning: this kernel has no Landlock; the sandbox runs without that layer");
+        }
+    }
+    Ok(())
+}
+
+/// Kernel interfaces in /proc that a sandbox has no business reading or writing, hidden the way
+/// Docker's default masks do: files under /dev/null, directories under an empty read-only tmpfs, and the
+/// sysctl/irq/bus trees read-only.
+fn mask_proc() -> Result<(), SetupError> {
+    for f in [
+        "/proc/kcore",
+        "/proc/keys",
+        "/proc/timer_list",
+        "/proc/sysrq-trigger",
+        "/proc/latency_stats",
+        "/proc/sched_debug",
+        "/proc/kallsyms",
+        "/proc/kpagecount",
+        "/proc/kpageflags",
+    ] {
+        if Path::new(f).exists() {
+            step(
+                format!("mask {f}"),
+                mount(Some("/dev/null"), f, None::<&str>, MsFlags::MS_BIND, None::<&str>).map_err(errno),
+            )?;
+        }
+    }
+    for d in ["/proc/acpi", "/proc/scsi", "/proc/asound"] {
+        if Path::new(d).is_dir() {
+            step(
+                format!("mask {d}"),
+                mount(Some("tmpfs"), d, Some("tmpfs"), MsFlags::MS_RDONLY, Some("size=0")).map_err(errno),
+            )?;
+        }
+    }
+    for d in ["/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs"] {
+        if Path::new(d).is_dir() {
+            bind_readonly(Path::new(d), Path::new(d))?;
+        }
+    }
     Ok(())
 }
 
@@ -152,17 +163,7 @@ fn inside(root: &Path, p: &Path) -> PathBuf {
 /// locked in a user namespace and must be repeated in the remount.
 fn bind_readonly(src: &Path, dst: &Path) -> Result<(), SetupError> {
     let what = format!("bind {} read-only", src.display());
-    step(
-        &what,
-        mount(
-            Some(src),
-            dst,
-            None::<&str>,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            None::<&str>,
-        )
-        .map_err(errno),
-    )?;
+    step(&what, mount(Some(src), dst, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>).map_err(errno))?;
     let current = step(&what, statvfs(dst).map_err(errno))?.flags();
     let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
     for (have, want) in [
@@ -177,10 +178,7 @@ fn bind_readonly(src: &Path, dst: &Path) -> Result<(), SetupError> {
             flags |= want;
         }
     }
-    step(
-        &what,
-        mount(None::<&str>, dst, None::<&str>, flags, None::<&str>).map_err(errno),
-    )?;
+    step(&what, mount(None::<&str>, dst, None::<&str>, flags, None::<&str>).map_err(errno))?;
     Ok(())
 }
 
@@ -190,28 +188,16 @@ fn setup_dev(root: &Path, shm_mb: u64) -> Result<(), SetupError> {
     let dev = root.join("dev");
     step(
         "mount /dev",
-        mount(
-            Some("tmpfs"),
-            &dev,
-            Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-            Some("mode=755,size=64k"),
-        )
-        .map_err(errno),
+        mount(Some("tmpfs"), &dev, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, Some("mode=755,size=64k"))
+            .map_err(errno),
     )?;
     for name in DEVICES {
         let target = dev.join(name);
         step(format!("create /dev/{name}"), File::create(&target))?;
         step(
             format!("bind /dev/{name}"),
-            mount(
-                Some(&Path::new("/dev").join(name)),
-                &target,
-                None::<&str>,
-                MsFlags::MS_BIND,
-                None::<&str>,
-            )
-            .map_err(errno),
+            mount(Some(&Path::new("/dev").join(name)), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+                .map_err(errno),
         )?;
     }
     for (link, target) in [

@@ -30,10 +30,7 @@ pub const IMAGES: &[&str] = &["host"];
 pub fn open(images_dir: &Path, name: &str) -> io::Result<Image> {
     match name {
         "host" => host(images_dir),
-        other => Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("unknown image {other:?}"),
-        )),
+        other => Err(io::Error::new(io::ErrorKind::NotFound, format!("unknown image {other:?}"))),
     }
 }
 
@@ -57,10 +54,7 @@ fn build_host_skeleton(dir: &Path) -> io::Result<()> {
     let tmp = dir.join(format!("rootfs.tmp-{}", std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp)?;
-    for d in [
-        "usr", "etc", "proc", "dev", "tmp", "home", "root", "var", "var/tmp", "run", "opt", "mnt",
-        "srv", "sys",
-    ] {
+    for d in ["usr", "etc", "proc", "dev", "tmp", "home", "root", "var", "var/tmp", "run", "opt", "mnt", "srv", "sys"] {
         fs::create_dir_all(tmp.join(d))?;
     }
     fs::set_permissions(tmp.join("tmp"), fs::Permissions::from_mode(0o1777))?;
@@ -114,10 +108,7 @@ fn copy_tree(src: &Path, dst: &Path) -> io::Result<()> {
         symlink(fs::read_link(src)?, dst)?;
     } else if meta.is_dir() {
         fs::create_dir_all(dst)?;
-        fs::set_permissions(
-            dst,
-            fs::Permissions::from_mode(meta.permissions().mode() & 0o755),
-        )?;
+        fs::set_permissions(dst, fs::Permissions::from_mode(meta.permissions().mode() & 0o755))?;
         for ent in fs::read_dir(src)? {
             let ent = ent?;
             copy_tree(&ent.path(), &dst.join(ent.file_name()))?;

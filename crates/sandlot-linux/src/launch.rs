@@ -65,24 +65,19 @@ impl Launcher {
             tracing::info!("could not lower the daemon's oom_score_adj ({e}); relying on +500 for sandbox processes");
         }
         let (tx, rx) = mpsc::channel::<Job>();
-        thread::Builder::new()
-            .name("sandlot-launcher".into())
-            .spawn(move || {
-                for (req, reply) in rx {
-                    let _ = reply.send(launch(req));
-                }
-            })?;
+        thread::Builder::new().name("sandlot-launcher".into()).spawn(move || {
+            for (req, reply) in rx {
+                let _ = reply.send(launch(req));
+            }
+        })?;
         Ok(Launcher { tx })
     }
 
     /// Launches one sandbox process (blocking; a few hundred microseconds).
     pub fn launch(&self, req: LaunchRequest) -> io::Result<Launched> {
         let (tx, rx) = mpsc::channel();
-        self.tx
-            .send((req, tx))
-            .map_err(|_| io::Error::other("launcher thread is gone"))?;
-        rx.recv()
-            .map_err(|_| io::Error::other("launcher thread is gone"))?
+        self.tx.send((req, tx)).map_err(|_| io::Error::other("launcher thread is gone"))?;
+        rx.recv().map_err(|_| io::Error::other("launcher thread is gone"))?
     }
 }
 
@@ -97,8 +92,7 @@ pub fn wait(pid: i32) -> io::Result<WaitStatus> {
 }
 
 fn cstring(s: &str) -> io::Result<CString> {
-    CString::new(s)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in launch argument"))
+    CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in launch argument"))
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -114,15 +108,7 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: socketpair writes two fds into the array on success.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } != 0
-    {
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: both fds were just created and are owned by nothing else.
@@ -147,10 +133,7 @@ fn launch(req: LaunchRequest) -> io::Result<Launched> {
     // The spec travels as the first frame on the control socket, not in argv: argv is visible to every
     // process in the sandbox through /proc/1/cmdline, and the spec names host paths.
     let argv = [cstring("sandlot")?, cstring(SUPERVISOR_ARG)?];
-    let envp = [
-        cstring("PATH=/usr/local/bin:/usr/bin:/bin")?,
-        cstring("LANG=C.UTF-8")?,
-    ];
+    let envp = [cstring("PATH=/usr/local/bin:/usr/bin:/bin")?, cstring("LANG=C.UTF-8")?];
     let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
     argv_p.push(std::ptr::null());
     let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
@@ -159,37 +142,15 @@ fn launch(req: LaunchRequest) -> io::Result<Launched> {
     let (control, child_sock) = socketpair()?;
     let (go_r, go_w) = pipe()?;
     let (log, log_w) = pipe()?;
-    let devnull = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")?;
-    let (c_sock, c_go_r, c_log_w, c_null) = (
-        high(&child_sock)?,
-        high(&go_r)?,
-        high(&log_w)?,
-        high(&devnull.into())?,
-    );
-    let (fd_sock, fd_go_r, fd_go_w, fd_log, fd_null) = (
-        c_sock.as_raw_fd(),
-        c_go_r.as_raw_fd(),
-        go_w.as_raw_fd(),
-        c_log_w.as_raw_fd(),
-        c_null.as_raw_fd(),
-    );
+    let devnull = fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
+    let (c_sock, c_go_r, c_log_w, c_null) = (high(&child_sock)?, high(&go_r)?, high(&log_w)?, high(&devnull.into())?);
+    let (fd_sock, fd_go_r, fd_go_w, fd_log, fd_null) =
+        (c_sock.as_raw_fd(), c_go_r.as_raw_fd(), go_w.as_raw_fd(), c_log_w.as_raw_fd(), c_null.as_raw_fd());
 
     let child = Box::new(move || -> isize {
         // SAFETY: only async-signal-safe syscalls on fds and strings prepared before the clone.
         unsafe {
-            child_main(
-                fd_go_r,
-                fd_go_w,
-                fd_null,
-                fd_log,
-                fd_sock,
-                exe.as_ptr(),
-                argv_p.as_ptr(),
-                envp_p.as_ptr(),
-            )
+            child_main(fd_go_r, fd_go_w, fd_null, fd_log, fd_sock, exe.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr())
         }
     });
     let mut stack = vec![0u8; 128 << 10];
@@ -207,9 +168,7 @@ fn launch(req: LaunchRequest) -> io::Result<Launched> {
     let finish = || -> io::Result<()> {
         // The daemon (root) writes the maps: sandbox ids 0..65536 land on the sandbox's own host range.
         let map = format!("0 {} {UID_RANGE}\n", req.ids.base);
-        let ctx = |what: &'static str| {
-            move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"))
-        };
+        let ctx = |what: &'static str| move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
         fs::write(format!("/proc/{pid}/uid_map"), &map).map_err(ctx("write uid_map"))?;
         fs::write(format!("/proc/{pid}/gid_map"), &map).map_err(ctx("write gid_map"))?;
         req.cgroup.add(pid).map_err(io::Error::other)?;
@@ -270,11 +229,7 @@ unsafe fn child_main(
         // Die with the launcher thread, i.e. with the daemon. Set after the uid change, which clears it.
         // Had the daemon died in between, the supervisor's first write on the control socket fails.
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        if libc::dup2(null, 0) < 0
-            || libc::dup2(log, 1) < 0
-            || libc::dup2(log, 2) < 0
-            || libc::dup2(sock, 3) < 0
-        {
+        if libc::dup2(null, 0) < 0 || libc::dup2(log, 1) < 0 || libc::dup2(log, 2) < 0 || libc::dup2(sock, 3) < 0 {
             libc::_exit(2);
         }
         libc::execve(exe, argv, envp);

@@ -29,12 +29,7 @@ impl Layer {
     /// Layout under `sandboxes_dir` for sandbox `id`.
     pub fn at(sandboxes_dir: &Path, id: &str) -> Self {
         let dir = sandboxes_dir.join(id);
-        Layer {
-            upper: dir.join("upper"),
-            work: dir.join("work"),
-            root: dir.join("root"),
-            dir,
-        }
+        Layer { upper: dir.join("upper"), work: dir.join("work"), root: dir.join("root"), dir }
     }
 
     /// Creates the layer with the sandbox-owned skeleton and generated /etc files.
@@ -78,23 +73,11 @@ impl Layer {
             "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:sandbox user:/home/user:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
             0o644,
         )?;
-        file(
-            "etc/group",
-            "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
-            0o644,
-        )?;
+        file("etc/group", "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n", 0o644)?;
         // The sandbox's own shadow file: a symlink planted to /etc/shadow reads this, never the host's.
-        file(
-            "etc/shadow",
-            "root:*:19000:0:99999:7:::\nuser:*:19000:0:99999:7:::\n",
-            0o640,
-        )?;
+        file("etc/shadow", "root:*:19000:0:99999:7:::\nuser:*:19000:0:99999:7:::\n", 0o640)?;
         // No network in this release: an empty resolver list fails lookups at once instead of hanging.
-        file(
-            "etc/resolv.conf",
-            "# sandlot: this sandbox has no network access\n",
-            0o644,
-        )?;
+        file("etc/resolv.conf", "# sandlot: this sandbox has no network access\n", 0o644)?;
         Ok(())
     }
 

@@ -11,7 +11,9 @@
 
 pub mod cgroup;
 pub mod container;
+pub mod ids;
 pub mod image;
+pub mod landlock;
 pub mod launch;
 pub mod layers;
 
@@ -36,6 +38,23 @@ pub struct ContainerSpec {
     pub hostname: String,
     /// Size cap of the /tmp and /dev/shm tmpfs, in MiB (also charged to the memory cgroup).
     pub tmp_mb: u64,
+    /// Which defence layers are on. All are, outside the escape suite's layer-by-layer tests.
+    pub layers: Layers,
+}
+
+/// Defence layers that can be switched off one by one, only to prove what each stops on its own.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Layers {
+    /// seccomp-bpf profile on every spawned process.
+    pub seccomp: bool,
+    /// Landlock on the supervisor and everything it starts.
+    pub landlock: bool,
+}
+
+impl Default for Layers {
+    fn default() -> Self {
+        Layers { seccomp: true, landlock: true }
+    }
 }
 
 /// A contiguous host uid/gid range that a sandbox's ids 0..[`UID_RANGE`] map onto.
@@ -53,9 +72,7 @@ pub const UID_FIRST: u32 = 0x1000_0000;
 impl IdRange {
     /// The range of slot `n`: slots never overlap, and none contains host root.
     pub fn for_slot(n: u32) -> Self {
-        IdRange {
-            base: UID_FIRST + n * UID_RANGE,
-        }
+        IdRange { base: UID_FIRST + n * UID_RANGE }
     }
 
     /// Host id of sandbox id `id`.

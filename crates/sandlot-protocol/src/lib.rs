@@ -287,10 +287,7 @@ pub enum FrameError {
 pub fn encode<T: Serialize>(header: &T, payload: &[u8]) -> Result<Vec<u8>, FrameError> {
     let head = serde_json::to_vec(header)?;
     if head.len() > MAX_HEADER || payload.len() > MAX_PAYLOAD {
-        return Err(FrameError::TooLarge {
-            header: head.len(),
-            payload: payload.len(),
-        });
+        return Err(FrameError::TooLarge { header: head.len(), payload: payload.len() });
     }
     let mut out = Vec::with_capacity(8 + head.len() + payload.len());
     out.extend_from_slice(&(head.len() as u32).to_le_bytes());
@@ -311,19 +308,13 @@ pub fn parse_prefix(prefix: [u8; 8]) -> Result<(usize, usize), FrameError> {
 }
 
 /// Writes one frame (blocking).
-pub fn write_frame<T: Serialize, W: Write>(
-    w: &mut W,
-    header: &T,
-    payload: &[u8],
-) -> Result<(), FrameError> {
+pub fn write_frame<T: Serialize, W: Write>(w: &mut W, header: &T, payload: &[u8]) -> Result<(), FrameError> {
     w.write_all(&encode(header, payload)?)?;
     Ok(())
 }
 
 /// Reads one frame (blocking). Returns [`FrameError::Closed`] on a clean EOF between frames.
-pub fn read_frame<T: for<'de> Deserialize<'de>, R: Read>(
-    r: &mut R,
-) -> Result<Frame<T>, FrameError> {
+pub fn read_frame<T: for<'de> Deserialize<'de>, R: Read>(r: &mut R) -> Result<Frame<T>, FrameError> {
     let mut prefix = [0u8; 8];
     match r.read_exact(&mut prefix) {
         Ok(()) => {}
@@ -335,10 +326,7 @@ pub fn read_frame<T: for<'de> Deserialize<'de>, R: Read>(
     r.read_exact(&mut head)?;
     let mut payload = vec![0u8; plen];
     r.read_exact(&mut payload)?;
-    Ok(Frame {
-        header: serde_json::from_slice(&head)?,
-        payload,
-    })
+    Ok(Frame { header: serde_json::from_slice(&head)?, payload })
 }
 
 #[cfg(test)]
@@ -359,30 +347,18 @@ mod tests {
         let mut prefix = [0u8; 8];
         prefix[..4].copy_from_slice(&10u32.to_le_bytes());
         prefix[4..].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(
-            parse_prefix(prefix),
-            Err(FrameError::TooLarge { .. })
-        ));
+        assert!(matches!(parse_prefix(prefix), Err(FrameError::TooLarge { .. })));
         let mut prefix = [0u8; 8];
         prefix[..4].copy_from_slice(&(MAX_HEADER as u32 + 1).to_le_bytes());
-        assert!(matches!(
-            parse_prefix(prefix),
-            Err(FrameError::TooLarge { .. })
-        ));
+        assert!(matches!(parse_prefix(prefix), Err(FrameError::TooLarge { .. })));
     }
 
     #[test]
     fn clean_eof_is_closed_and_torn_frame_is_io() {
-        assert!(matches!(
-            read_frame::<Event, _>(&mut &b""[..]),
-            Err(FrameError::Closed)
-        ));
+        assert!(matches!(read_frame::<Event, _>(&mut &b""[..]), Err(FrameError::Closed)));
         let bytes = encode(&Event::Ready { version: 1 }, b"").unwrap();
         let torn = &bytes[..bytes.len() - 1];
-        assert!(matches!(
-            read_frame::<Event, _>(&mut &torn[..]),
-            Err(FrameError::Io(_))
-        ));
+        assert!(matches!(read_frame::<Event, _>(&mut &torn[..]), Err(FrameError::Io(_))));
     }
 
     #[test]
@@ -391,9 +367,6 @@ mod tests {
         bytes.extend_from_slice(&3u32.to_le_bytes());
         bytes.extend_from_slice(&0u32.to_le_bytes());
         bytes.extend_from_slice(b"{x}");
-        assert!(matches!(
-            read_frame::<Event, _>(&mut &bytes[..]),
-            Err(FrameError::Malformed(_))
-        ));
+        assert!(matches!(read_frame::<Event, _>(&mut &bytes[..]), Err(FrameError::Malformed(_))));
     }
 }

@@ -91,9 +91,7 @@ PRAGMA user_version = 1;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 fn digest(key: &str) -> String {
@@ -105,9 +103,7 @@ fn random_token(prefix: &str) -> String {
     use rand::Rng;
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     let mut rng = rand::rngs::OsRng;
-    let body: String = (0..40)
-        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
-        .collect();
+    let body: String = (0..40).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect();
     format!("{prefix}{body}")
 }
 
@@ -126,9 +122,7 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
-        Ok(Store {
-            conn: Mutex::new(conn),
-        })
+        Ok(Store { conn: Mutex::new(conn) })
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
@@ -137,9 +131,7 @@ impl Store {
 
     /// Runs SQLite's integrity check.
     pub fn integrity_check(&self) -> Result<()> {
-        let r: String = self
-            .conn()
-            .query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        let r: String = self.conn().query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
         if r == "ok" {
             Ok(())
         } else {
@@ -149,11 +141,8 @@ impl Store {
 
     /// Creates the first admin key if no admin key exists; returns it in clear (shown once).
     pub fn ensure_admin_key(&self) -> Result<Option<String>> {
-        let has: bool = self.conn().query_row(
-            "SELECT EXISTS(SELECT 1 FROM api_keys WHERE admin = 1)",
-            [],
-            |r| r.get(0),
-        )?;
+        let has: bool =
+            self.conn().query_row("SELECT EXISTS(SELECT 1 FROM api_keys WHERE admin = 1)", [], |r| r.get(0))?;
         if has {
             return Ok(None);
         }
@@ -166,10 +155,7 @@ impl Store {
         let now = now_ms();
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        tx.execute(
-            "INSERT OR IGNORE INTO tenants(name, created_ms) VALUES (?1, ?2)",
-            params![tenant, now],
-        )?;
+        tx.execute("INSERT OR IGNORE INTO tenants(name, created_ms) VALUES (?1, ?2)", params![tenant, now])?;
         tx.execute(
             "INSERT INTO api_keys(digest, prefix, tenant, admin, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![digest(&key), &key[..8], tenant, admin, now],
@@ -182,16 +168,9 @@ impl Store {
     pub fn authenticate(&self, key: &str) -> Result<Option<Principal>> {
         Ok(self
             .conn()
-            .query_row(
-                "SELECT tenant, admin FROM api_keys WHERE digest = ?1",
-                params![digest(key)],
-                |r| {
-                    Ok(Principal {
-                        tenant: r.get(0)?,
-                        admin: r.get(1)?,
-                    })
-                },
-            )
+            .query_row("SELECT tenant, admin FROM api_keys WHERE digest = ?1", params![digest(key)], |r| {
+                Ok(Principal { tenant: r.get(0)?, admin: r.get(1)? })
+            })
             .optional()?)
     }
 
@@ -247,8 +226,7 @@ impl Store {
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, tenant, state, reason, image, limits, env, metadata, slot, created, expires) =
-                row?;
+            let (id, tenant, state, reason, image, limits, env, metadata, slot, created, expires) = row?;
             let limits: Limits = serde_json::from_str(&limits)?;
             out.push(SandboxRecord {
                 info: SandboxInfo {
@@ -274,28 +252,31 @@ impl Store {
 
     /// One sandbox of `tenant` (another tenant's id is simply not found).
     pub fn get_sandbox(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>> {
-        let sql = format!(
-            "{} WHERE id = ?1 AND tenant = ?2 AND state != 'deleted'",
-            Self::COLUMNS
-        );
+        let sql = format!("{} WHERE id = ?1 AND tenant = ?2 AND state != 'deleted'", Self::COLUMNS);
         Ok(self.sandboxes(&sql, &[&id, &tenant])?.into_iter().next())
+    }
+
+    /// One sandbox of `tenant`, deleted ones included (to report how it ended).
+    pub fn get_sandbox_any(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>> {
+        let sql = format!("{} WHERE id = ?1 AND tenant = ?2", Self::COLUMNS);
+        Ok(self.sandboxes(&sql, &[&id, &tenant])?.into_iter().next())
+    }
+
+    /// Records the host uid-range slot a sandbox runs with.
+    pub fn set_slot(&self, id: &str, slot: u32) -> Result<()> {
+        self.conn().execute("UPDATE sandboxes SET slot = ?2 WHERE id = ?1", params![id, slot])?;
+        Ok(())
     }
 
     /// Sandboxes of `tenant` that are not deleted, newest first.
     pub fn list_sandboxes(&self, tenant: &str) -> Result<Vec<SandboxRecord>> {
-        let sql = format!(
-            "{} WHERE tenant = ?1 AND state != 'deleted' ORDER BY created_ms DESC, id",
-            Self::COLUMNS
-        );
+        let sql = format!("{} WHERE tenant = ?1 AND state != 'deleted' ORDER BY created_ms DESC, id", Self::COLUMNS);
         self.sandboxes(&sql, &[&tenant])
     }
 
     /// Every sandbox not deleted, of all tenants (start-up recovery, expiry).
     pub fn live_sandboxes(&self) -> Result<Vec<SandboxRecord>> {
-        let sql = format!(
-            "{} WHERE state != 'deleted' ORDER BY created_ms",
-            Self::COLUMNS
-        );
+        let sql = format!("{} WHERE state != 'deleted' ORDER BY created_ms", Self::COLUMNS);
         self.sandboxes(&sql, &[])
     }
 
@@ -315,12 +296,7 @@ impl Store {
     }
 
     /// Audit records, newest first; `tenant = None` reads every tenant's (admin).
-    pub fn list_audit(
-        &self,
-        tenant: Option<&str>,
-        sandbox_id: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<AuditEntry>> {
+    pub fn list_audit(&self, tenant: Option<&str>, sandbox_id: Option<&str>, limit: u32) -> Result<Vec<AuditEntry>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT seq, at_ms, tenant, sandbox_id, action, detail FROM audit
@@ -328,26 +304,12 @@ impl Store {
              ORDER BY seq DESC LIMIT ?3",
         )?;
         let rows = stmt.query_map(params![tenant, sandbox_id, limit], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get::<_, String>(5)?,
-            ))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get::<_, String>(5)?))
         })?;
         let mut out = Vec::new();
         for row in rows {
             let (seq, at_ms, tenant, sandbox_id, action, detail) = row?;
-            out.push(AuditEntry {
-                seq,
-                at_ms,
-                tenant,
-                sandbox_id,
-                action,
-                detail: serde_json::from_str(&detail)?,
-            });
+            out.push(AuditEntry { seq, at_ms, tenant, sandbox_id, action, detail: serde_json::from_str(&detail)? });
         }
         Ok(out)
     }
@@ -364,12 +326,7 @@ mod tests {
                 state: SandboxState::Running,
                 reason: None,
                 image: "host".into(),
-                limits: Limits {
-                    cpu: 1.0,
-                    memory_mb: 512,
-                    pids: 256,
-                    timeout_s: 300,
-                },
+                limits: Limits { cpu: 1.0, memory_mb: 512, pids: 256, timeout_s: 300 },
                 metadata: BTreeMap::from([("k".into(), "v".into())]),
                 created_at_ms: 1,
                 expires_at_ms: 2,
@@ -385,28 +342,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("s.db")).unwrap();
         let admin = store.ensure_admin_key().unwrap().expect("first admin key");
-        assert!(
-            store.ensure_admin_key().unwrap().is_none(),
-            "only one bootstrap key"
-        );
+        assert!(store.ensure_admin_key().unwrap().is_none(), "only one bootstrap key");
         let key = store.create_key("acme", false).unwrap();
-        assert_eq!(
-            store.authenticate(&key).unwrap(),
-            Some(Principal {
-                tenant: "acme".into(),
-                admin: false
-            })
-        );
+        assert_eq!(store.authenticate(&key).unwrap(), Some(Principal { tenant: "acme".into(), admin: false }));
         assert_eq!(store.authenticate(&admin).unwrap().unwrap().admin, true);
         assert_eq!(store.authenticate("sl_wrong").unwrap(), None);
         drop(store);
         let raw = std::fs::read(dir.path().join("s.db")).unwrap();
         let wal = std::fs::read(dir.path().join("s.db-wal")).unwrap_or_default();
         for bytes in [raw, wal] {
-            assert!(
-                !bytes.windows(key.len()).any(|w| w == key.as_bytes()),
-                "key in clear on disk"
-            );
+            assert!(!bytes.windows(key.len()).any(|w| w == key.as_bytes()), "key in clear on disk");
         }
     }
 
@@ -417,15 +362,10 @@ mod tests {
         store.create_key("a", false).unwrap();
         store.create_key("b", false).unwrap();
         store.insert_sandbox(&record("sb_1", "a")).unwrap();
-        assert_eq!(
-            store.get_sandbox("a", "sb_1").unwrap(),
-            Some(record("sb_1", "a"))
-        );
+        assert_eq!(store.get_sandbox("a", "sb_1").unwrap(), Some(record("sb_1", "a")));
         assert_eq!(store.get_sandbox("b", "sb_1").unwrap(), None);
         assert_eq!(store.list_sandboxes("b").unwrap().len(), 0);
-        store
-            .set_state("sb_1", SandboxState::Deleted, None)
-            .unwrap();
+        store.set_state("sb_1", SandboxState::Deleted, None).unwrap();
         assert_eq!(store.get_sandbox("a", "sb_1").unwrap(), None);
         assert!(store.live_sandboxes().unwrap().is_empty());
     }
@@ -434,17 +374,8 @@ mod tests {
     fn audit_filters_by_tenant_and_sandbox() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("s.db")).unwrap();
-        store
-            .audit(
-                "a",
-                Some("sb_1"),
-                "exec",
-                &serde_json::json!({"argv": ["true"]}),
-            )
-            .unwrap();
-        store
-            .audit("b", None, "key.create", &serde_json::json!({}))
-            .unwrap();
+        store.audit("a", Some("sb_1"), "exec", &serde_json::json!({"argv": ["true"]})).unwrap();
+        store.audit("b", None, "key.create", &serde_json::json!({})).unwrap();
         assert_eq!(store.list_audit(Some("a"), None, 10).unwrap().len(), 1);
         assert_eq!(store.list_audit(None, None, 10).unwrap().len(), 2);
         let e = &store.list_audit(Some("a"), Some("sb_1"), 10).unwrap()[0];

@@ -38,27 +38,16 @@ impl Uploads {
     fn register(&self, req: u64) -> Receiver<UploadMsg> {
         // A small bound: a slow disk pushes back on the control socket instead of buffering in RAM.
         let (tx, rx) = sync_channel(8);
-        self.open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(req, tx);
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).insert(req, tx);
         rx
     }
 
     fn forget(&self, req: u64) {
-        self.open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&req);
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
     }
 
     fn send(&self, req: u64, msg: UploadMsg) {
-        let tx = self
-            .open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&req)
-            .cloned();
+        let tx = self.open.lock().unwrap_or_else(|p| p.into_inner()).get(&req).cloned();
         if let Some(tx) = tx {
             // A closed receiver means the upload already failed and said so.
             let _ = tx.send(msg);
@@ -88,10 +77,7 @@ struct OpError {
 
 impl OpError {
     fn new(kind: FileErrorKind, message: impl Into<String>) -> Self {
-        OpError {
-            kind,
-            message: message.into(),
-        }
+        OpError { kind, message: message.into() }
     }
 
     fn io(path: &Path, e: io::Error) -> Self {
@@ -101,18 +87,18 @@ impl OpError {
             Some(libc::EISDIR | libc::ENOTDIR) => FileErrorKind::WrongKind,
             Some(libc::EEXIST | libc::ENOTEMPTY) => FileErrorKind::AlreadyExists,
             Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => FileErrorKind::TooLarge,
-            Some(libc::ELOOP | libc::ENAMETOOLONG | libc::EINVAL) => FileErrorKind::Invalid,
+            Some(libc::ELOOP | libc::ENAMETOOLONG | libc::EINVAL | libc::EXDEV) => FileErrorKind::Invalid,
             _ => FileErrorKind::Other,
         };
         let what = match kind {
             FileErrorKind::NotFound => "no such file or directory".to_string(),
             FileErrorKind::PermissionDenied => "permission denied".to_string(),
+            _ if e.raw_os_error() == Some(libc::EXDEV) => {
+                "cannot move across filesystems (/tmp and /dev/shm are separate); copy and remove instead".to_string()
+            }
             _ => e.to_string(),
         };
-        OpError {
-            kind,
-            message: format!("{}: {what}", path.display()),
-        }
+        OpError { kind, message: format!("{}: {what}", path.display()) }
     }
 }
 
@@ -132,14 +118,7 @@ pub(crate) fn start(out: &Outbox, uploads: &Uploads, req: u64, uid: u32, op: Fil
         uploads.forget(req);
         match result {
             Ok(value) => out.send(&Event::Done { req, value }, &[]),
-            Err(e) => out.send(
-                &Event::Failed {
-                    req,
-                    kind: e.kind,
-                    message: e.message,
-                },
-                &[],
-            ),
+            Err(e) => out.send(&Event::Failed { req, kind: e.kind, message: e.message }, &[]),
         }
     });
 }
@@ -151,10 +130,7 @@ fn become_user(uid: u32) -> Result<(), OpError> {
         libc::syscall(libc::SYS_setfsuid, uid);
         // The syscalls return the previous value; calling again with -1 reads the current one back.
         if libc::syscall(libc::SYS_setfsuid, -1i32) as u32 != uid {
-            return Err(OpError::new(
-                FileErrorKind::Other,
-                "cannot switch to the requested user",
-            ));
+            return Err(OpError::new(FileErrorKind::Other, "cannot switch to the requested user"));
         }
     }
     Ok(())
@@ -163,10 +139,7 @@ fn become_user(uid: u32) -> Result<(), OpError> {
 fn checked_path(p: &str) -> Result<PathBuf, OpError> {
     let path = Path::new(p);
     if !path.is_absolute() {
-        return Err(OpError::new(
-            FileErrorKind::Invalid,
-            format!("{p}: path must be absolute"),
-        ));
+        return Err(OpError::new(FileErrorKind::Invalid, format!("{p}: path must be absolute")));
     }
     Ok(path.to_path_buf())
 }
@@ -174,44 +147,23 @@ fn checked_path(p: &str) -> Result<PathBuf, OpError> {
 fn run(out: &Outbox, req: u64, op: FileOp, rx: Option<Receiver<UploadMsg>>) -> OpResult {
     match op {
         FileOp::Read { path } => read(out, req, &checked_path(&path)?),
-        FileOp::Write {
-            path,
-            mode,
-            max_bytes,
-        } => write(
-            &checked_path(&path)?,
-            mode,
-            max_bytes,
-            rx.expect("registered"),
-        ),
+        FileOp::Write { path, mode, max_bytes } => {
+            write(&checked_path(&path)?, mode, max_bytes, rx.expect("registered"))
+        }
         FileOp::Stat { path } => {
             let path = checked_path(&path)?;
             stat(&path).map(|s| s.0)
         }
-        FileOp::List {
-            path,
-            depth,
-            max_entries,
-        } => list(&checked_path(&path)?, depth, max_entries),
+        FileOp::List { path, depth, max_entries } => list(&checked_path(&path)?, depth, max_entries),
         FileOp::Mkdir { path, parents } => {
             let path = checked_path(&path)?;
-            let r = if parents {
-                fs::create_dir_all(&path)
-            } else {
-                fs::create_dir(&path)
-            };
+            let r = if parents { fs::create_dir_all(&path) } else { fs::create_dir(&path) };
             r.map_err(|e| OpError::io(&path, e))?;
             Ok(json!({"path": path}))
         }
         FileOp::Remove { path, recursive } => remove(&checked_path(&path)?, recursive),
-        FileOp::Move {
-            from,
-            to,
-            overwrite,
-        } => rename(&checked_path(&from)?, &checked_path(&to)?, overwrite),
-        FileOp::Untar { path, max_bytes } => {
-            untar(&checked_path(&path)?, max_bytes, rx.expect("registered"))
-        }
+        FileOp::Move { from, to, overwrite } => rename(&checked_path(&from)?, &checked_path(&to)?, overwrite),
+        FileOp::Untar { path, max_bytes } => untar(&checked_path(&path)?, max_bytes, rx.expect("registered")),
         FileOp::Tar { path } => tar(out, req, &checked_path(&path)?),
     }
 }
@@ -220,10 +172,7 @@ fn read(out: &Outbox, req: u64, path: &Path) -> OpResult {
     let mut f = File::open(path).map_err(|e| OpError::io(path, e))?;
     let meta = f.metadata().map_err(|e| OpError::io(path, e))?;
     if !meta.is_file() {
-        return Err(OpError::new(
-            FileErrorKind::WrongKind,
-            format!("{}: not a regular file", path.display()),
-        ));
+        return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: not a regular file", path.display())));
     }
     let mut buf = vec![0u8; MAX_PAYLOAD];
     let mut total = 0u64;
@@ -240,29 +189,15 @@ fn read(out: &Outbox, req: u64, path: &Path) -> OpResult {
 
 fn write(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpResult {
     let (dir, name) = split(path)?;
-    if fs::symlink_metadata(path)
-        .map(|m| m.is_dir())
-        .unwrap_or(false)
-    {
-        return Err(OpError::new(
-            FileErrorKind::WrongKind,
-            format!("{}: is a directory", path.display()),
-        ));
+    if fs::symlink_metadata(path).map(|m| m.is_dir()).unwrap_or(false) {
+        return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: is a directory", path.display())));
     }
     fs::create_dir_all(dir).map_err(|e| OpError::io(dir, e))?;
     // Write beside the target and rename at the end: readers never see a half-written file, and an
     // acknowledged write has been fsynced with its directory entry.
-    let tmp = dir.join(format!(
-        ".{}.sandlot-{:x}",
-        name.to_string_lossy(),
-        rand_suffix()
-    ));
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| OpError::io(path, e))?;
+    let tmp = dir.join(format!(".{}.sandlot-{:x}", name.to_string_lossy(), rand_suffix()));
+    let mut f =
+        OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(|e| OpError::io(path, e))?;
     let cleanup = |e: OpError| {
         let _ = fs::remove_file(&tmp);
         e
@@ -275,25 +210,18 @@ fn write(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpR
                 if total > max_bytes {
                     return Err(cleanup(OpError::new(
                         FileErrorKind::TooLarge,
-                        format!(
-                            "{}: upload is larger than the {max_bytes}-byte limit",
-                            path.display()
-                        ),
+                        format!("{}: upload is larger than the {max_bytes}-byte limit", path.display()),
                     )));
                 }
                 f.write_all(&b).map_err(|e| cleanup(OpError::io(path, e)))?;
             }
             Ok(UploadMsg::End) => break,
             Ok(UploadMsg::Abort) | Err(_) => {
-                return Err(cleanup(OpError::new(
-                    FileErrorKind::Other,
-                    "upload aborted",
-                )));
+                return Err(cleanup(OpError::new(FileErrorKind::Other, "upload aborted")));
             }
         }
     }
-    f.set_permissions(fs::Permissions::from_mode(mode & 0o7777))
-        .map_err(|e| cleanup(OpError::io(path, e)))?;
+    f.set_permissions(fs::Permissions::from_mode(mode & 0o7777)).map_err(|e| cleanup(OpError::io(path, e)))?;
     f.sync_all().map_err(|e| cleanup(OpError::io(path, e)))?;
     drop(f);
     fs::rename(&tmp, path).map_err(|e| cleanup(OpError::io(path, e)))?;
@@ -304,10 +232,7 @@ fn write(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpR
 fn split(path: &Path) -> Result<(&Path, &std::ffi::OsStr), OpError> {
     match (path.parent(), path.file_name()) {
         (Some(dir), Some(name)) => Ok((dir, name)),
-        _ => Err(OpError::new(
-            FileErrorKind::Invalid,
-            format!("{}: not a file path", path.display()),
-        )),
+        _ => Err(OpError::new(FileErrorKind::Invalid, format!("{}: not a file path", path.display()))),
     }
 }
 
@@ -337,21 +262,11 @@ fn stat(path: &Path) -> Result<(Value, bool), OpError> {
     } else {
         "other"
     };
-    let link_target = if ft.is_symlink() {
-        fs::read_link(path)
-            .ok()
-            .map(|t| t.to_string_lossy().into_owned())
-    } else {
-        None
-    };
-    let mtime_ms = m
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_millis() as i64);
-    let name = path
-        .file_name()
-        .map_or_else(|| "/".to_string(), |n| n.to_string_lossy().into_owned());
+    let link_target =
+        if ft.is_symlink() { fs::read_link(path).ok().map(|t| t.to_string_lossy().into_owned()) } else { None };
+    let mtime_ms =
+        m.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as i64);
+    let name = path.file_name().map_or_else(|| "/".to_string(), |n| n.to_string_lossy().into_owned());
     let mut v = json!({
         "path": path.to_string_lossy(),
         "name": name,
@@ -370,10 +285,7 @@ fn stat(path: &Path) -> Result<(Value, bool), OpError> {
 fn list(root: &Path, depth: u32, max_entries: u32) -> OpResult {
     let (_, is_dir) = stat(root)?;
     if !is_dir {
-        return Err(OpError::new(
-            FileErrorKind::WrongKind,
-            format!("{}: not a directory", root.display()),
-        ));
+        return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: not a directory", root.display())));
     }
     let mut entries = Vec::new();
     let mut stack = vec![(root.to_path_buf(), 1u32)];
@@ -424,10 +336,7 @@ fn remove(path: &Path, recursive: bool) -> OpResult {
         if e.raw_os_error() == Some(libc::ENOTEMPTY) {
             OpError::new(
                 FileErrorKind::AlreadyExists,
-                format!(
-                    "{}: directory not empty; pass recursive=true to remove it with its contents",
-                    path.display()
-                ),
+                format!("{}: directory not empty; pass recursive=true to remove it with its contents", path.display()),
             )
         } else {
             OpError::io(path, e)
@@ -438,28 +347,15 @@ fn remove(path: &Path, recursive: bool) -> OpResult {
 
 fn rename(from: &Path, to: &Path, overwrite: bool) -> OpResult {
     let c = |p: &Path| {
-        CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| OpError::new(FileErrorKind::Invalid, "path contains NUL"))
+        CString::new(p.as_os_str().as_bytes()).map_err(|_| OpError::new(FileErrorKind::Invalid, "path contains NUL"))
     };
     let (cf, ct) = (c(from)?, c(to)?);
     let flags = if overwrite { 0 } else { libc::RENAME_NOREPLACE };
     // SAFETY: both pointers are valid NUL-terminated strings for the duration of the call.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            cf.as_ptr(),
-            libc::AT_FDCWD,
-            ct.as_ptr(),
-            flags,
-        )
-    };
+    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, cf.as_ptr(), libc::AT_FDCWD, ct.as_ptr(), flags) };
     if rc != 0 {
         let e = io::Error::last_os_error();
-        let at = if e.raw_os_error() == Some(libc::EEXIST) {
-            to
-        } else {
-            from
-        };
+        let at = if e.raw_os_error() == Some(libc::EEXIST) { to } else { from };
         return Err(OpError::io(at, e));
     }
     Ok(json!({"from": from, "to": to}))
@@ -485,10 +381,7 @@ impl Read for UploadReader {
                 Ok(UploadMsg::Data(b)) => {
                     self.total += b.len() as u64;
                     if self.total > self.max {
-                        return Err(io::Error::new(
-                            io::ErrorKind::FileTooLarge,
-                            "upload over its limit",
-                        ));
+                        return Err(io::Error::new(io::ErrorKind::FileTooLarge, "upload over its limit"));
                     }
                     self.buf = b;
                     self.pos = 0;
@@ -506,14 +399,7 @@ impl Read for UploadReader {
 
 fn untar(dest: &Path, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpResult {
     fs::create_dir_all(dest).map_err(|e| OpError::io(dest, e))?;
-    let mut reader = UploadReader {
-        rx,
-        buf: Vec::new(),
-        pos: 0,
-        total: 0,
-        max: max_bytes,
-        ended: false,
-    };
+    let mut reader = UploadReader { rx, buf: Vec::new(), pos: 0, total: 0, max: max_bytes, ended: false };
     let mut archive = tar::Archive::new(&mut reader);
     archive.set_preserve_permissions(true);
     archive.set_overwrite(true);
@@ -526,21 +412,14 @@ fn untar(dest: &Path, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpResult {
         if name.is_absolute() || name.components().any(|c| matches!(c, Component::ParentDir)) {
             return Err(OpError::new(
                 FileErrorKind::Invalid,
-                format!(
-                    "tar entry {}: absolute paths and `..` are not allowed",
-                    name.display()
-                ),
+                format!("tar entry {}: absolute paths and `..` are not allowed", name.display()),
             ));
         }
         let written = entry.unpack_in(dest).map_err(|e| tar_error(dest, e))?;
         if !written {
             return Err(OpError::new(
                 FileErrorKind::Invalid,
-                format!(
-                    "tar entry {}: would land outside {}",
-                    name.display(),
-                    dest.display()
-                ),
+                format!("tar entry {}: would land outside {}", name.display(), dest.display()),
             ));
         }
         count += 1;
@@ -553,15 +432,11 @@ fn untar(dest: &Path, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpResult {
 
 fn tar_error(dest: &Path, e: io::Error) -> OpError {
     match e.kind() {
-        io::ErrorKind::FileTooLarge => OpError::new(
-            FileErrorKind::TooLarge,
-            format!("tar upload into {} is over the size limit", dest.display()),
-        ),
+        io::ErrorKind::FileTooLarge => {
+            OpError::new(FileErrorKind::TooLarge, format!("tar upload into {} is over the size limit", dest.display()))
+        }
         _ if e.raw_os_error().is_some() => OpError::io(dest, e),
-        _ => OpError::new(
-            FileErrorKind::Invalid,
-            format!("tar upload into {}: {e}", dest.display()),
-        ),
+        _ => OpError::new(FileErrorKind::Invalid, format!("tar upload into {}: {e}", dest.display())),
     }
 }
 
@@ -595,23 +470,14 @@ impl Write for ChunkWriter<'_> {
 fn tar(out: &Outbox, req: u64, dir: &Path) -> OpResult {
     let (_, is_dir) = stat(dir)?;
     if !is_dir {
-        return Err(OpError::new(
-            FileErrorKind::WrongKind,
-            format!("{}: not a directory", dir.display()),
-        ));
+        return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: not a directory", dir.display())));
     }
-    let mut w = ChunkWriter {
-        out,
-        req,
-        buf: Vec::with_capacity(MAX_PAYLOAD),
-    };
+    let mut w = ChunkWriter { out, req, buf: Vec::with_capacity(MAX_PAYLOAD) };
     {
         let mut builder = tar::Builder::new(&mut w);
         // Symlinks are archived as links: following them would read whatever the sandbox pointed them at.
         builder.follow_symlinks(false);
-        builder
-            .append_dir_all(".", dir)
-            .map_err(|e| OpError::io(dir, e))?;
+        builder.append_dir_all(".", dir).map_err(|e| OpError::io(dir, e))?;
         builder.finish().map_err(|e| OpError::io(dir, e))?;
     }
     w.flush().map_err(|e| OpError::io(dir, e))?;

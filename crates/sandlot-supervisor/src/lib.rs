@@ -11,7 +11,9 @@
 //! [`Outbox`], which writes whole frames under a lock.
 
 mod files;
+mod harden;
 mod process;
+pub mod seccomp;
 
 use std::io::{self, BufReader};
 use std::os::fd::FromRawFd;
@@ -37,11 +39,19 @@ impl Outbox {
     }
 }
 
+/// Options fixed by the daemon for the life of the sandbox.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Install the seccomp profile on every spawned process (off only for the escape suite's
+    /// layer-by-layer tests).
+    pub seccomp: bool,
+}
+
 /// Runs the supervisor on the control socket at [`CONTROL_FD`]. Never returns.
-pub fn run() -> ! {
+pub fn run(opts: Options) -> ! {
     // SAFETY: the driver places the control socket at CONTROL_FD before exec; nothing else owns it.
     let sock = unsafe { UnixStream::from_raw_fd(CONTROL_FD) };
-    match serve(sock) {
+    match serve(sock, opts) {
         Ok(()) => std::process::exit(0),
         Err(e) => {
             eprintln!("supervisor: {e}");
@@ -50,23 +60,16 @@ pub fn run() -> ! {
     }
 }
 
-fn serve(sock: UnixStream) -> io::Result<()> {
+fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
     // SIGCHLD is consumed by the reaper thread with sigwait, so it must be blocked in every thread; threads
     // inherit the mask, and std's Command resets it in children before exec.
     process::block_sigchld()?;
-    let outbox = Outbox {
-        sock: Arc::new(Mutex::new(sock.try_clone()?)),
-    };
-    let procs = process::Table::new(outbox.clone());
+    let outbox = Outbox { sock: Arc::new(Mutex::new(sock.try_clone()?)) };
+    let procs = process::Table::new(outbox.clone(), harden::Hardening::new(opts.seccomp)?);
     procs.start_reaper();
     let uploads = files::Uploads::default();
 
-    outbox.send(
-        &Event::Ready {
-            version: sandlot_protocol::VERSION,
-        },
-        &[],
-    );
+    outbox.send(&Event::Ready { version: sandlot_protocol::VERSION }, &[]);
     let mut reader = BufReader::with_capacity(256 << 10, sock);
     loop {
         let frame = match read_frame::<Request, _>(&mut reader) {

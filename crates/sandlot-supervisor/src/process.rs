@@ -1,6 +1,7 @@
 //! Spawning, reaping and piping processes.
 
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use sandlot_protocol::{Event, Spawn, Termination, MAX_PAYLOAD};
 
+use crate::harden::Hardening;
 use crate::Outbox;
 
 /// How long output pipes may stay open after the process itself has exited (a daemonised grandchild
@@ -43,6 +45,7 @@ struct Inner {
 pub(crate) struct Table {
     inner: Arc<Mutex<Inner>>,
     out: Outbox,
+    hardening: Arc<Hardening>,
 }
 
 /// Blocks SIGCHLD in the calling thread (and so in every thread created after).
@@ -61,11 +64,8 @@ pub(crate) fn block_sigchld() -> io::Result<()> {
 }
 
 impl Table {
-    pub(crate) fn new(out: Outbox) -> Self {
-        Table {
-            inner: Arc::default(),
-            out,
-        }
+    pub(crate) fn new(out: Outbox, hardening: Hardening) -> Self {
+        Table { inner: Arc::default(), out, hardening: Arc::new(hardening) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -102,13 +102,9 @@ impl Table {
             p.exit = Some(if p.timed_out {
                 Termination::Timeout
             } else if libc::WIFSIGNALED(status) {
-                Termination::Signaled {
-                    signal: libc::WTERMSIG(status),
-                }
+                Termination::Signaled { signal: libc::WTERMSIG(status) }
             } else {
-                Termination::Exited {
-                    code: libc::WEXITSTATUS(status),
-                }
+                Termination::Exited { code: libc::WEXITSTATUS(status) }
             });
             p.timer = None;
             p.stdin = None;
@@ -132,13 +128,7 @@ impl Table {
         let done = matches!(inner.by_handle.get(&handle), Some(p) if p.exit.is_some() && p.open_pipes == 0);
         if done {
             let p = inner.by_handle.remove(&handle).expect("checked above");
-            self.out.send(
-                &Event::Exited {
-                    proc: handle,
-                    end: p.exit.expect("checked above"),
-                },
-                &[],
-            );
+            self.out.send(&Event::Exited { proc: handle, end: p.exit.expect("checked above") }, &[]);
         }
     }
 
@@ -147,89 +137,44 @@ impl Table {
         let mut inner = self.lock();
         if inner.by_handle.contains_key(&handle) || s.argv.is_empty() {
             drop(inner);
-            let message = if s.argv.is_empty() {
-                "empty argv"
-            } else {
-                "process handle in use"
-            };
-            self.out.send(
-                &Event::SpawnFailed {
-                    proc: handle,
-                    message: message.into(),
-                },
-                &[],
-            );
+            let message = if s.argv.is_empty() { "empty argv" } else { "process handle in use" };
+            self.out.send(&Event::SpawnFailed { proc: handle, message: message.into() }, &[]);
             return;
         }
+        let Ok(cwd) = CString::new(s.cwd.as_bytes()) else {
+            drop(inner);
+            self.out.send(&Event::SpawnFailed { proc: handle, message: "cwd contains NUL".into() }, &[]);
+            return;
+        };
         let mut cmd = Command::new(&s.argv[0]);
         cmd.args(&s.argv[1..])
             .env_clear()
             .envs(s.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&s.cwd)
-            .uid(s.uid)
-            .gid(s.uid)
-            .stdin(if s.stdin {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
+            .stdin(if s.stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // Own process group, so a timeout or kill reaches everything the command started.
             .process_group(0);
-        // SAFETY: the closure only makes async-signal-safe syscalls (prctl) between fork and exec.
+        let hardening = Arc::clone(&self.hardening);
+        let uid = s.uid;
+        // SAFETY: `apply` only makes raw syscalls on data prepared before the fork.
         unsafe {
-            cmd.pre_exec(|| {
-                // No set-uid binary or file capability can raise privileges again.
-                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // User code is the OOM killer's first choice in the sandbox, never pid 1 (raising a score
-                // needs no privilege; the supervisor itself may hold a lowered score inherited from the
-                // daemon).
-                let fd = libc::open(
-                    c"/proc/self/oom_score_adj".as_ptr(),
-                    libc::O_WRONLY | libc::O_CLOEXEC,
-                );
-                if fd >= 0 {
-                    libc::write(fd, b"500\n".as_ptr().cast(), 4);
-                    libc::close(fd);
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || hardening.apply(uid, &cwd));
         }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
                 drop(inner);
                 let message = spawn_error(&s, &e);
-                self.out.send(
-                    &Event::SpawnFailed {
-                        proc: handle,
-                        message,
-                    },
-                    &[],
-                );
+                self.out.send(&Event::SpawnFailed { proc: handle, message }, &[]);
                 return;
             }
         };
         let pid = child.id() as i32;
         let stdin = child.stdin.take().map(|w| start_stdin_writer(w));
-        let timer = s
-            .timeout_ms
-            .map(|ms| self.start_timer(handle, pid, Duration::from_millis(ms)));
+        let timer = s.timeout_ms.map(|ms| self.start_timer(handle, pid, Duration::from_millis(ms)));
         inner.by_pid.insert(pid, handle);
-        inner.by_handle.insert(
-            handle,
-            Proc {
-                pid,
-                stdin,
-                exit: None,
-                open_pipes: 2,
-                timed_out: false,
-                timer,
-            },
-        );
+        inner.by_handle.insert(handle, Proc { pid, stdin, exit: None, open_pipes: 2, timed_out: false, timer });
         // Started goes out before any output: the pipe readers begin only after this send.
         self.out.send(&Event::Started { proc: handle, pid }, &[]);
         drop(inner);
@@ -256,9 +201,7 @@ impl Table {
                 if !inner.by_handle.contains_key(&handle) {
                     continue;
                 }
-                table
-                    .out
-                    .send(&Event::Output { proc: handle, fd }, &buf[..n]);
+                table.out.send(&Event::Output { proc: handle, fd }, &buf[..n]);
                 drop(inner);
             }
             let mut inner = table.lock();

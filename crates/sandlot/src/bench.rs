@@ -16,11 +16,9 @@ use sandlot_client::Client;
 
 /// Options of `sandlot bench`.
 #[derive(clap::Args, Debug)]
-#[command(
-    long_about = "Measure sandlot's latencies through its HTTP API and print them beside bubblewrap \
+#[command(long_about = "Measure sandlot's latencies through its HTTP API and print them beside bubblewrap \
 (bwrap) doing the same work on this machine.\n\nWithout --url it starts a private server (as root) on a \
-free loopback port with a temporary state directory, and removes it afterwards.\n\nExample:\n  sudo sandlot bench --iterations 200"
-)]
+free loopback port with a temporary state directory, and removes it afterwards.\n\nExample:\n  sudo sandlot bench --iterations 200")]
 pub struct BenchArgs {
     /// Server to measure (default: start a private one).
     #[arg(long)]
@@ -54,27 +52,17 @@ impl Drop for PrivateServer {
 }
 
 fn start_private_server() -> anyhow::Result<(PrivateServer, Client)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let dir = std::env::temp_dir().join(format!("sandlot-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let child = Command::new(std::env::current_exe()?)
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--state-dir",
-        ])
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--state-dir"])
         .arg(dir.join("state"))
         .env("SANDLOT_LOG", "warn")
         .stdin(Stdio::null())
         .spawn()
         .context("starting a private server")?;
-    let server = PrivateServer {
-        child,
-        dir: dir.clone(),
-    };
+    let server = PrivateServer { child, dir: dir.clone() };
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -104,9 +92,7 @@ struct Figure {
 fn figure(name: &str, concurrency: usize, mut samples: Vec<Duration>) -> Figure {
     samples.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let pct = |p: f64| {
-        ms(samples[((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1])
-    };
+    let pct = |p: f64| ms(samples[((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1]);
     let mean = samples.iter().map(|d| ms(*d)).sum::<f64>() / samples.len() as f64;
     Figure {
         name: name.into(),
@@ -129,8 +115,7 @@ fn parallel(
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let threads: Vec<_> = (0..concurrency)
         .map(|_| {
-            let (work, samples, next) =
-                (Arc::clone(&work), Arc::clone(&samples), Arc::clone(&next));
+            let (work, samples, next) = (Arc::clone(&work), Arc::clone(&samples), Arc::clone(&next));
             std::thread::spawn(move || -> anyhow::Result<()> {
                 while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < total {
                     let d = work()?;
@@ -141,18 +126,14 @@ fn parallel(
         })
         .collect();
     for t in threads {
-        t.join()
-            .map_err(|_| anyhow::anyhow!("bench thread panicked"))??;
+        t.join().map_err(|_| anyhow::anyhow!("bench thread panicked"))??;
     }
     let v = std::mem::take(&mut *samples.lock().unwrap_or_else(|p| p.into_inner()));
     Ok(v)
 }
 
 fn echo_request() -> ExecRequest {
-    ExecRequest {
-        argv: Some(vec!["/bin/echo".into(), "ready".into()]),
-        ..Default::default()
-    }
+    ExecRequest { argv: Some(vec!["/bin/echo".into(), "ready".into()]), ..Default::default() }
 }
 
 /// Create a sandbox, stream `echo ready`, stop the clock at the first stdout event; delete untimed.
@@ -182,35 +163,9 @@ fn bwrap_available() -> bool {
 fn bwrap_first_output() -> anyhow::Result<Duration> {
     let t0 = Instant::now();
     let mut child = Command::new("bwrap")
-        .args([
-            "--unshare-all",
-            "--die-with-parent",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-        ])
-        .args([
-            "--symlink",
-            "usr/bin",
-            "/bin",
-            "--symlink",
-            "usr/lib",
-            "/lib",
-            "--symlink",
-            "usr/lib64",
-            "/lib64",
-        ])
-        .args([
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--tmpfs",
-            "/tmp",
-            "--",
-            "/bin/echo",
-            "ready",
-        ])
+        .args(["--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr"])
+        .args(["--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64"])
+        .args(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", "/bin/echo", "ready"])
         .stdout(Stdio::piped())
         .stdin(Stdio::null())
         .spawn()
@@ -226,10 +181,7 @@ fn bwrap_first_output() -> anyhow::Result<Duration> {
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let (_server, client) = match &args.url {
         Some(url) => {
-            let key = args
-                .api_key
-                .clone()
-                .context("--url needs --api-key or SANDLOT_API_KEY")?;
+            let key = args.api_key.clone().context("--url needs --api-key or SANDLOT_API_KEY")?;
             (None, Client::new(url.clone(), key))
         }
         None => {
@@ -245,17 +197,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     }
     for &c in &args.concurrency {
         let cl = client.clone();
-        figures.push(figure(
-            "sandlot create→first output",
-            c,
-            parallel(n, c, move || create_to_first_output(&cl))?,
-        ));
+        figures.push(figure("sandlot create→first output", c, parallel(n, c, move || create_to_first_output(&cl))?));
     }
     let sb = client.create(&CreateSandbox::default())?;
-    let t = ExecRequest {
-        argv: Some(vec!["/bin/true".into()]),
-        ..Default::default()
-    };
+    let t = ExecRequest { argv: Some(vec!["/bin/true".into()]), ..Default::default() };
     let samples = (0..n)
         .map(|_| {
             let t0 = Instant::now();
@@ -268,19 +213,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         .map(|_| {
             let sb = client.create(&CreateSandbox::default())?;
             let t0 = Instant::now();
-            sb.delete()
-                .map(|_| t0.elapsed())
-                .map_err(anyhow::Error::from)
+            sb.delete().map(|_| t0.elapsed()).map_err(anyhow::Error::from)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     figures.push(figure("sandlot delete", 1, deletes));
     if bwrap_available() {
         for &c in &args.concurrency {
-            figures.push(figure(
-                "bwrap spawn→first output",
-                c,
-                parallel(n, c, bwrap_first_output)?,
-            ));
+            figures.push(figure("bwrap spawn→first output", c, parallel(n, c, bwrap_first_output)?));
         }
     } else {
         eprintln!("bwrap not found: install Debian's bubblewrap for the baseline (apt-get install bubblewrap)");
@@ -288,10 +227,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&figures)?);
     } else {
-        println!(
-            "{:<40} {:>5} {:>8} {:>9} {:>9} {:>9}",
-            "figure", "conc", "samples", "p50 ms", "p99 ms", "mean ms"
-        );
+        println!("{:<40} {:>5} {:>8} {:>9} {:>9} {:>9}", "figure", "conc", "samples", "p50 ms", "p99 ms", "mean ms");
         for f in &figures {
             println!(
                 "{:<40} {:>5} {:>8} {:>9.2} {:>9.2} {:>9.2}",

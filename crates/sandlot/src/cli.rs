@@ -107,12 +107,7 @@ pub struct Conn {
 impl Conn {
     /// A client for this server, with the given key or the admin key file.
     fn client(&self) -> anyhow::Result<Client> {
-        if let Some(key) = self
-            .api_key
-            .as_deref()
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-        {
+        if let Some(key) = self.api_key.as_deref().map(str::trim).filter(|k| !k.is_empty()) {
             return Ok(Client::new(&self.url, key));
         }
         match fs::read_to_string(ADMIN_KEY_PATH) {
@@ -150,9 +145,7 @@ pub fn execute(cmd: ClientCommand) -> anyhow::Result<i32> {
     match result {
         Err(err) => match client_error_kind(&err) {
             Some(ErrorKind::Connect) => {
-                eprintln!(
-                    "sandlot: no server at {url}. Start one with: sudo sandlot serve   (or set SANDLOT_URL)"
-                );
+                eprintln!("sandlot: no server at {url}. Start one with: sudo sandlot serve   (or set SANDLOT_URL)");
                 Ok(EXIT_NO_SERVER)
             }
             Some(ErrorKind::Unauthenticated) => Err(anyhow::anyhow!(
@@ -166,9 +159,7 @@ pub fn execute(cmd: ClientCommand) -> anyhow::Result<i32> {
 
 /// The kind of the SDK error in `err`'s chain, if any.
 fn client_error_kind(err: &anyhow::Error) -> Option<ErrorKind> {
-    err.chain()
-        .find_map(|e| e.downcast_ref::<sandlot_client::Error>())
-        .map(|e| e.kind())
+    err.chain().find_map(|e| e.downcast_ref::<sandlot_client::Error>()).map(|e| e.kind())
 }
 
 /// Parses `KEY=VALUE` (for `--env` and `--meta`).
@@ -205,8 +196,7 @@ trait Doing<T> {
 
 impl<T> Doing<T> for sandlot_client::Result<T> {
     fn doing(self, what: &str) -> anyhow::Result<T> {
-        self.map_err(anyhow::Error::new)
-            .with_context(|| what.to_string())
+        self.map_err(anyhow::Error::new).with_context(|| what.to_string())
     }
 }
 
@@ -231,10 +221,7 @@ mod tests {
     fn env_names_match_the_api() {
         assert_eq!(sandlot_client::api::ENV_URL, "SANDLOT_URL");
         assert_eq!(sandlot_client::api::ENV_API_KEY, "SANDLOT_API_KEY");
-        assert_eq!(
-            format!("http://{}", sandlot_client::api::DEFAULT_LISTEN),
-            "http://127.0.0.1:7423"
-        );
+        assert_eq!(format!("http://{}", sandlot_client::api::DEFAULT_LISTEN), "http://127.0.0.1:7423");
     }
 
     #[test]
@@ -247,31 +234,20 @@ mod tests {
 
     #[test]
     fn run_takes_the_command_after_the_flags() {
-        let cli = TestCli::try_parse_from(["sandlot", "run", "--memory", "64", "ls", "-la", "/"])
-            .unwrap();
-        let ClientCommand::Run(args) = cli.cmd else {
-            panic!()
-        };
+        let cli = TestCli::try_parse_from(["sandlot", "run", "--memory", "64", "ls", "-la", "/"]).unwrap();
+        let ClientCommand::Run(args) = cli.cmd else { panic!() };
         assert_eq!(args.command, ["ls", "-la", "/"]);
         let cli = TestCli::try_parse_from(["sandlot", "run", "--", "echo", "--memory"]).unwrap();
-        let ClientCommand::Run(args) = cli.cmd else {
-            panic!()
-        };
+        let ClientCommand::Run(args) = cli.cmd else { panic!() };
         assert_eq!(args.command, ["echo", "--memory"]);
         assert!(TestCli::try_parse_from(["sandlot", "run"]).is_err());
     }
 
     #[test]
     fn connect_errors_become_exit_code_2() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let url = format!("http://127.0.0.1:{port}");
-        let cli =
-            TestCli::try_parse_from(["sandlot", "sandbox", "ls", "--url", &url, "--api-key", "k"])
-                .unwrap();
+        let cli = TestCli::try_parse_from(["sandlot", "sandbox", "ls", "--url", &url, "--api-key", "k"]).unwrap();
         assert_eq!(execute(cli.cmd).unwrap(), EXIT_NO_SERVER);
     }
 }

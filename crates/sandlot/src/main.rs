@@ -73,5 +73,5 @@ fn supervisor_main() -> ! {
         eprintln!("{e}");
         std::process::exit(71);
     }
-    sandlot_supervisor::run()
+    sandlot_supervisor::run(sandlot_supervisor::Options { seccomp: spec.layers.seccomp })
 }

@@ -62,17 +62,13 @@ pub(super) fn keys(cmd: KeysCmd) -> anyhow::Result<i32> {
     match cmd {
         KeysCmd::Create(args) => {
             let client = args.conn.client()?;
-            let created = client
-                .create_key(&args.tenant)
-                .doing(&format!("creating a key for tenant {}", args.tenant))?;
+            let created =
+                client.create_key(&args.tenant).doing(&format!("creating a key for tenant {}", args.tenant))?;
             if args.json {
                 print_json(&created)?;
             } else {
                 println!("{}", created.key);
-                eprintln!(
-                    "sandlot: key for tenant {} (shown once; store it now)",
-                    created.tenant
-                );
+                eprintln!("sandlot: key for tenant {} (shown once; store it now)", created.tenant);
             }
             Ok(0)
         }
@@ -81,9 +77,7 @@ pub(super) fn keys(cmd: KeysCmd) -> anyhow::Result<i32> {
 
 pub(super) fn audit(args: AuditArgs) -> anyhow::Result<i32> {
     let client = args.conn.client()?;
-    let entries = client
-        .audit(args.sandbox.as_deref(), args.limit)
-        .doing("reading the audit log")?;
+    let entries = client.audit(args.sandbox.as_deref(), args.limit).doing("reading the audit log")?;
     if args.json {
         print_json(&AuditList { entries })?;
         return Ok(0);
@@ -101,9 +95,6 @@ pub(super) fn audit(args: AuditArgs) -> anyhow::Result<i32> {
             ]
         })
         .collect();
-    print_table(
-        &["SEQ", "TIME", "TENANT", "SANDBOX", "ACTION", "DETAIL"],
-        &rows,
-    )?;
+    print_table(&["SEQ", "TIME", "TENANT", "SANDBOX", "ACTION", "DETAIL"], &rows)?;
     Ok(0)
 }

@@ -50,10 +50,7 @@ fn parse_endpoint(s: &str) -> anyhow::Result<Endpoint> {
             if path.is_empty() {
                 bail!("`{s}`: missing path after `{id}:` (e.g. {id}:/home/user/file)");
             }
-            Ok(Endpoint::Remote {
-                id: id.to_string(),
-                path: path.to_string(),
-            })
+            Ok(Endpoint::Remote { id: id.to_string(), path: path.to_string() })
         }
         _ => Ok(Endpoint::Local(PathBuf::from(s))),
     }
@@ -93,27 +90,19 @@ fn upload(client: &Client, src: Endpoint, id: &str, path: &str, tar: bool) -> an
                         local.display()
                     );
                 }
-                let file =
-                    File::open(local).with_context(|| format!("opening {}", local.display()))?;
+                let file = File::open(local).with_context(|| format!("opening {}", local.display()))?;
                 sandbox.upload_tar(path, file)
             }
             _ => sandbox.upload_tar(path, io::stdin().lock()),
         }
         .doing(&format!("unpacking the archive into {target}"))?;
-        let entries = result
-            .entries
-            .map(|n| format!(", {n} entries"))
-            .unwrap_or_default();
-        eprintln!(
-            "sandlot: unpacked {} bytes{entries} into {id}:{}",
-            result.bytes, result.path
-        );
+        let entries = result.entries.map(|n| format!(", {n} entries")).unwrap_or_default();
+        eprintln!("sandlot: unpacked {} bytes{entries} into {id}:{}", result.bytes, result.path);
         return Ok(());
     }
     let result = match &src {
         Endpoint::Local(local) => {
-            let meta =
-                fs::metadata(local).with_context(|| format!("reading {}", local.display()))?;
+            let meta = fs::metadata(local).with_context(|| format!("reading {}", local.display()))?;
             if meta.is_dir() {
                 bail!(
                     "directory copy: use `sandlot sandbox cp` on a .tar file with --tar \
@@ -121,30 +110,20 @@ fn upload(client: &Client, src: Endpoint, id: &str, path: &str, tar: bool) -> an
                     local.display()
                 );
             }
-            let name = local
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let dest = remote_destination(&sandbox, path, &name);
             let file = File::open(local).with_context(|| format!("opening {}", local.display()))?;
             let mode = meta.permissions().mode() & 0o777;
-            sandbox
-                .write_file_from(&dest, file, Some(mode))
-                .doing(&format!("writing {id}:{dest}"))?
+            sandbox.write_file_from(&dest, file, Some(mode)).doing(&format!("writing {id}:{dest}"))?
         }
         _ => {
             if path.ends_with('/') {
                 bail!("{target} names a directory; from standard input, give the file's full path");
             }
-            sandbox
-                .write_file_from(path, io::stdin().lock(), None)
-                .doing(&format!("writing {target}"))?
+            sandbox.write_file_from(path, io::stdin().lock(), None).doing(&format!("writing {target}"))?
         }
     };
-    eprintln!(
-        "sandlot: copied {} bytes to {id}:{}",
-        result.bytes, result.path
-    );
+    eprintln!("sandlot: copied {} bytes to {id}:{}", result.bytes, result.path);
     Ok(())
 }
 
@@ -169,9 +148,7 @@ fn download(client: &Client, id: &str, path: &str, dst: Endpoint, tar: bool) -> 
     let source = format!("{id}:{path}");
     let fetch = |out: &mut dyn Write| -> anyhow::Result<u64> {
         if tar {
-            return sandbox
-                .download_tar(path, out)
-                .doing(&format!("downloading {source} as a tar archive"));
+            return sandbox.download_tar(path, out).doing(&format!("downloading {source} as a tar archive"));
         }
         sandbox.read_file_to(path, out).map_err(|err| {
             if err.code() == Some(codes::WRONG_FILE_KIND) {
@@ -187,10 +164,7 @@ fn download(client: &Client, id: &str, path: &str, dst: Endpoint, tar: bool) -> 
     let (bytes, written_to) = match dst {
         Endpoint::Local(local) => {
             let local = local_destination(&local, path, tar);
-            (
-                write_atomically(&local, fetch)?,
-                local.display().to_string(),
-            )
+            (write_atomically(&local, fetch)?, local.display().to_string())
         }
         _ => {
             let mut out = io::stdout().lock();
@@ -206,11 +180,7 @@ fn local_destination(local: &Path, remote_path: &str, tar: bool) -> PathBuf {
     if !local.is_dir() {
         return local.to_path_buf();
     }
-    let name = remote_path
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or("");
+    let name = remote_path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
     let name = match (name, tar) {
         ("", true) => "root.tar".to_string(),
         ("", false) => return local.to_path_buf(),
@@ -222,23 +192,16 @@ fn local_destination(local: &Path, remote_path: &str, tar: bool) -> PathBuf {
 
 /// Writes `local` through a temporary file beside it, renamed into place only when `fetch` succeeds,
 /// so a failed download leaves an existing file untouched.
-fn write_atomically(
-    local: &Path,
-    fetch: impl FnOnce(&mut dyn Write) -> anyhow::Result<u64>,
-) -> anyhow::Result<u64> {
-    let name = local
-        .file_name()
-        .with_context(|| format!("{} is not a file path", local.display()))?;
+fn write_atomically(local: &Path, fetch: impl FnOnce(&mut dyn Write) -> anyhow::Result<u64>) -> anyhow::Result<u64> {
+    let name = local.file_name().with_context(|| format!("{} is not a file path", local.display()))?;
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(name);
     tmp_name.push(".sandlot-part");
     let tmp = local.with_file_name(tmp_name);
     let mut file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let result = fetch(&mut file).and_then(|bytes| {
-        file.sync_all()
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        fs::rename(&tmp, local)
-            .with_context(|| format!("moving the download to {}", local.display()))?;
+        file.sync_all().with_context(|| format!("writing {}", tmp.display()))?;
+        fs::rename(&tmp, local).with_context(|| format!("moving the download to {}", local.display()))?;
         Ok(bytes)
     });
     if result.is_err() {
@@ -256,37 +219,19 @@ mod tests {
         assert_eq!(parse_endpoint("-").unwrap(), Endpoint::Stdio);
         assert_eq!(
             parse_endpoint("sb_1:/home/user/a b").unwrap(),
-            Endpoint::Remote {
-                id: "sb_1".into(),
-                path: "/home/user/a b".into()
-            }
+            Endpoint::Remote { id: "sb_1".into(), path: "/home/user/a b".into() }
         );
-        assert_eq!(
-            parse_endpoint("./a:b").unwrap(),
-            Endpoint::Local(PathBuf::from("./a:b"))
-        );
-        assert_eq!(
-            parse_endpoint("/tmp/x:y").unwrap(),
-            Endpoint::Local(PathBuf::from("/tmp/x:y"))
-        );
-        assert_eq!(
-            parse_endpoint("file.txt").unwrap(),
-            Endpoint::Local(PathBuf::from("file.txt"))
-        );
+        assert_eq!(parse_endpoint("./a:b").unwrap(), Endpoint::Local(PathBuf::from("./a:b")));
+        assert_eq!(parse_endpoint("/tmp/x:y").unwrap(), Endpoint::Local(PathBuf::from("/tmp/x:y")));
+        assert_eq!(parse_endpoint("file.txt").unwrap(), Endpoint::Local(PathBuf::from("file.txt")));
         assert!(parse_endpoint("sb_1:").is_err());
     }
 
     #[test]
     fn downloads_into_a_directory_keep_the_name() {
         let dir = std::env::temp_dir();
-        assert_eq!(
-            local_destination(&dir, "/home/user/out.csv", false),
-            dir.join("out.csv")
-        );
-        assert_eq!(
-            local_destination(&dir, "/home/user/project/", true),
-            dir.join("project.tar")
-        );
+        assert_eq!(local_destination(&dir, "/home/user/out.csv", false), dir.join("out.csv"));
+        assert_eq!(local_destination(&dir, "/home/user/project/", true), dir.join("project.tar"));
         let file = dir.join("surely-not-a-dir-sandlot");
         assert_eq!(local_destination(&file, "/x", false), file);
     }

@@ -17,8 +17,7 @@ pub(super) fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
 /// Prints a table with left-aligned columns on stdout; the last column is not padded.
 pub(super) fn print_table(headers: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
-    out.write_all(table(headers, rows).as_bytes())
-        .context("writing the table")?;
+    out.write_all(table(headers, rows).as_bytes()).context("writing the table")?;
     Ok(())
 }
 
@@ -50,10 +49,7 @@ fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 
 /// Now, in Unix milliseconds.
 pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
 }
 
 /// A duration in milliseconds as its largest unit: `45s`, `12m`, `3h`, `2d`.
@@ -73,12 +69,7 @@ pub(super) fn utc_time(ms: i64) -> String {
     let days = secs.div_euclid(86_400);
     let of_day = secs.rem_euclid(86_400);
     let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60
-    )
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", of_day / 3600, of_day % 3600 / 60, of_day % 60)
 }
 
 /// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).

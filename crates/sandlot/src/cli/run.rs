@@ -95,10 +95,7 @@ impl CommandArgs {
     pub(super) fn request(&self, command: &[String]) -> anyhow::Result<ExecRequest> {
         let stdin = if self.stdin {
             let mut bytes = Vec::new();
-            io::stdin()
-                .lock()
-                .read_to_end(&mut bytes)
-                .context("reading standard input")?;
+            io::stdin().lock().read_to_end(&mut bytes).context("reading standard input")?;
             let text = String::from_utf8(bytes).map_err(|_| {
                 anyhow::anyhow!(
                     "standard input is not UTF-8 text; copy binary data in with `sandlot sandbox cp` instead"
@@ -108,11 +105,7 @@ impl CommandArgs {
         } else {
             None
         };
-        let (argv, shell) = if self.shell {
-            (None, Some(command.join(" ")))
-        } else {
-            (Some(command.to_vec()), None)
-        };
+        let (argv, shell) = if self.shell { (None, Some(command.join(" "))) } else { (Some(command.to_vec()), None) };
         Ok(ExecRequest {
             argv,
             shell,
@@ -242,18 +235,12 @@ pub(super) fn exit_code_of(result: &ExecResult) -> i32 {
         ExitStatus::Exited => result.exit_code,
         ExitStatus::Timeout => EXIT_TIMEOUT,
         ExitStatus::Oom => EXIT_OOM,
-        ExitStatus::Signaled | ExitStatus::Killed => {
-            result.signal.map_or(result.exit_code, |s| 128 + s)
-        }
+        ExitStatus::Signaled | ExitStatus::Killed => result.signal.map_or(result.exit_code, |s| 128 + s),
     }
 }
 
 fn note_truncated(streams: &[String], stdout_bytes: u64, stderr_bytes: u64) {
-    let which = if streams.is_empty() {
-        "output".to_string()
-    } else {
-        streams.join(" and ")
-    };
+    let which = if streams.is_empty() { "output".to_string() } else { streams.join(" and ") };
     eprintln!(
         "sandlot: {which} truncated: the command wrote {stdout_bytes} bytes to stdout and \
          {stderr_bytes} to stderr; the middle was dropped (raise the cap with the API's max_output_bytes)"
@@ -286,14 +273,8 @@ mod tests {
     #[test]
     fn exit_codes_follow_shell_conventions() {
         assert_eq!(exit_code_of(&result(ExitStatus::Exited, 3, None)), 3);
-        assert_eq!(
-            exit_code_of(&result(ExitStatus::Signaled, 143, Some(15))),
-            143
-        );
-        assert_eq!(
-            exit_code_of(&result(ExitStatus::Timeout, 137, Some(9))),
-            124
-        );
+        assert_eq!(exit_code_of(&result(ExitStatus::Signaled, 143, Some(15))), 143);
+        assert_eq!(exit_code_of(&result(ExitStatus::Timeout, 137, Some(9))), 124);
         assert_eq!(exit_code_of(&result(ExitStatus::Oom, 137, Some(9))), 137);
         assert_eq!(exit_code_of(&result(ExitStatus::Killed, 137, Some(9))), 137);
     }

@@ -220,9 +220,7 @@ fn ls(args: LsArgs) -> anyhow::Result<i32> {
 
 fn info(args: InfoArgs) -> anyhow::Result<i32> {
     let client = args.conn.client()?;
-    let info = client
-        .get(&args.id)
-        .doing(&format!("getting sandbox {}", args.id))?;
+    let info = client.get(&args.id).doing(&format!("getting sandbox {}", args.id))?;
     if args.json {
         print_json(&info)?;
     } else {
@@ -233,10 +231,7 @@ fn info(args: InfoArgs) -> anyhow::Result<i32> {
 
 /// `key: value` lines for `sandbox info`.
 fn describe(info: &SandboxInfo, now: i64) -> String {
-    let mut lines = vec![
-        ("id", info.id.clone()),
-        ("state", info.state.as_str().to_string()),
-    ];
+    let mut lines = vec![("id", info.id.clone()), ("state", info.state.as_str().to_string())];
     if let Some(reason) = &info.reason {
         lines.push(("reason", reason.clone()));
     }
@@ -246,21 +241,11 @@ fn describe(info: &SandboxInfo, now: i64) -> String {
         ("memory", format!("{} MiB", info.limits.memory_mb)),
         ("pids", info.limits.pids.to_string()),
         ("lifetime", format!("{} s", info.limits.timeout_s)),
-        (
-            "created",
-            format!(
-                "{} ({} ago)",
-                utc_time(info.created_at_ms),
-                short_duration(now - info.created_at_ms)
-            ),
-        ),
+        ("created", format!("{} ({} ago)", utc_time(info.created_at_ms), short_duration(now - info.created_at_ms))),
         ("expires", expiry(info.expires_at_ms, now)),
     ]);
     lines.extend(labels(&info.metadata).map(|label| ("label", label)));
-    lines
-        .into_iter()
-        .map(|(key, value)| format!("{:<10}{value}\n", format!("{key}:")))
-        .collect()
+    lines.into_iter().map(|(key, value)| format!("{:<10}{value}\n", format!("{key}:"))).collect()
 }
 
 fn expiry(expires_at_ms: i64, now: i64) -> String {
@@ -281,9 +266,7 @@ fn exec(args: ExecArgs) -> anyhow::Result<i32> {
     let sandbox = client.sandbox(&args.id);
     let request = args.exec.request(&args.command)?;
     if args.json {
-        let result = sandbox
-            .exec(&request)
-            .doing(&format!("running the command in {}", args.id))?;
+        let result = sandbox.exec(&request).doing(&format!("running the command in {}", args.id))?;
         print_json(&result)?;
         return Ok(run::exit_code_of(&result));
     }
@@ -319,26 +302,15 @@ mod tests {
             state: SandboxState::Running,
             reason: None,
             image: "host".into(),
-            limits: Limits {
-                cpu: 0.5,
-                memory_mb: 512,
-                pids: 256,
-                timeout_s: 3600,
-            },
+            limits: Limits { cpu: 0.5, memory_mb: 512, pids: 256, timeout_s: 3600 },
             metadata: BTreeMap::from([("owner".to_string(), "ci".to_string())]),
             created_at_ms: 0,
             expires_at_ms: 3_600_000,
         };
         let text = describe(&info, 60_000);
-        assert!(
-            text.starts_with("id:       sb_1\nstate:    running\n"),
-            "{text}"
-        );
+        assert!(text.starts_with("id:       sb_1\nstate:    running\n"), "{text}");
         assert!(text.contains("cpu:      0.5 cores\n"), "{text}");
-        assert!(
-            text.contains("expires:  1970-01-01T01:00:00Z (in 59m)\n"),
-            "{text}"
-        );
+        assert!(text.contains("expires:  1970-01-01T01:00:00Z (in 59m)\n"), "{text}");
         assert!(text.contains("label:    owner=ci\n"), "{text}");
     }
 }

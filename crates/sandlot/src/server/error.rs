@@ -17,11 +17,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-        }
+        ApiError { status, code, message: message.into() }
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -29,11 +25,7 @@ impl ApiError {
     }
 
     pub fn not_found(what: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            codes::NOT_FOUND,
-            format!("{what} not found"),
-        )
+        Self::new(StatusCode::NOT_FOUND, codes::NOT_FOUND, format!("{what} not found"))
     }
 
     pub fn conflict(message: impl Into<String>) -> Self {
@@ -50,12 +42,7 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::error!(code = self.code, "{}", self.message);
         }
-        let body = ErrorBody {
-            error: ErrorDetail {
-                code: self.code.into(),
-                message: self.message,
-            },
-        };
+        let body = ErrorBody { error: ErrorDetail { code: self.code.into(), message: self.message } };
         (self.status, Json(body)).into_response()
     }
 }
@@ -63,17 +50,15 @@ impl IntoResponse for ApiError {
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         match e {
-            EngineError::NotRunning | EngineError::Gone(_) => ApiError::conflict(format!(
-                "{e}; its processes are gone. Delete it and create a new one"
-            )),
+            EngineError::NotRunning | EngineError::Gone(_) => {
+                ApiError::conflict(format!("{e}; its processes are gone. Delete it and create a new one"))
+            }
             EngineError::UnknownImage(_) => ApiError::invalid(e.to_string()),
             EngineError::StartFailed(_) | EngineError::Host(_) => ApiError::internal(e.to_string()),
             EngineError::File { kind, message } => {
                 let (status, code) = match kind {
                     FileErrorKind::NotFound => (StatusCode::NOT_FOUND, codes::FILE_NOT_FOUND),
-                    FileErrorKind::PermissionDenied => {
-                        (StatusCode::FORBIDDEN, codes::PERMISSION_DENIED)
-                    }
+                    FileErrorKind::PermissionDenied => (StatusCode::FORBIDDEN, codes::PERMISSION_DENIED),
                     FileErrorKind::WrongKind => (StatusCode::CONFLICT, codes::WRONG_FILE_KIND),
                     FileErrorKind::AlreadyExists => (StatusCode::CONFLICT, codes::ALREADY_EXISTS),
                     FileErrorKind::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, codes::TOO_LARGE),

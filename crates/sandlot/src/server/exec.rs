@@ -3,21 +3,18 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
-use sandlot_api::{
-    ExecEvent, ExecRequest, ExecResult, KillRequest, ProcessList, ProcessStarted, StdinRequest,
-    NDJSON,
-};
+use sandlot_api::{ExecEvent, ExecRequest, ExecResult, KillRequest, ProcessList, ProcessStarted, StdinRequest, NDJSON};
 use sandlot_engine::{ExecSpec, Process};
 use sandlot_store::SandboxRecord;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::extract::{no_nul, running, ApiJson, Caller};
+use super::extract::{no_nul, running, ApiJson, ApiPath, Caller};
 use super::sandboxes::check_env;
 use super::{ApiError, AppState};
 
@@ -27,10 +24,7 @@ const MAX_ARGV_BYTES: usize = 1 << 20;
 const MAX_STDIN_BYTES: usize = 8 << 20;
 
 fn wants_ndjson(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains(NDJSON))
+    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(NDJSON))
 }
 
 /// Turns a request into an [`ExecSpec`], validating every field.
@@ -38,19 +32,11 @@ fn spec(app: &AppState, rec: &SandboxRecord, req: ExecRequest) -> Result<ExecSpe
     let argv = match (req.argv, req.shell) {
         (Some(argv), None) => argv,
         (None, Some(shell)) => vec!["/bin/sh".into(), "-c".into(), shell],
-        (Some(_), Some(_)) => {
-            return Err(ApiError::invalid("give either `argv` or `shell`, not both"))
-        }
-        (None, None) => {
-            return Err(ApiError::invalid(
-                "missing command: give `argv` (a list) or `shell` (a string)",
-            ))
-        }
+        (Some(_), Some(_)) => return Err(ApiError::invalid("give either `argv` or `shell`, not both")),
+        (None, None) => return Err(ApiError::invalid("missing command: give `argv` (a list) or `shell` (a string)")),
     };
     if argv.is_empty() || argv[0].is_empty() {
-        return Err(ApiError::invalid(
-            "`argv` must name a program in its first element",
-        ));
+        return Err(ApiError::invalid("`argv` must name a program in its first element"));
     }
     let mut size = 0;
     for a in &argv {
@@ -58,16 +44,16 @@ fn spec(app: &AppState, rec: &SandboxRecord, req: ExecRequest) -> Result<ExecSpe
         size += a.len() + 1;
     }
     if size > MAX_ARGV_BYTES {
-        return Err(ApiError::invalid(format!("argv is {size} bytes; the limit is {MAX_ARGV_BYTES}; pass large input through stdin or a file")));
+        return Err(ApiError::invalid(format!(
+            "argv is {size} bytes; the limit is {MAX_ARGV_BYTES}; pass large input through stdin or a file"
+        )));
     }
     check_env(&req.env)?;
     let user = req.user;
     let cwd = req.cwd.unwrap_or_else(|| user.home().to_string());
     no_nul("cwd", &cwd)?;
     if !cwd.starts_with('/') {
-        return Err(ApiError::invalid(format!(
-            "cwd must be an absolute path, got {cwd:?}"
-        )));
+        return Err(ApiError::invalid(format!("cwd must be an absolute path, got {cwd:?}")));
     }
     let timeout = match (req.timeout_s, req.background) {
         (Some(t), _) if !(t.is_finite() && t > 0.0 && t <= app.cfg.max_timeout_s as f64) => {
@@ -89,16 +75,11 @@ fn spec(app: &AppState, rec: &SandboxRecord, req: ExecRequest) -> Result<ExecSpe
     }
     let stdin = req.stdin.map(String::into_bytes);
     if stdin.as_ref().is_some_and(|s| s.len() > MAX_STDIN_BYTES) {
-        return Err(ApiError::invalid(format!(
-            "stdin over {MAX_STDIN_BYTES} bytes: upload a file instead"
-        )));
+        return Err(ApiError::invalid(format!("stdin over {MAX_STDIN_BYTES} bytes: upload a file instead")));
     }
     // Base environment, then the sandbox's, then the request's: later wins.
     let mut env: std::collections::BTreeMap<String, String> = [
-        (
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        ),
+        ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
         ("LANG", "C.UTF-8"),
         ("HOME", user.home()),
         ("USER", user.name()),
@@ -137,7 +118,7 @@ fn audit_end(app: &AppState, rec: &SandboxRecord, proc: &Process, user: &str, r:
 pub async fn exec(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<ExecRequest>,
 ) -> Result<Response, ApiError> {
@@ -194,9 +175,7 @@ fn ndjson(proc: Arc<Process>) -> Response {
             let ev = match live.recv().await {
                 Ok(ev) => ev,
                 // The reader fell behind the live buffer: say so, then carry on with what is current.
-                Err(RecvError::Lagged(_)) => ExecEvent::Truncated {
-                    stream: "events".into(),
-                },
+                Err(RecvError::Lagged(_)) => ExecEvent::Truncated { stream: "events".into() },
                 Err(RecvError::Closed) => return,
             };
             let last = matches!(ev, ExecEvent::Exited { .. });
@@ -209,25 +188,22 @@ fn ndjson(proc: Arc<Process>) -> Response {
 }
 
 fn process(sb: &sandlot_engine::Sandbox, pid: u64) -> Result<Arc<Process>, ApiError> {
-    sb.process(pid)
-        .ok_or_else(|| ApiError::not_found(&format!("process {pid}")))
+    sb.process(pid).ok_or_else(|| ApiError::not_found(&format!("process {pid}")))
 }
 
 pub async fn list(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ProcessList>, ApiError> {
     let (_, sb) = running(&app, &caller, &id)?;
-    Ok(Json(ProcessList {
-        processes: sb.processes().iter().map(|p| p.info()).collect(),
-    }))
+    Ok(Json(ProcessList { processes: sb.processes().iter().map(|p| p.info()).collect() }))
 }
 
 pub async fn wait(
     State(app): State<AppState>,
     caller: Caller,
-    Path((id, pid)): Path<(String, u64)>,
+    ApiPath((id, pid)): ApiPath<(String, u64)>,
 ) -> Result<Json<ExecResult>, ApiError> {
     let (_, sb) = running(&app, &caller, &id)?;
     let proc = process(&sb, pid)?;
@@ -237,50 +213,41 @@ pub async fn wait(
 pub async fn kill(
     State(app): State<AppState>,
     caller: Caller,
-    Path((id, pid)): Path<(String, u64)>,
+    ApiPath((id, pid)): ApiPath<(String, u64)>,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     // The body is optional: empty means SIGKILL.
     let req: KillRequest = if body.iter().all(u8::is_ascii_whitespace) {
         KillRequest::default()
     } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?
+        serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?
     };
     let (rec, sb) = running(&app, &caller, &id)?;
     let proc = process(&sb, pid)?;
     let signal = req.signal.unwrap_or(libc::SIGKILL);
     if !(1..=64).contains(&signal) {
-        return Err(ApiError::invalid(format!(
-            "signal must be 1-64, got {signal}"
-        )));
+        return Err(ApiError::invalid(format!("signal must be 1-64, got {signal}")));
     }
     if proc.result().is_some() {
-        return Err(ApiError::conflict(format!(
-            "process {pid} has already exited"
-        )));
+        return Err(ApiError::conflict(format!("process {pid} has already exited")));
     }
     sb.signal(pid, signal).await?;
-    app.store.audit(
-        &rec.tenant,
-        Some(&id),
-        "process.kill",
-        &json!({"pid": pid, "signal": signal}),
-    )?;
+    app.store.audit(&rec.tenant, Some(&id), "process.kill", &json!({"pid": pid, "signal": signal}))?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn stdin(
     State(app): State<AppState>,
     caller: Caller,
-    Path((id, pid)): Path<(String, u64)>,
+    ApiPath((id, pid)): ApiPath<(String, u64)>,
     ApiJson(req): ApiJson<StdinRequest>,
 ) -> Result<StatusCode, ApiError> {
     let (_, sb) = running(&app, &caller, &id)?;
     let proc = process(&sb, pid)?;
-    if proc.result().is_some() {
+    if !proc.stdin_open() {
         return Err(ApiError::conflict(format!(
-            "process {pid} has already exited"
+            "process {pid} has no open standard input (it has exited, its stdin was closed, or it was not \
+             started with `background: true`)"
         )));
     }
     sb.stdin(pid, req.data.as_bytes(), req.eof).await?;
@@ -290,7 +257,7 @@ pub async fn stdin(
 pub async fn logs(
     State(app): State<AppState>,
     caller: Caller,
-    Path((id, pid)): Path<(String, u64)>,
+    ApiPath((id, pid)): ApiPath<(String, u64)>,
 ) -> Result<Response, ApiError> {
     let (_, sb) = running(&app, &caller, &id)?;
     Ok(ndjson(process(&sb, pid)?))

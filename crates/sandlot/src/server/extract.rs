@@ -29,21 +29,18 @@ impl FromRequestParts<AppState> for Caller {
         let header = parts
             .headers
             .get(axum::http::header::AUTHORIZATION)
-            .ok_or_else(|| {
-                unauth("missing Authorization header; send `Authorization: Bearer <API key>`")
-            })?;
+            .ok_or_else(|| unauth("missing Authorization header; send `Authorization: Bearer <API key>`"))?;
         let key = header
             .to_str()
             .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
+            .and_then(|h| h.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, key)| key)
             .map(str::trim)
             .filter(|k| !k.is_empty())
             .ok_or_else(|| unauth("malformed Authorization header; expected `Bearer <API key>`"))?;
         match app.store.authenticate(key)? {
-            Some(p) => Ok(Caller {
-                tenant: p.tenant,
-                admin: p.admin,
-            }),
+            Some(p) => Ok(Caller { tenant: p.tenant, admin: p.admin }),
             None => Err(unauth("unknown API key")),
         }
     }
@@ -58,13 +55,15 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(ApiJson(v)),
-            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::invalid(
-                "expected a JSON body with `Content-Type: application/json`",
+            Err(JsonRejection::MissingJsonContentType(_)) => {
+                Err(ApiError::invalid("expected a JSON body with `Content-Type: application/json`"))
+            }
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                codes::TOO_LARGE,
+                "JSON body over 16 MiB; send large data as a file upload instead",
             )),
-            Err(e) => Err(ApiError::invalid(format!(
-                "invalid JSON body: {}",
-                e.body_text()
-            ))),
+            Err(e) => Err(ApiError::invalid(format!("invalid JSON body: {}", e.body_text()))),
         }
     }
 }
@@ -78,38 +77,44 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         match Query::<T>::from_request_parts(parts, state).await {
             Ok(Query(v)) => Ok(ApiQuery(v)),
-            Err(e @ QueryRejection::FailedToDeserializeQueryString(_)) => Err(ApiError::invalid(
-                format!("invalid query string: {}", e.body_text()),
-            )),
+            Err(e @ QueryRejection::FailedToDeserializeQueryString(_)) => {
+                Err(ApiError::invalid(format!("invalid query string: {}", e.body_text())))
+            }
             Err(e) => Err(ApiError::invalid(e.body_text())),
+        }
+    }
+}
+
+/// Path parameters; a malformed one (e.g. a non-numeric process id) is a 400 in the JSON error shape.
+pub struct ApiPath<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(ApiPath(v)),
+            Err(e) => Err(ApiError::invalid(format!("invalid path: {}", e.body_text()))),
         }
     }
 }
 
 /// The caller's sandbox `id`; another tenant's is simply not found (404, never 403).
 pub fn record(app: &AppState, caller: &Caller, id: &str) -> Result<SandboxRecord, ApiError> {
-    app.store
-        .get_sandbox(&caller.tenant, id)?
-        .ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))
+    app.store.get_sandbox(&caller.tenant, id)?.ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))
 }
 
 /// The caller's sandbox `id`, which must be running.
-pub fn running(
-    app: &AppState,
-    caller: &Caller,
-    id: &str,
-) -> Result<(SandboxRecord, Arc<Sandbox>), ApiError> {
-    let rec = record(app, caller, id)?;
+pub fn running(app: &AppState, caller: &Caller, id: &str) -> Result<(SandboxRecord, Arc<Sandbox>), ApiError> {
+    // Deleted ones too, so the error can say how the sandbox ended.
+    let rec =
+        app.store.get_sandbox_any(&caller.tenant, id)?.ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))?;
     match (rec.info.state, app.engine.get(id)) {
         (SandboxState::Running, Some(sb)) if sb.alive() => Ok((rec, sb)),
         (state, _) => Err(ApiError::conflict(format!(
             "sandbox {id} is {}{}; only a running sandbox accepts commands and file operations",
             state.as_str(),
-            rec.info
-                .reason
-                .as_deref()
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default()
+            rec.info.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()
         ))),
     }
 }

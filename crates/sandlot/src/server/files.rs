@@ -2,7 +2,7 @@
 //! sandbox user; this layer validates input, streams bodies and records each operation in the audit log.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -14,7 +14,7 @@ use sandlot_protocol::FileOp;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::{no_nul, running, ApiJson, ApiQuery, Caller};
+use super::extract::{no_nul, running, ApiJson, ApiPath, ApiQuery, Caller};
 use super::{ApiError, AppState};
 
 const MAX_PATH: usize = 4096;
@@ -39,15 +39,9 @@ fn sandbox_path(p: &str, user: User) -> Result<String, ApiError> {
         return Err(ApiError::invalid("path is empty"));
     }
     if p.len() > MAX_PATH {
-        return Err(ApiError::invalid(format!(
-            "path longer than {MAX_PATH} bytes"
-        )));
+        return Err(ApiError::invalid(format!("path longer than {MAX_PATH} bytes")));
     }
-    Ok(if p.starts_with('/') {
-        p.to_string()
-    } else {
-        format!("{}/{p}", user.home())
-    })
+    Ok(if p.starts_with('/') { p.to_string() } else { format!("{}/{p}", user.home()) })
 }
 
 fn audit(app: &AppState, tenant: &str, id: &str, action: &str, detail: serde_json::Value) {
@@ -71,11 +65,7 @@ fn stream_body(mut s: FileStream, content_type: &'static str) -> Response {
             }
         }
     });
-    (
-        [(header::CONTENT_TYPE, content_type)],
-        super::channel_body(rx),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, content_type)], super::channel_body(rx)).into_response()
 }
 
 fn body_reader(body: Body) -> impl tokio::io::AsyncRead + Unpin {
@@ -84,10 +74,7 @@ fn body_reader(body: Body) -> impl tokio::io::AsyncRead + Unpin {
 }
 
 fn check_length(headers: &HeaderMap, max: u64) -> Result<(), ApiError> {
-    let len = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let len = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if len.is_some_and(|l| l > max) {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -101,7 +88,7 @@ fn check_length(headers: &HeaderMap, max: u64) -> Result<(), ApiError> {
 pub async fn write(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
     headers: HeaderMap,
     body: Body,
@@ -113,177 +100,94 @@ pub async fn write(
         Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
             .ok()
             .filter(|m| *m <= 0o7777)
-            .ok_or_else(|| {
-                ApiError::invalid(format!(
-                    "mode must be octal permission bits like 0644, got {m:?}"
-                ))
-            })?,
+            .ok_or_else(|| ApiError::invalid(format!("mode must be octal permission bits like 0644, got {m:?}")))?,
     };
     let max = app.cfg.max_upload_mb << 20;
     check_length(&headers, max)?;
-    let r = sb
-        .upload(
-            q.user.uid(),
-            FileOp::Write {
-                path: path.clone(),
-                mode,
-                max_bytes: max,
-            },
-            body_reader(body),
-        )
-        .await;
+    let r =
+        sb.upload(q.user.uid(), FileOp::Write { path: path.clone(), mode, max_bytes: max }, body_reader(body)).await;
     let v = match r {
         Ok(v) => v,
         Err(e) => {
-            audit(
-                &app,
-                &rec.tenant,
-                &id,
-                "file.write",
-                json!({"path": path, "user": q.user, "error": e.to_string()}),
-            );
+            audit(&app, &rec.tenant, &id, "file.write", json!({"path": path, "user": q.user, "error": e.to_string()}));
             return Err(e.into());
         }
     };
     let bytes = v["bytes"].as_u64().unwrap_or(0);
-    audit(
-        &app,
-        &rec.tenant,
-        &id,
-        "file.write",
-        json!({"path": path, "user": q.user, "bytes": bytes, "mode": mode}),
-    );
-    Ok((
-        StatusCode::CREATED,
-        Json(WriteResult {
-            path,
-            bytes,
-            entries: None,
-        }),
-    )
-        .into_response())
+    audit(&app, &rec.tenant, &id, "file.write", json!({"path": path, "user": q.user, "bytes": bytes, "mode": mode}));
+    Ok((StatusCode::CREATED, Json(WriteResult { path, bytes, entries: None })).into_response())
 }
 
 pub async fn read(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Response, ApiError> {
     let (rec, sb) = running(&app, &caller, &id)?;
     let path = sandbox_path(&q.path, q.user)?;
-    let r = sb
-        .download(q.user.uid(), FileOp::Read { path: path.clone() })
-        .await;
-    audit(
-        &app,
-        &rec.tenant,
-        &id,
-        "file.read",
-        json!({"path": path, "user": q.user, "ok": r.is_ok()}),
-    );
+    let r = sb.download(q.user.uid(), FileOp::Read { path: path.clone() }).await;
+    audit(&app, &rec.tenant, &id, "file.read", json!({"path": path, "user": q.user, "ok": r.is_ok()}));
     Ok(stream_body(r?, "application/octet-stream"))
 }
 
 pub async fn list(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Json<FileList>, ApiError> {
     let (rec, sb) = running(&app, &caller, &id)?;
     let path = sandbox_path(&q.path, q.user)?;
     let depth = q.depth.unwrap_or(1);
     if !(1..=MAX_LIST_DEPTH).contains(&depth) {
-        return Err(ApiError::invalid(format!(
-            "depth must be between 1 and {MAX_LIST_DEPTH}, got {depth}"
-        )));
+        return Err(ApiError::invalid(format!("depth must be between 1 and {MAX_LIST_DEPTH}, got {depth}")));
     }
-    let v = sb
-        .file_op(
-            q.user.uid(),
-            FileOp::List {
-                path: path.clone(),
-                depth,
-                max_entries: MAX_LIST_ENTRIES,
-            },
-        )
-        .await;
-    audit(
-        &app,
-        &rec.tenant,
-        &id,
-        "file.list",
-        json!({"path": path, "user": q.user, "ok": v.is_ok()}),
-    );
-    let list: FileList = serde_json::from_value(v?)
-        .map_err(|e| ApiError::internal(format!("supervisor answer: {e}")))?;
+    let v = sb.file_op(q.user.uid(), FileOp::List { path: path.clone(), depth, max_entries: MAX_LIST_ENTRIES }).await;
+    audit(&app, &rec.tenant, &id, "file.list", json!({"path": path, "user": q.user, "ok": v.is_ok()}));
+    let list: FileList =
+        serde_json::from_value(v?).map_err(|e| ApiError::internal(format!("supervisor answer: {e}")))?;
     Ok(Json(list))
 }
 
 pub async fn stat(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Json<FileStat>, ApiError> {
     let (_, sb) = running(&app, &caller, &id)?;
     let path = sandbox_path(&q.path, q.user)?;
     let v = sb.file_op(q.user.uid(), FileOp::Stat { path }).await?;
-    Ok(Json(serde_json::from_value(v).map_err(|e| {
-        ApiError::internal(format!("supervisor answer: {e}"))
-    })?))
+    Ok(Json(serde_json::from_value(v).map_err(|e| ApiError::internal(format!("supervisor answer: {e}")))?))
 }
 
 pub async fn mkdir(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<MkdirRequest>,
 ) -> Result<impl IntoResponse, ApiError> {
     let (rec, sb) = running(&app, &caller, &id)?;
     let path = sandbox_path(&req.path, req.user)?;
-    let r = sb
-        .file_op(
-            req.user.uid(),
-            FileOp::Mkdir {
-                path: path.clone(),
-                parents: req.parents,
-            },
-        )
-        .await;
-    audit(
-        &app,
-        &rec.tenant,
-        &id,
-        "file.mkdir",
-        json!({"path": path, "user": req.user, "ok": r.is_ok()}),
-    );
+    let r = sb.file_op(req.user.uid(), FileOp::Mkdir { path: path.clone(), parents: req.parents }).await;
+    audit(&app, &rec.tenant, &id, "file.mkdir", json!({"path": path, "user": req.user, "ok": r.is_ok()}));
     r?;
     let v = sb.file_op(req.user.uid(), FileOp::Stat { path }).await?;
-    let st: FileStat = serde_json::from_value(v)
-        .map_err(|e| ApiError::internal(format!("supervisor answer: {e}")))?;
+    let st: FileStat = serde_json::from_value(v).map_err(|e| ApiError::internal(format!("supervisor answer: {e}")))?;
     Ok((StatusCode::CREATED, Json(st)))
 }
 
 pub async fn remove(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<StatusCode, ApiError> {
     let (rec, sb) = running(&app, &caller, &id)?;
     let path = sandbox_path(&q.path, q.user)?;
     let recursive = q.recursive.unwrap_or(false);
-    let r = sb
-        .file_op(
-            q.user.uid(),
-            FileOp::Remove {
-                path: path.clone(),
-                recursive,
-            },
-        )
-        .await;
+    let r = sb.file_op(q.user.uid(), FileOp::Remove { path: path.clone(), recursive }).await;
     audit(
         &app,
         &rec.tenant,
@@ -298,42 +202,24 @@ pub async fn remove(
 pub async fn rename(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<MoveRequest>,
 ) -> Result<Json<FileStat>, ApiError> {
     let (rec, sb) = running(&app, &caller, &id)?;
     let from = sandbox_path(&req.from, req.user)?;
     let to = sandbox_path(&req.to, req.user)?;
-    let r = sb
-        .file_op(
-            req.user.uid(),
-            FileOp::Move {
-                from: from.clone(),
-                to: to.clone(),
-                overwrite: req.overwrite,
-            },
-        )
-        .await;
-    audit(
-        &app,
-        &rec.tenant,
-        &id,
-        "file.move",
-        json!({"from": from, "to": to, "user": req.user, "ok": r.is_ok()}),
-    );
+    let r =
+        sb.file_op(req.user.uid(), FileOp::Move { from: from.clone(), to: to.clone(), overwrite: req.overwrite }).await;
+    audit(&app, &rec.tenant, &id, "file.move", json!({"from": from, "to": to, "user": req.user, "ok": r.is_ok()}));
     r?;
-    let v = sb
-        .file_op(req.user.uid(), FileOp::Stat { path: to })
-        .await?;
-    Ok(Json(serde_json::from_value(v).map_err(|e| {
-        ApiError::internal(format!("supervisor answer: {e}"))
-    })?))
+    let v = sb.file_op(req.user.uid(), FileOp::Stat { path: to }).await?;
+    Ok(Json(serde_json::from_value(v).map_err(|e| ApiError::internal(format!("supervisor answer: {e}")))?))
 }
 
 pub async fn upload_tar(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
     headers: HeaderMap,
     body: Body,
@@ -342,33 +228,15 @@ pub async fn upload_tar(
     let path = sandbox_path(&q.path, q.user)?;
     let max = app.cfg.max_upload_mb << 20;
     check_length(&headers, max)?;
-    let r = sb
-        .upload(
-            q.user.uid(),
-            FileOp::Untar {
-                path: path.clone(),
-                max_bytes: max,
-            },
-            body_reader(body),
-        )
-        .await;
+    let r = sb.upload(q.user.uid(), FileOp::Untar { path: path.clone(), max_bytes: max }, body_reader(body)).await;
     let v = match r {
         Ok(v) => v,
         Err(e) => {
-            audit(
-                &app,
-                &rec.tenant,
-                &id,
-                "file.untar",
-                json!({"path": path, "user": q.user, "error": e.to_string()}),
-            );
+            audit(&app, &rec.tenant, &id, "file.untar", json!({"path": path, "user": q.user, "error": e.to_string()}));
             return Err(e.into());
         }
     };
-    let (bytes, entries) = (
-        v["bytes"].as_u64().unwrap_or(0),
-        v["entries"].as_u64().unwrap_or(0),
-    );
+    let (bytes, entries) = (v["bytes"].as_u64().unwrap_or(0), v["entries"].as_u64().unwrap_or(0));
     audit(
         &app,
         &rec.tenant,
@@ -376,34 +244,18 @@ pub async fn upload_tar(
         "file.untar",
         json!({"path": path, "user": q.user, "bytes": bytes, "entries": entries}),
     );
-    Ok((
-        StatusCode::CREATED,
-        Json(WriteResult {
-            path,
-            bytes,
-            entries: Some(entries),
-        }),
-    )
-        .into_response())
+    Ok((StatusCode::CREATED, Json(WriteResult { path, bytes, entries: Some(entries) })).into_response())
 }
 
 pub async fn download_tar(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Response, ApiError> {
     let (rec, sb) = running(&app, &caller, &id)?;
     let path = sandbox_path(&q.path, q.user)?;
-    let r = sb
-        .download(q.user.uid(), FileOp::Tar { path: path.clone() })
-        .await;
-    audit(
-        &app,
-        &rec.tenant,
-        &id,
-        "file.tar",
-        json!({"path": path, "user": q.user, "ok": r.is_ok()}),
-    );
+    let r = sb.download(q.user.uid(), FileOp::Tar { path: path.clone() }).await;
+    audit(&app, &rec.tenant, &id, "file.tar", json!({"path": path, "user": q.user, "ok": r.is_ok()}));
     Ok(stream_body(r?, "application/x-tar"))
 }

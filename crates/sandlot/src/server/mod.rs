@@ -6,11 +6,11 @@ mod extract;
 mod files;
 mod sandboxes;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -25,12 +25,10 @@ pub use error::ApiError;
 
 /// Options of `sandlot serve`.
 #[derive(clap::Args, Debug, Clone)]
-#[command(
-    long_about = "Run the sandlot server: the HTTP API, the sandbox engine and the SQLite state store, in one \
+#[command(long_about = "Run the sandlot server: the HTTP API, the sandbox engine and the SQLite state store, in one \
 process. It must run as root: it creates namespaces, cgroups and a host uid range per sandbox.\n\n\
 On first start it creates an admin API key and writes it to <state-dir>/admin.key (mode 0600).\n\n\
-Example:\n  sudo sandlot serve --listen 127.0.0.1:7423\n  export SANDLOT_API_KEY=$(sudo cat /var/lib/sandlot/admin.key)\n  sandlot run -- echo hello"
-)]
+Example:\n  sudo sandlot serve --listen 127.0.0.1:7423\n  export SANDLOT_API_KEY=$(sudo cat /var/lib/sandlot/admin.key)\n  sandlot run -- echo hello")]
 pub struct ServeArgs {
     /// Address to listen on. Keep it on loopback unless a TLS-terminating proxy is in front.
     #[arg(long, default_value = sandlot_api::DEFAULT_LISTEN, env = "SANDLOT_LISTEN")]
@@ -63,6 +61,10 @@ pub struct ServeArgs {
     /// Longest lifetime a request may ask for, in seconds.
     #[arg(long, default_value_t = 86_400)]
     pub max_timeout_s: u64,
+    /// TESTING ONLY: switch off a defence layer (seccomp, landlock) for every sandbox, so the escape
+    /// suite can show what each remaining layer stops on its own. Never use in production.
+    #[arg(long = "insecure-disable-layer", value_name = "LAYER", hide = true)]
+    pub disable_layers: Vec<String>,
 }
 
 /// Shared state of the handlers.
@@ -70,8 +72,6 @@ pub struct App {
     pub store: Store,
     pub engine: Arc<Engine>,
     pub cfg: ServeArgs,
-    /// uid-range slots in use.
-    pub slots: Mutex<BTreeSet<u32>>,
 }
 
 pub type AppState = Arc<App>;
@@ -91,10 +91,7 @@ fn default_state_dir() -> PathBuf {
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SANDLOT_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SANDLOT_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     // SAFETY: geteuid has no preconditions.
@@ -105,13 +102,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
-    std::fs::create_dir_all(&state_dir)
-        .with_context(|| format!("creating {}", state_dir.display()))?;
+    std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
     // Sandbox uids must traverse it to reach their layers; nobody may list or read it.
     std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o711))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(serve(args, state_dir))
 }
 
@@ -124,36 +118,30 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     }
     write_admin_key(&store, &state_dir)?;
 
-    let engine = Engine::new(EngineConfig {
-        state_dir: state_dir.clone(),
-        start_timeout: Duration::from_secs(15),
-    })
-    .context("starting the sandbox engine")?;
+    let mut layers = sandlot_linux::Layers::default();
+    for l in &args.disable_layers {
+        match l.as_str() {
+            "seccomp" => layers.seccomp = false,
+            "landlock" => layers.landlock = false,
+            other => bail!("--insecure-disable-layer: unknown layer {other:?} (seccomp, landlock)"),
+        }
+        tracing::warn!("INSECURE: the {l} layer is off for every sandbox of this server");
+    }
+    let engine =
+        Engine::new(EngineConfig { state_dir: state_dir.clone(), start_timeout: Duration::from_secs(15), layers })
+            .context("starting the sandbox engine")?;
     recover(&store, &engine)?;
 
-    let app = Arc::new(App {
-        store,
-        engine: Arc::clone(&engine),
-        cfg: args.clone(),
-        slots: Mutex::default(),
-    });
+    let app = Arc::new(App { store, engine: Arc::clone(&engine), cfg: args.clone() });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(sandboxes::expiry_loop(
-        Arc::clone(&app),
-        shutdown_rx.clone(),
-    ));
+    tokio::spawn(sandboxes::expiry_loop(Arc::clone(&app), shutdown_rx.clone()));
     if let Some(deaths) = engine.take_deaths() {
         tokio::spawn(sandboxes::death_loop(Arc::clone(&app), deaths));
     }
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
-    tracing::info!(
-        "sandlot listening on http://{} (state in {})",
-        args.listen,
-        state_dir.display()
-    );
+    let listener =
+        tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
+    tracing::info!("sandlot listening on http://{} (state in {})", args.listen, state_dir.display());
     let router = router(Arc::clone(&app));
     let mut rx = shutdown_rx.clone();
     // Event streams are many small writes: without TCP_NODELAY, Nagle holds each one back until the
@@ -171,9 +159,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     tracing::info!("shutting down: deleting running sandboxes");
     for id in app.engine.running_ids() {
         let _ = app.engine.destroy(&id).await;
-        let _ = app
-            .store
-            .set_state(&id, SandboxState::Deleted, Some("server shut down"));
+        let _ = app.store.set_state(&id, SandboxState::Deleted, Some("server shut down"));
     }
     Ok(())
 }
@@ -217,11 +203,7 @@ use std::os::unix::fs::OpenOptionsExt;
 /// cgroup tree that no live record explains is swept.
 fn recover(store: &Store, engine: &Engine) -> anyhow::Result<()> {
     for rec in store.live_sandboxes()? {
-        store.set_state(
-            &rec.info.id,
-            SandboxState::Deleted,
-            Some("the server restarted; sandbox processes ended"),
-        )?;
+        store.set_state(&rec.info.id, SandboxState::Deleted, Some("the server restarted; sandbox processes ended"))?;
         store.audit(
             &rec.tenant,
             Some(&rec.info.id),
@@ -237,9 +219,7 @@ fn recover(store: &Store, engine: &Engine) -> anyhow::Result<()> {
 }
 
 /// A response body fed by a channel: each item is a chunk, an error aborts the transfer.
-pub(crate) fn channel_body<E>(
-    mut rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, E>>,
-) -> axum::body::Body
+pub(crate) fn channel_body<E>(mut rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, E>>) -> axum::body::Body
 where
     E: Into<axum::BoxError> + Send + 'static,
 {
@@ -248,35 +228,20 @@ where
 
 fn router(app: AppState) -> Router {
     let uploads = Router::new()
-        .route(
-            "/v1/sandboxes/{id}/files",
-            get(files::read).put(files::write).delete(files::remove),
-        )
-        .route(
-            "/v1/sandboxes/{id}/files/tar",
-            get(files::download_tar).put(files::upload_tar),
-        )
+        .route("/v1/sandboxes/{id}/files", get(files::read).put(files::write).delete(files::remove))
+        .route("/v1/sandboxes/{id}/files/tar", get(files::download_tar).put(files::upload_tar))
         .layer(DefaultBodyLimit::disable());
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/keys", post(sandboxes::create_key))
         .route("/v1/audit", get(sandboxes::audit))
-        .route(
-            "/v1/sandboxes",
-            post(sandboxes::create).get(sandboxes::list),
-        )
-        .route(
-            "/v1/sandboxes/{id}",
-            get(sandboxes::get).delete(sandboxes::delete),
-        )
+        .route("/v1/sandboxes", post(sandboxes::create).get(sandboxes::list))
+        .route("/v1/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::delete))
         .route("/v1/sandboxes/{id}/exec", post(exec::exec))
         .route("/v1/sandboxes/{id}/processes", get(exec::list))
         .route("/v1/sandboxes/{id}/processes/{pid}/wait", post(exec::wait))
         .route("/v1/sandboxes/{id}/processes/{pid}/kill", post(exec::kill))
-        .route(
-            "/v1/sandboxes/{id}/processes/{pid}/stdin",
-            post(exec::stdin),
-        )
+        .route("/v1/sandboxes/{id}/processes/{pid}/stdin", post(exec::stdin))
         .route("/v1/sandboxes/{id}/processes/{pid}/logs", get(exec::logs))
         .route("/v1/sandboxes/{id}/files/list", get(files::list))
         .route("/v1/sandboxes/{id}/files/stat", get(files::stat))
@@ -284,6 +249,13 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes/{id}/files/move", post(files::rename))
         .merge(uploads)
         .fallback(|| async { ApiError::not_found("route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                sandlot_api::codes::INVALID_REQUEST,
+                "method not allowed on this route; see docs/API.md",
+            )
+        })
         .layer(DefaultBodyLimit::max(16 << 20))
         .with_state(app)
 }

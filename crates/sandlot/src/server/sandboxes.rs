@@ -2,20 +2,18 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use sandlot_api::{
-    AuditList, CreateKey, CreateSandbox, KeyCreated, Limits, SandboxInfo, SandboxList, SandboxState,
-};
+use sandlot_api::{AuditList, CreateKey, CreateSandbox, KeyCreated, Limits, SandboxInfo, SandboxList, SandboxState};
 use sandlot_engine::StartSpec;
 use sandlot_linux::cgroup::CgroupLimits;
 use sandlot_store::{now_ms, SandboxRecord};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::{no_nul, record, ApiJson, ApiQuery, Caller};
+use super::extract::{no_nul, record, ApiJson, ApiPath, ApiQuery, Caller};
 use super::{ApiError, App, AppState};
 
 const MAX_METADATA: usize = 64;
@@ -25,24 +23,18 @@ fn new_id() -> String {
     use rand::Rng;
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::rngs::OsRng;
-    let body: String = (0..20)
-        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
-        .collect();
+    let body: String = (0..20).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect();
     format!("sb_{body}")
 }
 
 /// Checks environment names and values (shared by create and exec).
 pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
     if env.len() > MAX_ENV {
-        return Err(ApiError::invalid(format!(
-            "env: at most {MAX_ENV} variables"
-        )));
+        return Err(ApiError::invalid(format!("env: at most {MAX_ENV} variables")));
     }
     for (k, v) in env {
         if k.is_empty() || k.contains('=') || k.contains('\0') {
-            return Err(ApiError::invalid(format!(
-                "env: invalid variable name {k:?} (no `=`, no NUL, not empty)"
-            )));
+            return Err(ApiError::invalid(format!("env: invalid variable name {k:?} (no `=`, no NUL, not empty)")));
         }
         no_nul(&format!("env {k}"), v)?;
     }
@@ -60,15 +52,11 @@ fn limits(app: &App, req: &CreateSandbox) -> Result<Limits, ApiError> {
     }
     let memory_mb = req.memory_mb.unwrap_or(cfg.default_memory_mb);
     if !(16..=1 << 20).contains(&memory_mb) {
-        return Err(ApiError::invalid(format!(
-            "memory_mb must be between 16 and 1048576, got {memory_mb}"
-        )));
+        return Err(ApiError::invalid(format!("memory_mb must be between 16 and 1048576, got {memory_mb}")));
     }
     let pids = req.pids.unwrap_or(cfg.default_pids);
     if !(8..=65536).contains(&pids) {
-        return Err(ApiError::invalid(format!(
-            "pids must be between 8 and 65536, got {pids}"
-        )));
+        return Err(ApiError::invalid(format!("pids must be between 8 and 65536, got {pids}")));
     }
     let timeout_s = req.timeout_s.unwrap_or(cfg.default_timeout_s);
     if timeout_s == 0 || timeout_s > cfg.max_timeout_s {
@@ -77,50 +65,25 @@ fn limits(app: &App, req: &CreateSandbox) -> Result<Limits, ApiError> {
             cfg.max_timeout_s
         )));
     }
-    Ok(Limits {
-        cpu,
-        memory_mb,
-        pids,
-        timeout_s,
-    })
+    Ok(Limits { cpu, memory_mb, pids, timeout_s })
 }
 
 fn validate(app: &App, req: &CreateSandbox) -> Result<(String, Limits), ApiError> {
     let image = req.image.clone().unwrap_or_else(|| "host".into());
     if !app.engine.has_image(&image) {
-        return Err(ApiError::invalid(format!(
-            "unknown image {image:?}; available images: host"
-        )));
+        return Err(ApiError::invalid(format!("unknown image {image:?}; available images: host")));
     }
     let limits = limits(app, req)?;
     check_env(&req.env)?;
     if req.metadata.len() > MAX_METADATA {
-        return Err(ApiError::invalid(format!(
-            "metadata: at most {MAX_METADATA} entries"
-        )));
+        return Err(ApiError::invalid(format!("metadata: at most {MAX_METADATA} entries")));
     }
     for (k, v) in &req.metadata {
         if k.is_empty() || k.len() > 256 || v.len() > 4096 {
-            return Err(ApiError::invalid(
-                "metadata: keys must be 1-256 bytes and values at most 4096 bytes",
-            ));
+            return Err(ApiError::invalid("metadata: keys must be 1-256 bytes and values at most 4096 bytes"));
         }
     }
     Ok((image, limits))
-}
-
-fn take_slot(app: &App) -> u32 {
-    let mut slots = app.slots.lock().unwrap_or_else(|p| p.into_inner());
-    let slot = (0..).find(|s| !slots.contains(s)).expect("a free slot");
-    slots.insert(slot);
-    slot
-}
-
-fn free_slot(app: &App, slot: u32) {
-    app.slots
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&slot);
 }
 
 pub async fn create(
@@ -133,15 +96,11 @@ pub async fn create(
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             sandlot_api::codes::LIMIT_REACHED,
-            format!(
-                "this server runs at most {} sandboxes at once; delete one and retry",
-                app.cfg.max_sandboxes
-            ),
+            format!("this server runs at most {} sandboxes at once; delete one and retry", app.cfg.max_sandboxes),
         ));
     }
     let now = now_ms();
     let id = new_id();
-    let slot = take_slot(&app);
     let mut rec = SandboxRecord {
         info: SandboxInfo {
             id: id.clone(),
@@ -155,21 +114,18 @@ pub async fn create(
         },
         tenant: caller.tenant.clone(),
         env: req.env.clone(),
-        slot,
+        slot: 0,
     };
     app.store.insert_sandbox(&rec)?;
     let spec = StartSpec {
         image,
-        limits: CgroupLimits {
-            memory_bytes: limits.memory_mb << 20,
-            pids: limits.pids,
-            cpu: limits.cpu,
-        },
-        slot,
+        limits: CgroupLimits { memory_bytes: limits.memory_mb << 20, pids: limits.pids, cpu: limits.cpu },
+        preferred_slot: None,
     };
     let started = std::time::Instant::now();
     match app.engine.start(&id, spec).await {
-        Ok(_) => {
+        Ok(sb) => {
+            app.store.set_slot(&id, sb.slot())?;
             app.store.set_state(&id, SandboxState::Running, None)?;
             rec.info.state = SandboxState::Running;
             app.store.audit(
@@ -183,39 +139,26 @@ pub async fn create(
         Err(e) => {
             let reason = e.to_string();
             let _ = app.engine.destroy(&id).await;
-            free_slot(&app, slot);
-            app.store
-                .set_state(&id, SandboxState::Failed, Some(&reason))?;
-            app.store.audit(
-                &caller.tenant,
-                Some(&id),
-                "sandbox.create_failed",
-                &json!({"reason": reason}),
-            )?;
+            app.store.set_state(&id, SandboxState::Failed, Some(&reason))?;
+            app.store.audit(&caller.tenant, Some(&id), "sandbox.create_failed", &json!({"reason": reason}))?;
             Err(e.into())
         }
     }
 }
 
-pub async fn list(
-    State(app): State<AppState>,
-    caller: Caller,
-) -> Result<Json<SandboxList>, ApiError> {
-    let sandboxes = app
-        .store
-        .list_sandboxes(&caller.tenant)?
-        .into_iter()
-        .map(|r| r.info)
-        .collect();
+pub async fn list(State(app): State<AppState>, caller: Caller) -> Result<Json<SandboxList>, ApiError> {
+    let sandboxes = app.store.list_sandboxes(&caller.tenant)?.into_iter().map(|r| r.info).collect();
     Ok(Json(SandboxList { sandboxes }))
 }
 
 pub async fn get(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
-    Ok(Json(record(&app, &caller, &id)?.info))
+    // Deleted sandboxes stay readable, so a caller can learn why one ended (expiry, failure).
+    let rec = app.store.get_sandbox_any(&caller.tenant, &id)?;
+    rec.map(|r| Json(r.info)).ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))
 }
 
 /// Deletes a sandbox: processes killed, cgroup and layer removed, record kept as `deleted` for audit.
@@ -227,19 +170,22 @@ pub async fn remove_sandbox(
 ) -> Result<(), ApiError> {
     let id = &rec.info.id;
     app.engine.destroy(id).await?;
-    free_slot(app, rec.slot);
     app.store.set_state(id, SandboxState::Deleted, reason)?;
-    app.store
-        .audit(&rec.tenant, Some(id), action, &json!({"reason": reason}))?;
+    app.store.audit(&rec.tenant, Some(id), action, &json!({"reason": reason}))?;
     Ok(())
 }
 
 pub async fn delete(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let rec = record(&app, &caller, &id)?;
+    if rec.info.state == SandboxState::Creating {
+        return Err(ApiError::conflict(format!(
+            "sandbox {id} is still being created; delete it once its create call has returned"
+        )));
+    }
     remove_sandbox(&app, &rec, "sandbox.delete", None).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -257,26 +203,15 @@ pub async fn create_key(
         ));
     }
     let t = &req.tenant;
-    if t.is_empty()
-        || t.len() > 64
-        || !t
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-    {
-        return Err(ApiError::invalid(
-            "tenant must be 1-64 characters of A-Z a-z 0-9 - _ .",
-        ));
+    if t == "admin" {
+        return Err(ApiError::invalid("the tenant name `admin` is reserved for the bootstrap admin key"));
+    }
+    if t.is_empty() || t.len() > 64 || !t.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(ApiError::invalid("tenant must be 1-64 characters of A-Z a-z 0-9 - _ ."));
     }
     let key = app.store.create_key(t, false)?;
-    app.store
-        .audit(&caller.tenant, None, "key.create", &json!({"tenant": t}))?;
-    Ok((
-        StatusCode::CREATED,
-        Json(KeyCreated {
-            tenant: t.clone(),
-            key,
-        }),
-    ))
+    app.store.audit(&caller.tenant, None, "key.create", &json!({"tenant": t}))?;
+    Ok((StatusCode::CREATED, Json(KeyCreated { tenant: t.clone(), key })))
 }
 
 #[derive(Deserialize)]
@@ -292,14 +227,8 @@ pub async fn audit(
     ApiQuery(q): ApiQuery<AuditQuery>,
 ) -> Result<Json<AuditList>, ApiError> {
     let limit = q.limit.unwrap_or(100).clamp(1, 10_000);
-    let tenant = if caller.admin {
-        None
-    } else {
-        Some(caller.tenant.as_str())
-    };
-    let entries = app
-        .store
-        .list_audit(tenant, q.sandbox_id.as_deref(), limit)?;
+    let tenant = if caller.admin { None } else { Some(caller.tenant.as_str()) };
+    let entries = app.store.list_audit(tenant, q.sandbox_id.as_deref(), limit)?;
     Ok(Json(AuditList { entries }))
 }
 
@@ -315,10 +244,7 @@ pub async fn expiry_loop(app: AppState, mut shutdown: tokio::sync::watch::Receiv
             continue;
         };
         let now = now_ms();
-        for rec in live
-            .into_iter()
-            .filter(|r| r.info.expires_at_ms <= now && r.info.state == SandboxState::Running)
-        {
+        for rec in live.into_iter().filter(|r| r.info.expires_at_ms <= now && r.info.state == SandboxState::Running) {
             let reason = format!("lifetime of {} s ended", rec.info.limits.timeout_s);
             if let Err(e) = remove_sandbox(&app, &rec, "sandbox.expire", Some(&reason)).await {
                 tracing::error!(sandbox = %rec.info.id, "expiry failed: {}", e.message);
@@ -328,26 +254,15 @@ pub async fn expiry_loop(app: AppState, mut shutdown: tokio::sync::watch::Receiv
 }
 
 /// Marks sandboxes whose supervisor died unexpectedly as failed, and frees their host resources.
-pub async fn death_loop(
-    app: AppState,
-    mut deaths: tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
-) {
+pub async fn death_loop(app: AppState, mut deaths: tokio::sync::mpsc::UnboundedReceiver<(String, String)>) {
     while let Some((id, why)) = deaths.recv().await {
         tracing::warn!(sandbox = %id, "supervisor ended unexpectedly: {why}");
         let reason = format!("supervisor ended: {why}");
         let _ = app.engine.destroy(&id).await;
         let recs = app.store.live_sandboxes().unwrap_or_default();
         if let Some(rec) = recs.into_iter().find(|r| r.info.id == id) {
-            free_slot(&app, rec.slot);
-            let _ = app
-                .store
-                .set_state(&id, SandboxState::Failed, Some(&reason));
-            let _ = app.store.audit(
-                &rec.tenant,
-                Some(&id),
-                "sandbox.failed",
-                &json!({"reason": reason}),
-            );
+            let _ = app.store.set_state(&id, SandboxState::Failed, Some(&reason));
+            let _ = app.store.audit(&rec.tenant, Some(&id), "sandbox.failed", &json!({"reason": reason}));
         }
     }
 }

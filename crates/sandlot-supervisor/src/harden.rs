@@ -1,0 +1,124 @@
+//! What every spawned process goes through between fork and exec, in this order: capability bounding
+//! set, groups, gid, uid, capabilities, working directory, OOM score, no_new_privs, rlimits, seccomp.
+//!
+//! Everything is prepared before the fork ([`Hardening::new`]); the child only makes raw syscalls.
+//! Landlock is not here: the supervisor restricts itself once at start-up, and every process inherits
+//! that domain (so processes of different execs can still signal each other and share abstract sockets).
+
+use std::ffi::CString;
+use std::io;
+
+use crate::seccomp::Filter;
+
+/// Capabilities sandbox `root` keeps (inside its own user namespace). Docker's default set minus
+/// CAP_NET_RAW (raw and packet sockets), CAP_MKNOD and CAP_AUDIT_WRITE. Notably absent: SYS_ADMIN,
+/// SYS_PTRACE, NET_ADMIN, SYS_MODULE, SYS_TIME, DAC_READ_SEARCH.
+const ROOT_CAPS: [u32; 10] = [
+    0,  // CAP_CHOWN
+    1,  // CAP_DAC_OVERRIDE
+    3,  // CAP_FOWNER
+    4,  // CAP_FSETID
+    5,  // CAP_KILL
+    6,  // CAP_SETGID
+    7,  // CAP_SETUID
+    8,  // CAP_SETPCAP
+    10, // CAP_NET_BIND_SERVICE
+    18, // CAP_SYS_CHROOT
+];
+
+/// Open files a sandbox process may hold.
+const NOFILE: u64 = 65_536;
+
+/// Prepared once per supervisor.
+pub struct Hardening {
+    filter: Option<Filter>,
+    cap_last: u32,
+    nofile: u64,
+    oom_path: CString,
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+impl Hardening {
+    /// Compiles the seccomp profile and reads the kernel's capability count. `seccomp = false` is the
+    /// test-only switch that shows what the other layers stop on their own.
+    pub fn new(seccomp: bool) -> io::Result<Self> {
+        let filter = if seccomp { Some(Filter::sandbox().map_err(|e| io::Error::other(e.to_string()))?) } else { None };
+        let cap_last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(40);
+        // Raising the hard limit needs CAP_SYS_RESOURCE, which the sandbox lacks: stay within the
+        // supervisor's own hard limit.
+        let mut cur = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes into a valid rlimit.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut cur) };
+        let nofile = NOFILE.min(cur.rlim_max);
+        Ok(Hardening { filter, cap_last, nofile, oom_path: CString::new("/proc/self/oom_score_adj").expect("no NUL") })
+    }
+
+    /// Applies everything to the calling (forked, not yet exec'd) process.
+    ///
+    /// # Safety
+    /// Call only between fork and exec: it changes the process's credentials and installs a seccomp filter.
+    pub unsafe fn apply(&self, uid: u32, cwd: &CString) -> io::Result<()> {
+        let check = |rc: libc::c_long| if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) };
+        let keep: &[u32] = if uid == 0 { &ROOT_CAPS } else { &[] };
+        // SAFETY: raw syscalls on prepared data; this is a single-threaded child between fork and exec.
+        unsafe {
+            // The bounding set limits what any later exec (file capabilities) could ever grant.
+            for cap in 0..=self.cap_last {
+                if !keep.contains(&cap) {
+                    check(libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) as libc::c_long)?;
+                }
+            }
+            check(libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()))?;
+            check(libc::syscall(libc::SYS_setresgid, uid, uid, uid))?;
+            // From root to a non-zero uid the kernel clears permitted and effective capabilities.
+            check(libc::syscall(libc::SYS_setresuid, uid, uid, uid))?;
+            if uid == 0 {
+                let mask = keep.iter().fold(0u64, |m, c| m | (1u64 << c));
+                let data = [
+                    CapData { effective: mask as u32, permitted: mask as u32, inheritable: 0 },
+                    CapData { effective: (mask >> 32) as u32, permitted: (mask >> 32) as u32, inheritable: 0 },
+                ];
+                let header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+                check(libc::syscall(libc::SYS_capset, &header, data.as_ptr()))?;
+            }
+            check(libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) as libc::c_long)?;
+            // After the uid change, so the directory is checked with the user's own permissions.
+            check(libc::chdir(cwd.as_ptr()) as libc::c_long)?;
+            // User code is the OOM killer's first choice in the sandbox, never pid 1 (raising a score needs
+            // no privilege; the supervisor itself may hold a lowered score inherited from the daemon).
+            let fd = libc::open(self.oom_path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd >= 0 {
+                libc::write(fd, b"500\n".as_ptr().cast(), 4);
+                libc::close(fd);
+            }
+            // No set-uid binary or file capability can raise privileges again.
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long)?;
+            let core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            check(libc::setrlimit(libc::RLIMIT_CORE, &core) as libc::c_long)?;
+            let nofile = libc::rlimit { rlim_cur: self.nofile, rlim_max: self.nofile };
+            check(libc::setrlimit(libc::RLIMIT_NOFILE, &nofile) as libc::c_long)?;
+            if let Some(f) = &self.filter {
+                check(f.install() as libc::c_long)?;
+            }
+        }
+        Ok(())
+    }
+}

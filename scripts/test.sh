@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit tests and the end-to-end suite through the HTTP API.
+# Needs root (the e2e tests start real servers that create namespaces and cgroups).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "test.sh: run as root (sudo $0)" >&2; exit 1; }
+
+cargo fmt --all -- --check
+cargo clippy --locked --workspace --all-targets -- -D warnings
+if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --locked --workspace --no-fail-fast
+else
+    cargo test --locked --workspace --no-fail-fast
+fi
