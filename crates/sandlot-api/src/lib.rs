@@ -33,6 +33,9 @@ pub struct CreateSandbox {
     /// Maximum number of processes and threads alive at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids: Option<u64>,
+    /// Size cap of the sandbox's writable layer in MiB; writes past it fail with EDQUOT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u64>,
     /// Sandbox lifetime in seconds; on expiry an ephemeral sandbox is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<u64>,
@@ -94,6 +97,9 @@ pub struct Limits {
     pub memory_mb: u64,
     /// Processes and threads.
     pub pids: u64,
+    /// Writable-layer cap in MiB; `null` when the server runs without disk limits (`--no-disk-quota`).
+    #[serde(default)]
+    pub disk_mb: Option<u64>,
     /// Lifetime in seconds.
     pub timeout_s: u64,
 }

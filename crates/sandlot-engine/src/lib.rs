@@ -31,6 +31,9 @@ pub struct EngineConfig {
     pub start_timeout: Duration,
     /// Defence layers in force (all, except in the escape suite's layer-by-layer tests).
     pub layers: sandlot_linux::Layers,
+    /// Size of the btrfs layers volume in GiB; `None` keeps layers on the state filesystem with no disk
+    /// limit (an explicit opt-out for hosts without btrfs).
+    pub layers_volume_gb: Option<u64>,
 }
 
 /// What a sandbox is started with.
@@ -42,6 +45,8 @@ pub struct StartSpec {
     pub limits: CgroupLimits,
     /// Host uid-range slot to reuse if free (a restarted sandbox keeps its file owners).
     pub preferred_slot: Option<u32>,
+    /// Cap on the writable layer, in bytes (ignored without a layers volume).
+    pub disk_bytes: u64,
 }
 
 /// Engine failures, by who is at fault.
@@ -98,6 +103,7 @@ pub struct Engine {
     cfg: EngineConfig,
     cgroups: Cgroups,
     launcher: Launcher,
+    volume: Option<sandlot_linux::volume::Volume>,
     sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
     deaths_tx: tokio::sync::mpsc::UnboundedSender<(String, String)>,
     deaths_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, String)>>>,
@@ -108,7 +114,10 @@ impl Engine {
     pub fn new(cfg: EngineConfig) -> Result<Arc<Self>, EngineError> {
         let instance = instance_id(&cfg.state_dir)?;
         let cgroups = Cgroups::detect(&instance)?;
-        std::fs::create_dir_all(cfg.state_dir.join("sandboxes"))?;
+        let volume = match cfg.layers_volume_gb {
+            Some(gb) => Some(sandlot_linux::volume::Volume::open(&cfg.state_dir, gb)?),
+            None => None,
+        };
         std::fs::create_dir_all(cfg.state_dir.join("images"))?;
         let launcher = Launcher::start()?;
         let (deaths_tx, deaths_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -116,6 +125,7 @@ impl Engine {
             cfg,
             cgroups,
             launcher,
+            volume,
             sandboxes: Mutex::new(HashMap::new()),
             deaths_tx,
             deaths_rx: Mutex::new(Some(deaths_rx)),
@@ -128,7 +138,15 @@ impl Engine {
     }
 
     fn sandboxes_dir(&self) -> PathBuf {
-        self.cfg.state_dir.join("sandboxes")
+        match &self.volume {
+            Some(v) => v.sandboxes(),
+            None => self.cfg.state_dir.join("sandboxes"),
+        }
+    }
+
+    /// Whether writable layers have an enforced size limit.
+    pub fn disk_limits(&self) -> bool {
+        self.volume.is_some()
     }
 
     fn images_dir(&self) -> PathBuf {
@@ -218,7 +236,8 @@ impl Engine {
         let slot = sandlot_linux::ids::claim(spec.preferred_slot)?;
         let ids = slot.ids();
         let layer = Layer::at(&self.sandboxes_dir(), id);
-        layer.create(ids, &hostname(id))?;
+        let disk = self.volume.as_ref().map(|_| spec.disk_bytes);
+        layer.create(ids, &hostname(id), disk)?;
         let cgroup = match self.cgroups.create(id, spec.limits) {
             Ok(c) => c,
             Err(e) => {

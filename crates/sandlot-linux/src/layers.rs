@@ -32,8 +32,16 @@ impl Layer {
         Layer { upper: dir.join("upper"), work: dir.join("work"), root: dir.join("root"), dir }
     }
 
-    /// Creates the layer with the sandbox-owned skeleton and generated /etc files.
-    pub fn create(&self, ids: IdRange, hostname: &str) -> io::Result<()> {
+    /// Creates the layer with the sandbox-owned skeleton and generated /etc files. With `disk_bytes`,
+    /// the layer is a btrfs subvolume capped at that many bytes.
+    pub fn create(&self, ids: IdRange, hostname: &str, disk_bytes: Option<u64>) -> io::Result<()> {
+        if let Some(parent) = self.dir.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        if let Some(bytes) = disk_bytes {
+            crate::volume::create_subvolume(&self.dir)?;
+            crate::volume::limit_subvolume(&self.dir, bytes)?;
+        }
         fs::create_dir_all(&self.dir)?;
         fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o711))?;
         fs::create_dir_all(&self.root)?;
@@ -84,9 +92,6 @@ impl Layer {
     /// Removes the layer. Everything below is plain files: the mounts lived in the sandbox's own mount
     /// namespace and vanished with its last process.
     pub fn remove(&self) -> io::Result<()> {
-        match fs::remove_dir_all(&self.dir) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
+        crate::volume::remove_subvolume(&self.dir)
     }
 }

@@ -326,7 +326,7 @@ mod tests {
                 state: SandboxState::Running,
                 reason: None,
                 image: "host".into(),
-                limits: Limits { cpu: 1.0, memory_mb: 512, pids: 256, timeout_s: 300 },
+                limits: Limits { cpu: 1.0, memory_mb: 512, pids: 256, disk_mb: Some(1024), timeout_s: 300 },
                 metadata: BTreeMap::from([("k".into(), "v".into())]),
                 created_at_ms: 1,
                 expires_at_ms: 2,

@@ -55,6 +55,17 @@ pub struct ServeArgs {
     /// Process limit of a sandbox when the request names none.
     #[arg(long, default_value_t = 256)]
     pub default_pids: u64,
+    /// Writable-layer size cap of a sandbox when the request names none, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub default_disk_mb: u64,
+    /// Size of the btrfs volume (a sparse file in the state directory) that holds every sandbox's
+    /// writable layer, in GiB. It takes host disk space only as sandboxes write.
+    #[arg(long, default_value_t = 64)]
+    pub layers_volume_gb: u64,
+    /// Keep writable layers on the state filesystem without any size limit (for hosts without btrfs).
+    /// Sandboxes can then fill the host's disk.
+    #[arg(long)]
+    pub no_disk_quota: bool,
     /// Lifetime of a sandbox when the request names none, in seconds.
     #[arg(long, default_value_t = 300)]
     pub default_timeout_s: u64,
@@ -105,6 +116,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
     // Sandbox uids must traverse it to reach their layers; nobody may list or read it.
     std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o711))?;
+    // Before any thread exists: the layers volume is mounted in a mount namespace of the daemon's own,
+    // so it never shows on the host and vanishes with the daemon, however it ends.
+    sandlot_linux::volume::enter_private_mount_namespace().context("creating the daemon's mount namespace")?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(serve(args, state_dir))
 }
@@ -127,9 +141,16 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
         }
         tracing::warn!("INSECURE: the {l} layer is off for every sandbox of this server");
     }
-    let engine =
-        Engine::new(EngineConfig { state_dir: state_dir.clone(), start_timeout: Duration::from_secs(15), layers })
-            .context("starting the sandbox engine")?;
+    let engine = Engine::new(EngineConfig {
+        state_dir: state_dir.clone(),
+        start_timeout: Duration::from_secs(15),
+        layers,
+        layers_volume_gb: (!args.no_disk_quota).then_some(args.layers_volume_gb),
+    })
+    .context("starting the sandbox engine (pass --no-disk-quota on hosts without btrfs support)")?;
+    if args.no_disk_quota {
+        tracing::warn!("--no-disk-quota: sandbox writable layers have no size limit and can fill the host's disk");
+    }
     recover(&store, &engine)?;
 
     let app = Arc::new(App { store, engine: Arc::clone(&engine), cfg: args.clone() });

@@ -58,6 +58,19 @@ fn limits(app: &App, req: &CreateSandbox) -> Result<Limits, ApiError> {
     if !(8..=65536).contains(&pids) {
         return Err(ApiError::invalid(format!("pids must be between 8 and 65536, got {pids}")));
     }
+    let disk_mb = match (req.disk_mb, app.engine.disk_limits()) {
+        (_, false) => None,
+        (d, true) => {
+            let d = d.unwrap_or(cfg.default_disk_mb);
+            let max = cfg.layers_volume_gb << 10;
+            if !(16..=max).contains(&d) {
+                return Err(ApiError::invalid(format!(
+                    "disk_mb must be between 16 and {max} (the layers volume), got {d}"
+                )));
+            }
+            Some(d)
+        }
+    };
     let timeout_s = req.timeout_s.unwrap_or(cfg.default_timeout_s);
     if timeout_s == 0 || timeout_s > cfg.max_timeout_s {
         return Err(ApiError::invalid(format!(
@@ -65,7 +78,7 @@ fn limits(app: &App, req: &CreateSandbox) -> Result<Limits, ApiError> {
             cfg.max_timeout_s
         )));
     }
-    Ok(Limits { cpu, memory_mb, pids, timeout_s })
+    Ok(Limits { cpu, memory_mb, pids, disk_mb, timeout_s })
 }
 
 fn validate(app: &App, req: &CreateSandbox) -> Result<(String, Limits), ApiError> {
@@ -121,6 +134,7 @@ pub async fn create(
         image,
         limits: CgroupLimits { memory_bytes: limits.memory_mb << 20, pids: limits.pids, cpu: limits.cpu },
         preferred_slot: None,
+        disk_bytes: limits.disk_mb.unwrap_or(0) << 20,
     };
     let started = std::time::Instant::now();
     match app.engine.start(&id, spec).await {

@@ -1,0 +1,172 @@
+//! The layers volume: a btrfs filesystem in a sparse file under the state directory, loop-mounted in
+//! the daemon's *private* mount namespace, holding one subvolume per sandbox with a qgroup limit.
+//!
+//! Why btrfs: this class of host runs ext4 without project quotas (and its kernel lacks XFS quota
+//! support), so a writable layer cannot be capped on the root filesystem. A btrfs qgroup is a real
+//! limit — writes past it fail with EDQUOT at once, no periodic `du` — and subvolumes give O(1)
+//! copy-on-write snapshots for later. Why a private mount namespace: the volume's mount never appears on
+//! the host, and when the daemon dies (even by kill -9) the namespace and the mount go with it; nothing
+//! is left to sweep.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nix::mount::{mount, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+
+const NAME_MAX: usize = 4088;
+
+#[repr(C)]
+struct VolArgs {
+    fd: i64,
+    name: [u8; NAME_MAX],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct QgroupLimit {
+    flags: u64,
+    max_rfer: u64,
+    max_excl: u64,
+    rsv_rfer: u64,
+    rsv_excl: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct QgroupLimitArgs {
+    qgroupid: u64,
+    lim: QgroupLimit,
+}
+
+const QGROUP_LIMIT_MAX_RFER: u64 = 1;
+
+nix::ioctl_write_ptr!(btrfs_subvol_create, 0x94, 14, VolArgs);
+nix::ioctl_write_ptr!(btrfs_snap_destroy, 0x94, 15, VolArgs);
+nix::ioctl_read!(btrfs_qgroup_limit, 0x94, 43, QgroupLimitArgs);
+
+/// Moves the calling process into a new mount namespace that receives the host's mounts but sends none
+/// back. Must run before the process starts threads.
+pub fn enter_private_mount_namespace() -> io::Result<()> {
+    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
+        .map_err(|e| io::Error::from_raw_os_error(e as i32))
+}
+
+/// The mounted layers volume.
+#[derive(Debug, Clone)]
+pub struct Volume {
+    /// Where it is mounted (inside the daemon's mount namespace).
+    pub root: PathBuf,
+}
+
+fn run(cmd: &mut Command, what: &str) -> io::Result<()> {
+    let out = cmd.output().map_err(|e| {
+        io::Error::new(e.kind(), format!("{what}: cannot run {:?} ({e}); install btrfs-progs", cmd.get_program()))
+    })?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    Ok(())
+}
+
+impl Volume {
+    /// Creates (first time) and mounts the volume `<state>/layers.btrfs` of `size_gb` at `<state>/layers`.
+    pub fn open(state_dir: &Path, size_gb: u64) -> io::Result<Self> {
+        let image = state_dir.join("layers.btrfs");
+        let root = state_dir.join("layers");
+        fs::create_dir_all(&root)?;
+        if !image.exists() {
+            let tmp = state_dir.join("layers.btrfs.tmp");
+            let f = File::create(&tmp)?;
+            // Sparse: the file takes host disk space only as sandboxes write.
+            f.set_len(size_gb << 30)?;
+            drop(f);
+            run(Command::new("mkfs.btrfs").arg("-q").arg(&tmp), "creating the layers volume")?;
+            fs::rename(&tmp, &image)?;
+        }
+        if !is_mountpoint(&root)? {
+            run(
+                Command::new("mount").args(["-o", "loop,noatime"]).arg(&image).arg(&root),
+                "mounting the layers volume",
+            )?;
+        }
+        run(Command::new("btrfs").args(["quota", "enable"]).arg(&root), "enabling quotas on the layers volume")?;
+        Ok(Volume { root })
+    }
+
+    /// Directory holding the sandboxes' subvolumes.
+    pub fn sandboxes(&self) -> PathBuf {
+        self.root.join("sandboxes")
+    }
+}
+
+fn is_mountpoint(p: &Path) -> io::Result<bool> {
+    let canon = fs::canonicalize(p)?;
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(mountinfo.lines().any(|l| l.split(' ').nth(4) == Some(canon.to_str().unwrap_or(""))))
+}
+
+fn vol_args(name: &str) -> io::Result<VolArgs> {
+    let mut args = VolArgs { fd: 0, name: [0; NAME_MAX] };
+    let b = name.as_bytes();
+    if b.is_empty() || b.len() >= NAME_MAX || b.contains(&0) || b.contains(&b'/') {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad subvolume name {name:?}")));
+    }
+    args.name[..b.len()].copy_from_slice(b);
+    Ok(args)
+}
+
+/// Creates subvolume `dir` (its parent must exist on a btrfs filesystem).
+pub fn create_subvolume(dir: &Path) -> io::Result<()> {
+    let (parent, name) = split(dir)?;
+    let p = File::open(parent)?;
+    let args = vol_args(name)?;
+    // SAFETY: BTRFS_IOC_SUBVOL_CREATE reads a valid vol_args on a directory fd.
+    unsafe { btrfs_subvol_create(p.as_raw_fd(), &args) }.map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+    Ok(())
+}
+
+/// Caps the bytes subvolume `dir` may reference; writes past it fail with EDQUOT.
+pub fn limit_subvolume(dir: &Path, bytes: u64) -> io::Result<()> {
+    let d = File::open(dir)?;
+    let mut args = QgroupLimitArgs {
+        qgroupid: 0, // 0 = the qgroup of the subvolume the fd is in
+        lim: QgroupLimit { flags: QGROUP_LIMIT_MAX_RFER, max_rfer: bytes, ..Default::default() },
+    };
+    // SAFETY: BTRFS_IOC_QGROUP_LIMIT on a subvolume fd with a valid args struct.
+    unsafe { btrfs_qgroup_limit(d.as_raw_fd(), &mut args) }.map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+    Ok(())
+}
+
+/// Deletes subvolume `dir` with everything in it. A plain directory is removed recursively instead.
+pub fn remove_subvolume(dir: &Path) -> io::Result<()> {
+    let (parent, name) = split(dir)?;
+    let p = match File::open(parent) {
+        Ok(p) => p,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let args = vol_args(name)?;
+    // SAFETY: BTRFS_IOC_SNAP_DESTROY reads a valid vol_args on the parent directory fd.
+    match unsafe { btrfs_snap_destroy(p.as_raw_fd(), &args) } {
+        Ok(_) => Ok(()),
+        Err(nix::Error::ENOENT) => Ok(()),
+        // Not a subvolume (or not btrfs): an ordinary directory.
+        Err(nix::Error::EINVAL | nix::Error::ENOTTY | nix::Error::EPERM) => match fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+        Err(e) => Err(io::Error::from_raw_os_error(e as i32)),
+    }
+}
+
+fn split(dir: &Path) -> io::Result<(&Path, &str)> {
+    match (dir.parent(), dir.file_name().and_then(|n| n.to_str())) {
+        (Some(p), Some(n)) => Ok((p, n)),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: not a subvolume path", dir.display()))),
+    }
+}
