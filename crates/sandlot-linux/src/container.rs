@@ -61,8 +61,13 @@ pub fn enter(spec: &ContainerSpec) -> Result<(), SetupError> {
     )?;
 
     let root = &spec.root;
-    let lower = spec.lower.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":");
-    let opts = format!("lowerdir={lower},upperdir={},workdir={},userxattr", spec.upper.display(), spec.work.display());
+    // overlayfs resolves its options from the current directory and shows them verbatim in the
+    // sandbox's /proc/self/mountinfo: relative paths keep the host's directory layout out of sight.
+    let base = spec.upper.parent().unwrap_or(Path::new("/"));
+    step("chdir to the layer", chdir(base).map_err(errno))?;
+    let rel = |p: &Path| relative(base, p).display().to_string();
+    let lower = spec.lower.iter().map(|p| rel(p)).collect::<Vec<_>>().join(":");
+    let opts = format!("lowerdir={lower},upperdir={},workdir={},userxattr", rel(&spec.upper), rel(&spec.work));
     step(
         "mount overlay root",
         mount(Some("overlay"), root, Some("overlay"), MsFlags::empty(), Some(opts.as_str())).map_err(errno),
@@ -153,6 +158,21 @@ fn mask_proc() -> Result<(), SetupError> {
         }
     }
     Ok(())
+}
+
+/// `target` relative to directory `base` (both absolute).
+fn relative(base: &Path, target: &Path) -> PathBuf {
+    let b: Vec<_> = base.components().collect();
+    let t: Vec<_> = target.components().collect();
+    let common = b.iter().zip(&t).take_while(|(x, y)| x == y).count();
+    let mut out = PathBuf::new();
+    for _ in common..b.len() {
+        out.push("..");
+    }
+    for c in &t[common..] {
+        out.push(c);
+    }
+    out
 }
 
 fn inside(root: &Path, p: &Path) -> PathBuf {
@@ -263,4 +283,16 @@ fn loopback_up() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_climb_and_descend() {
+        let base = Path::new("/s/layers/sandboxes/sb_1");
+        assert_eq!(relative(base, Path::new("/s/layers/sandboxes/sb_1/upper")), PathBuf::from("upper"));
+        assert_eq!(relative(base, Path::new("/s/images/host/rootfs")), PathBuf::from("../../../images/host/rootfs"));
+    }
 }
