@@ -45,6 +45,66 @@ pub struct CreateSandbox {
     /// Free-form labels, returned as given.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    /// Name, unique among the tenant's sandboxes that are not deleted (letters, digits, `-_.`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Keep the sandbox (and its files) across stop, expiry and server restarts (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent: Option<bool>,
+    /// With `name`: return the tenant's existing sandbox of that name (resuming it if needed) instead
+    /// of failing with 409.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub get_or_create: bool,
+    /// Resume a stopped or paused sandbox automatically when a command or file operation needs it
+    /// (default: on for persistent sandboxes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_resume: Option<bool>,
+    /// End the sandbox this many seconds after the last API call or process output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_s: Option<u64>,
+    /// What expiry (lifetime or idle) does: `delete` (ephemeral default), `stop`, or `pause`
+    /// (persistent default; a paused sandbox is stopped after `stop_after_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<TimeoutAction>,
+    /// Seconds a sandbox paused by expiry stays paused before it is stopped (default 600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_after_s: Option<u64>,
+    /// Start from this snapshot's files (its image is used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+}
+
+/// What happens when a sandbox's lifetime or idle time runs out.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutAction {
+    /// Delete it, files and all.
+    Delete,
+    /// Stop it: processes end, files stay.
+    Stop,
+    /// Pause it (processes frozen in memory), then stop it after `stop_after_s`.
+    Pause,
+}
+
+impl TimeoutAction {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeoutAction::Delete => "delete",
+            TimeoutAction::Stop => "stop",
+            TimeoutAction::Pause => "pause",
+        }
+    }
+
+    /// Parses the wire name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "delete" => TimeoutAction::Delete,
+            "stop" => TimeoutAction::Stop,
+            "pause" => TimeoutAction::Pause,
+            _ => return None,
+        })
+    }
 }
 
 /// Lifecycle state of a sandbox.
@@ -55,6 +115,8 @@ pub enum SandboxState {
     Creating,
     /// Supervisor up; commands and file operations are accepted.
     Running,
+    /// Every process frozen in memory (no CPU); resume continues them where they were.
+    Paused,
     /// Processes gone, layers kept.
     Stopped,
     /// Setup or the supervisor failed; see `reason`.
@@ -69,6 +131,7 @@ impl SandboxState {
         match self {
             SandboxState::Creating => "creating",
             SandboxState::Running => "running",
+            SandboxState::Paused => "paused",
             SandboxState::Stopped => "stopped",
             SandboxState::Failed => "failed",
             SandboxState::Deleted => "deleted",
@@ -80,6 +143,7 @@ impl SandboxState {
         Some(match s {
             "creating" => SandboxState::Creating,
             "running" => SandboxState::Running,
+            "paused" => SandboxState::Paused,
             "stopped" => SandboxState::Stopped,
             "failed" => SandboxState::Failed,
             "deleted" => SandboxState::Deleted,
@@ -125,6 +189,82 @@ pub struct SandboxInfo {
     pub created_at_ms: i64,
     /// When the lifetime ends, Unix milliseconds.
     pub expires_at_ms: i64,
+    /// Name, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Kept across stop, expiry and restarts.
+    #[serde(default)]
+    pub persistent: bool,
+    /// Resumed automatically by commands and file operations.
+    #[serde(default)]
+    pub auto_resume: bool,
+    /// Idle timeout in seconds, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_s: Option<u64>,
+    /// What expiry does.
+    pub on_timeout: TimeoutAction,
+    /// Seconds an expiry-paused sandbox waits before it is stopped.
+    pub stop_after_s: u64,
+    /// Last API activity or process output, Unix milliseconds.
+    pub last_active_at_ms: i64,
+    /// Snapshot it started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+}
+
+/// A read-only snapshot of a sandbox's files.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SnapshotInfo {
+    /// Opaque identifier (`snap_…`); pass it as `snapshot` when creating a sandbox.
+    pub id: String,
+    /// Name, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Sandbox it was taken from.
+    pub sandbox_id: String,
+    /// Image of that sandbox.
+    pub image: String,
+    /// Creation time, Unix milliseconds.
+    pub created_at_ms: i64,
+}
+
+/// Body of `GET /v1/snapshots`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SnapshotList {
+    /// Snapshots of the caller's tenant, newest first.
+    pub snapshots: Vec<SnapshotInfo>,
+}
+
+/// Body of `POST /v1/sandboxes/{id}/snapshot`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSnapshot {
+    /// Optional name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Body of `POST /v1/sandboxes/{id}/fork`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    /// How many copies (1–32).
+    pub count: u32,
+}
+
+/// Answer of a fork.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ForkResult {
+    /// The new sandboxes, running, each with a copy-on-write copy of the files.
+    pub sandboxes: Vec<SandboxInfo>,
+}
+
+/// Body of `POST /v1/sandboxes/{id}/timeout`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SetTimeout {
+    /// New lifetime, in seconds from now.
+    pub timeout_s: u64,
 }
 
 /// Body of `GET /v1/sandboxes`.
@@ -562,6 +702,7 @@ mod tests {
         for s in [
             SandboxState::Creating,
             SandboxState::Running,
+            SandboxState::Paused,
             SandboxState::Stopped,
             SandboxState::Failed,
             SandboxState::Deleted,

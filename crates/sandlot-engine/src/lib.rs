@@ -47,6 +47,24 @@ pub struct StartSpec {
     pub preferred_slot: Option<u32>,
     /// Cap on the writable layer, in bytes (ignored without a layers volume).
     pub disk_bytes: u64,
+    /// Where the writable layer comes from.
+    pub source: LayerSource,
+}
+
+/// Origin of a sandbox's writable layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LayerSource {
+    /// A new, empty layer.
+    Fresh,
+    /// The layer the sandbox already has (resume after stop); files were owned by `preferred_slot`.
+    Existing,
+    /// A copy-on-write copy of snapshot `id`, whose files are owned by host ids from `base`.
+    Snapshot {
+        /// Snapshot id.
+        id: String,
+        /// Host id of the snapshotted sandbox's root.
+        base: u32,
+    },
 }
 
 /// Engine failures, by who is at fault.
@@ -196,6 +214,7 @@ impl Engine {
         let this = Arc::clone(self);
         let id_owned = id.to_string();
         let limits = spec.limits;
+        let resumed = spec.source == LayerSource::Existing;
         let t0 = std::time::Instant::now();
         let prepared = tokio::task::spawn_blocking(move || this.prepare(&id_owned, &spec))
             .await
@@ -208,11 +227,11 @@ impl Engine {
                 tracing::debug!(sandbox = id, ?t_launched, ready = ?t0.elapsed(), "sandbox started");
             }
             Ok(Err(reason)) => {
-                sb.destroy().await;
+                sb.destroy(!resumed).await;
                 return Err(EngineError::StartFailed(reason));
             }
             Err(_) => {
-                sb.destroy().await;
+                sb.destroy(!resumed).await;
                 return Err(EngineError::StartFailed(format!(
                     "supervisor not ready within {:?}",
                     self.cfg.start_timeout
@@ -237,11 +256,44 @@ impl Engine {
         let ids = slot.ids();
         let layer = Layer::at(&self.sandboxes_dir(), id);
         let disk = self.volume.as_ref().map(|_| spec.disk_bytes);
-        layer.create(ids, &hostname(id), disk)?;
+        let fresh = spec.source != LayerSource::Existing;
+        let cleanup = |layer: &Layer| {
+            if fresh {
+                let _ = layer.remove();
+            }
+        };
+        match &spec.source {
+            LayerSource::Fresh => layer.create(ids, &hostname(id), disk)?,
+            LayerSource::Existing => {
+                if !layer.upper.is_dir() {
+                    return Err(EngineError::Host(format!("the writable layer of {id} is missing")));
+                }
+                let old = spec.preferred_slot.map(|s| sandlot_linux::IdRange::for_slot(s).base);
+                if let Some(old) = old.filter(|b| *b != ids.base) {
+                    // Its old host id range is taken by another sandbox now: re-own the files.
+                    sandlot_linux::volume::shift_owners(&layer.dir, old, ids.base)?;
+                }
+            }
+            LayerSource::Snapshot { id: snap, base } => {
+                let result = (|| -> std::io::Result<()> {
+                    std::fs::create_dir_all(self.sandboxes_dir())?;
+                    sandlot_linux::volume::snapshot(&self.snapshots_dir().join(snap), &layer.dir, false)?;
+                    sandlot_linux::volume::shift_owners(&layer.dir, *base, ids.base)?;
+                    if let Some(bytes) = disk {
+                        sandlot_linux::volume::limit_subvolume(&layer.dir, bytes)?;
+                    }
+                    layer.rename_host(ids, &hostname(id))
+                })();
+                if let Err(e) = result {
+                    cleanup(&layer);
+                    return Err(e.into());
+                }
+            }
+        }
         let cgroup = match self.cgroups.create(id, spec.limits) {
             Ok(c) => c,
             Err(e) => {
-                let _ = layer.remove();
+                cleanup(&layer);
                 return Err(e.into());
             }
         };
@@ -259,7 +311,7 @@ impl Engine {
             Ok(l) => Ok((l, layer, cgroup, slot)),
             Err(e) => {
                 let _ = cgroup.destroy();
-                let _ = layer.remove();
+                cleanup(&layer);
                 Err(EngineError::StartFailed(format!("launch: {e}")))
             }
         }
@@ -279,7 +331,7 @@ impl Engine {
     pub async fn destroy(&self, id: &str) -> Result<(), EngineError> {
         let sb = self.map().remove(id);
         match sb {
-            Some(sb) => sb.destroy().await,
+            Some(sb) => sb.destroy(true).await,
             None => {
                 // Not running here (failed start, or a previous daemon's): clear what may remain on disk.
                 let cg = self.cgroups.handle(id);
@@ -294,6 +346,81 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Stops sandbox `id`: every process ends, the cgroup goes, the writable layer stays (synced to disk
+    /// before this returns).
+    pub async fn stop(&self, id: &str) -> Result<(), EngineError> {
+        let sb = self.map().remove(id);
+        if let Some(sb) = sb {
+            sb.destroy(false).await;
+        }
+        let layer = Layer::at(&self.sandboxes_dir(), id);
+        tokio::task::spawn_blocking(move || sandlot_linux::volume::sync(&layer.dir))
+            .await
+            .map_err(|e| EngineError::Host(e.to_string()))??;
+        Ok(())
+    }
+
+    /// Freezes (`true`) or thaws every process of running sandbox `id` (cgroup freezer).
+    pub async fn freeze(&self, id: &str, frozen: bool) -> Result<(), EngineError> {
+        let sb = self.get(id).ok_or(EngineError::NotRunning)?;
+        let cg = sb.cgroup().clone();
+        tokio::task::spawn_blocking(move || cg.freeze(frozen))
+            .await
+            .map_err(|e| EngineError::Host(e.to_string()))??;
+        Ok(())
+    }
+
+    fn snapshots_dir(&self) -> PathBuf {
+        match &self.volume {
+            Some(v) => v.root.join("snapshots"),
+            None => self.cfg.state_dir.join("snapshots"),
+        }
+    }
+
+    /// Makes read-only snapshot `snap` of sandbox `id`'s writable layer (running or stopped). O(1) on
+    /// the layers volume: a btrfs snapshot after a syncfs.
+    pub async fn snapshot(&self, id: &str, snap: &str) -> Result<(), EngineError> {
+        if self.volume.is_none() {
+            return Err(EngineError::Host(
+                "snapshots need the layers volume (the server runs with --no-disk-quota)".into(),
+            ));
+        }
+        let src = Layer::at(&self.sandboxes_dir(), id).dir;
+        let dst = self.snapshots_dir().join(snap);
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            std::fs::create_dir_all(dst.parent().expect("has a parent"))?;
+            sandlot_linux::volume::sync(&src)?;
+            sandlot_linux::volume::snapshot(&src, &dst, true)?;
+            sandlot_linux::volume::sync(&dst)
+        })
+        .await
+        .map_err(|e| EngineError::Host(e.to_string()))??;
+        Ok(())
+    }
+
+    /// Deletes snapshot `snap`.
+    pub async fn delete_snapshot(&self, snap: &str) -> Result<(), EngineError> {
+        let dir = self.snapshots_dir().join(snap);
+        tokio::task::spawn_blocking(move || sandlot_linux::volume::remove_subvolume(&dir))
+            .await
+            .map_err(|e| EngineError::Host(e.to_string()))??;
+        Ok(())
+    }
+
+    /// Removes snapshots not in `keep` (start-up garbage collection).
+    pub fn sweep_snapshots(&self, keep: &HashSet<String>) -> Vec<String> {
+        let mut removed = Vec::new();
+        if let Ok(rd) = std::fs::read_dir(self.snapshots_dir()) {
+            for ent in rd.flatten() {
+                let name = ent.file_name().to_string_lossy().into_owned();
+                if !keep.contains(&name) && sandlot_linux::volume::remove_subvolume(&ent.path()).is_ok() {
+                    removed.push(name);
+                }
+            }
+        }
+        removed
     }
 
     /// Destroys every sandbox and removes this daemon's cgroup base (graceful shutdown).

@@ -75,6 +75,8 @@ struct Shared {
     files: Mutex<HashMap<u64, mpsc::Sender<FileMsg>>>,
     alive: AtomicBool,
     destroying: AtomicBool,
+    /// Unix ms of the last process output (idle timeouts count it as activity).
+    last_output_ms: std::sync::atomic::AtomicI64,
     cgroup: SandboxCgroup,
 }
 
@@ -125,6 +127,7 @@ impl Sandbox {
             files: Mutex::default(),
             alive: AtomicBool::new(true),
             destroying: AtomicBool::new(false),
+            last_output_ms: std::sync::atomic::AtomicI64::new(0),
             cgroup,
         });
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -195,6 +198,11 @@ impl Sandbox {
             Some(rx) => rx.await.unwrap_or_else(|_| Err("supervisor connection dropped".into())),
             None => Ok(()),
         }
+    }
+
+    /// Unix ms of the last output of any process (0 if none yet).
+    pub fn last_output_ms(&self) -> i64 {
+        self.shared.last_output_ms.load(Ordering::Relaxed)
     }
 
     /// The host uid-range slot.
@@ -361,8 +369,13 @@ impl Sandbox {
         }
     }
 
-    /// Kills the sandbox and removes its cgroup and layer.
-    pub(crate) async fn destroy(&self) {
+    /// The sandbox's cgroup.
+    pub(crate) fn cgroup(&self) -> &SandboxCgroup {
+        &self.shared.cgroup
+    }
+
+    /// Kills the sandbox and removes its cgroup; the writable layer too when `remove_layer`.
+    pub(crate) async fn destroy(&self, remove_layer: bool) {
         self.shared.destroying.store(true, Ordering::SeqCst);
         // SIGKILL to pid 1 of a pid namespace kills every process in it.
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGKILL);
@@ -372,7 +385,9 @@ impl Sandbox {
         let layer = self.layer.clone();
         let _ = tokio::task::spawn_blocking(move || {
             let _ = cgroup.destroy();
-            let _ = layer.remove();
+            if remove_layer {
+                let _ = layer.remove();
+            }
         })
         .await;
     }
@@ -461,6 +476,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             }
             Event::Output { proc, fd } => {
+                shared.last_output_ms.store(now_ms(), Ordering::Relaxed);
                 if let Some((p, _)) = shared.proc(proc) {
                     p.on_output(fd, &payload);
                 }

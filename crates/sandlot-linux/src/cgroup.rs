@@ -197,8 +197,48 @@ impl SandboxCgroup {
             .unwrap_or(0)
     }
 
+    /// Freezes (`true`) or thaws every process of the sandbox and waits until the kernel reports the
+    /// new state: frozen processes keep their memory and use no CPU.
+    pub fn freeze(&self, frozen: bool) -> Result<(), CgroupError> {
+        let (file, value, done): (PathBuf, &str, Box<dyn Fn(&str) -> bool>) = if self.v2 {
+            let dir = &self.dirs[0].1;
+            let want = if frozen { "frozen 1" } else { "frozen 0" };
+            (
+                dir.join("cgroup.freeze"),
+                if frozen { "1" } else { "0" },
+                Box::new(move |ev: &str| ev.lines().any(|l| l == want)),
+            )
+        } else {
+            let (_, dir) = self
+                .dirs
+                .iter()
+                .find(|(c, _)| *c == "freezer")
+                .ok_or_else(|| CgroupError::Unsupported("the v1 freezer controller is not mounted".into()))?;
+            let want = if frozen { "FROZEN" } else { "THAWED" };
+            (dir.join("freezer.state"), want, Box::new(move |st: &str| st.trim() == want))
+        };
+        write(&file, value)?;
+        let status = if self.v2 { self.dirs[0].1.join("cgroup.events") } else { file.clone() };
+        for attempt in 0..2000 {
+            let s = fs::read_to_string(&status).map_err(io_at(&status))?;
+            if done(&s) {
+                return Ok(());
+            }
+            // v1 reports FREEZING while tasks are still being stopped; writing again nudges stragglers.
+            if !self.v2 && attempt % 50 == 49 {
+                write(&file, value)?;
+            }
+            thread::sleep(Duration::from_micros(if attempt < 100 { 50 } else { 1000 }));
+        }
+        Err(CgroupError::Io { path: status, source: io::Error::other("freezer did not settle within 2 s") })
+    }
+
     /// Kills every process in the cgroup and removes its directories. Idempotent.
     pub fn destroy(&self) -> Result<(), CgroupError> {
+        // v1 frozen tasks do not die until thawed.
+        if !self.v2 && self.dirs.iter().any(|(c, d)| *c == "freezer" && d.exists()) {
+            let _ = self.freeze(false);
+        }
         for attempt in 0..200 {
             let mut busy = false;
             for (_, dir) in &self.dirs {

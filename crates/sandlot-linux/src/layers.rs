@@ -71,11 +71,7 @@ impl Layer {
             fs::set_permissions(&p, fs::Permissions::from_mode(mode))
         };
         file("etc/hostname", &format!("{hostname}\n"), 0o644)?;
-        file(
-            "etc/hosts",
-            &format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"),
-            0o644,
-        )?;
+        file("etc/hosts", &hosts(hostname), 0o644)?;
         file(
             "etc/passwd",
             "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:sandbox user:/home/user:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
@@ -89,9 +85,24 @@ impl Layer {
         Ok(())
     }
 
+    /// Rewrites the generated identity files for a layer copied from another sandbox.
+    pub fn rename_host(&self, ids: IdRange, hostname: &str) -> io::Result<()> {
+        let root = ids.host(0);
+        for (rel, body) in [("etc/hostname", format!("{hostname}\n")), ("etc/hosts", hosts(hostname))] {
+            let p = self.upper.join(rel);
+            fs::write(&p, body)?;
+            chown(&p, Some(root), Some(root))?;
+        }
+        Ok(())
+    }
+
     /// Removes the layer. Everything below is plain files: the mounts lived in the sandbox's own mount
     /// namespace and vanished with its last process.
     pub fn remove(&self) -> io::Result<()> {
         crate::volume::remove_subvolume(&self.dir)
     }
+}
+
+fn hosts(hostname: &str) -> String {
+    format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n")
 }

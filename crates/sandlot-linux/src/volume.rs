@@ -44,7 +44,19 @@ struct QgroupLimitArgs {
 
 const QGROUP_LIMIT_MAX_RFER: u64 = 1;
 
+#[repr(C)]
+struct VolArgsV2 {
+    fd: i64,
+    transid: u64,
+    flags: u64,
+    unused: [u64; 4],
+    name: [u8; 4040],
+}
+
+const SUBVOL_RDONLY: u64 = 1 << 1;
+
 nix::ioctl_write_ptr!(btrfs_subvol_create, 0x94, 14, VolArgs);
+nix::ioctl_write_ptr!(btrfs_snap_create_v2, 0x94, 23, VolArgsV2);
 nix::ioctl_write_ptr!(btrfs_snap_destroy, 0x94, 15, VolArgs);
 nix::ioctl_read!(btrfs_qgroup_limit, 0x94, 43, QgroupLimitArgs);
 
@@ -140,6 +152,75 @@ pub fn limit_subvolume(dir: &Path, bytes: u64) -> io::Result<()> {
     // SAFETY: BTRFS_IOC_QGROUP_LIMIT on a subvolume fd with a valid args struct.
     unsafe { btrfs_qgroup_limit(d.as_raw_fd(), &mut args) }.map_err(|e| io::Error::from_raw_os_error(e as i32))?;
     Ok(())
+}
+
+/// Makes `dst` a copy-on-write snapshot of subvolume `src` (O(1): no data is copied). The caller syncs
+/// `src` first if it is in use.
+pub fn snapshot(src: &Path, dst: &Path, readonly: bool) -> io::Result<()> {
+    let (parent, name) = split(dst)?;
+    let p = File::open(parent)?;
+    let s = File::open(src)?;
+    let mut args = VolArgsV2 {
+        fd: s.as_raw_fd() as i64,
+        transid: 0,
+        flags: if readonly { SUBVOL_RDONLY } else { 0 },
+        unused: [0; 4],
+        name: [0; 4040],
+    };
+    let b = name.as_bytes();
+    if b.len() >= args.name.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "snapshot name too long"));
+    }
+    args.name[..b.len()].copy_from_slice(b);
+    // SAFETY: BTRFS_IOC_SNAP_CREATE_V2 reads a valid args struct; both fds are open.
+    unsafe { btrfs_snap_create_v2(p.as_raw_fd(), &args) }.map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+    Ok(())
+}
+
+/// Flushes every dirty page of the filesystem holding `dir` (syncfs): after it returns, every file
+/// written there so far survives a crash.
+pub fn sync(dir: &Path) -> io::Result<()> {
+    let d = File::open(dir)?;
+    // SAFETY: syncfs on an open fd.
+    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Moves every owner and group in the tree at `dir` from one sandbox id range to another (`old_base+n`
+/// becomes `new_base+n`), so a layer made by one sandbox can serve another with its own host ids.
+/// Ids outside the old range (image files owned by unmapped ids) are left alone. Symlinks are not
+/// followed.
+pub fn shift_owners(dir: &Path, old_base: u32, new_base: u32) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    if old_base == new_base {
+        return Ok(0);
+    }
+    let shift = |id: u32| -> Option<u32> {
+        (id >= old_base && id < old_base + crate::UID_RANGE).then(|| id - old_base + new_base)
+    };
+    let mut changed = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let m = fs::symlink_metadata(&p)?;
+        let (uid, gid) = (shift(m.uid()), shift(m.gid()));
+        if uid.is_some() || gid.is_some() {
+            // lchown clears set-uid bits of regular files: put the mode back.
+            std::os::unix::fs::lchown(&p, uid, gid)?;
+            if m.is_file() && m.mode() & 0o6000 != 0 {
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(&p, fs::Permissions::from_mode(m.mode() & 0o7777))?;
+            }
+            changed += 1;
+        }
+        if m.is_dir() {
+            for ent in fs::read_dir(&p)? {
+                stack.push(ent?.path());
+            }
+        }
+    }
+    Ok(changed)
 }
 
 /// Deletes subvolume `dir` with everything in it. A plain directory is removed recursively instead.

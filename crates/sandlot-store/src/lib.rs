@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OptionalExtension};
-use sandlot_api::{AuditEntry, Limits, SandboxInfo, SandboxState};
+use sandlot_api::{AuditEntry, Limits, SandboxInfo, SandboxState, SnapshotInfo, TimeoutAction};
 use sha2::{Digest, Sha256};
 
 /// Store failures.
@@ -74,9 +74,29 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     metadata    TEXT NOT NULL,
     slot        INTEGER NOT NULL,
     created_ms  INTEGER NOT NULL,
-    expires_ms  INTEGER NOT NULL
+    expires_ms  INTEGER NOT NULL,
+    name        TEXT,
+    persistent  INTEGER NOT NULL DEFAULT 0,
+    auto_resume INTEGER NOT NULL DEFAULT 0,
+    idle_s      INTEGER,
+    on_timeout  TEXT NOT NULL DEFAULT 'delete',
+    stop_after_s INTEGER NOT NULL DEFAULT 600,
+    active_ms   INTEGER NOT NULL DEFAULT 0,
+    snapshot    TEXT
 );
 CREATE INDEX IF NOT EXISTS sandboxes_tenant ON sandboxes(tenant, created_ms);
+CREATE UNIQUE INDEX IF NOT EXISTS sandboxes_name ON sandboxes(tenant, name)
+    WHERE name IS NOT NULL AND state != 'deleted';
+CREATE TABLE IF NOT EXISTS snapshots (
+    id          TEXT PRIMARY KEY,
+    tenant      TEXT NOT NULL REFERENCES tenants(name),
+    name        TEXT,
+    sandbox_id  TEXT NOT NULL,
+    image       TEXT NOT NULL,
+    base        INTEGER NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    deleted     INTEGER NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS audit (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
     at_ms       INTEGER NOT NULL,
@@ -175,11 +195,13 @@ impl Store {
     }
 
     /// Records a new sandbox.
+    /// Fails with a constraint error when the tenant already has a live sandbox of that name.
     pub fn insert_sandbox(&self, rec: &SandboxRecord) -> Result<()> {
         let i = &rec.info;
         self.conn().execute(
-            "INSERT INTO sandboxes(id, tenant, state, reason, image, limits, env, metadata, slot, created_ms, expires_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            "INSERT INTO sandboxes(id, tenant, state, reason, image, limits, env, metadata, slot, created_ms, expires_ms,
+                                   name, persistent, auto_resume, idle_s, on_timeout, stop_after_s, active_ms, snapshot)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
             params![
                 i.id,
                 rec.tenant,
@@ -192,8 +214,84 @@ impl Store {
                 rec.slot,
                 i.created_at_ms,
                 i.expires_at_ms,
+                i.name,
+                i.persistent,
+                i.auto_resume,
+                i.idle_timeout_s,
+                i.on_timeout.as_str(),
+                i.stop_after_s,
+                i.last_active_at_ms,
+                i.snapshot,
             ],
         )?;
+        Ok(())
+    }
+
+    /// Records activity (an API call or process output) for idle timeouts.
+    pub fn touch(&self, id: &str, at_ms: i64) -> Result<()> {
+        self.conn().execute("UPDATE sandboxes SET active_ms = max(active_ms, ?2) WHERE id = ?1", params![id, at_ms])?;
+        Ok(())
+    }
+
+    /// Sets a new lifetime end.
+    pub fn set_expiry(&self, id: &str, expires_ms: i64) -> Result<()> {
+        self.conn().execute("UPDATE sandboxes SET expires_ms = ?2 WHERE id = ?1", params![id, expires_ms])?;
+        Ok(())
+    }
+
+    /// The tenant's live sandbox called `name`.
+    pub fn get_by_name(&self, tenant: &str, name: &str) -> Result<Option<SandboxRecord>> {
+        let sql = format!("{} WHERE tenant = ?1 AND name = ?2 AND state != 'deleted'", Self::COLUMNS);
+        Ok(self.sandboxes(&sql, &[&tenant, &name])?.into_iter().next())
+    }
+
+    /// Records a snapshot.
+    pub fn insert_snapshot(&self, tenant: &str, snap: &SnapshotInfo, base: u32) -> Result<()> {
+        self.conn().execute(
+            "INSERT INTO snapshots(id, tenant, name, sandbox_id, image, base, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![snap.id, tenant, snap.name, snap.sandbox_id, snap.image, base, snap.created_at_ms],
+        )?;
+        Ok(())
+    }
+
+    fn snapshots_where(&self, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<(SnapshotInfo, u32)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT id, name, sandbox_id, image, created_ms, base FROM snapshots WHERE deleted = 0 AND {filter} ORDER BY created_ms DESC"
+        ))?;
+        let rows = stmt.query_map(args, |r| {
+            Ok((
+                SnapshotInfo {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                    sandbox_id: r.get(2)?,
+                    image: r.get(3)?,
+                    created_at_ms: r.get(4)?,
+                },
+                r.get::<_, u32>(5)?,
+            ))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// The tenant's snapshot `id` (by id or name), with the host id base of its files.
+    pub fn get_snapshot(&self, tenant: &str, id: &str) -> Result<Option<(SnapshotInfo, u32)>> {
+        Ok(self.snapshots_where("tenant = ?1 AND (id = ?2 OR name = ?2)", &[&tenant, &id])?.into_iter().next())
+    }
+
+    /// The tenant's snapshots, newest first.
+    pub fn list_snapshots(&self, tenant: &str) -> Result<Vec<SnapshotInfo>> {
+        Ok(self.snapshots_where("tenant = ?1", &[&tenant])?.into_iter().map(|(s, _)| s).collect())
+    }
+
+    /// Ids of every snapshot not deleted (garbage collection keeps these).
+    pub fn live_snapshot_ids(&self) -> Result<Vec<String>> {
+        Ok(self.snapshots_where("1 = 1", &[])?.into_iter().map(|(s, _)| s.id).collect())
+    }
+
+    /// Marks a snapshot deleted.
+    pub fn delete_snapshot(&self, id: &str) -> Result<()> {
+        self.conn().execute("UPDATE snapshots SET deleted = 1 WHERE id = ?1", params![id])?;
         Ok(())
     }
 
@@ -210,45 +308,50 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn.prepare(sql)?;
         let rows = stmt.query_map(args, |r| {
+            let state: String = r.get(2)?;
+            let limits: String = r.get(5)?;
+            let env: String = r.get(6)?;
+            let metadata: String = r.get(7)?;
+            let on_timeout: String = r.get(15)?;
             Ok((
-                r.get::<_, String>(0)?,
+                SandboxInfo {
+                    id: r.get(0)?,
+                    state: SandboxState::parse(&state).unwrap_or(SandboxState::Failed),
+                    reason: r.get(3)?,
+                    image: r.get(4)?,
+                    limits: Limits { cpu: 0.0, memory_mb: 0, pids: 0, disk_mb: None, timeout_s: 0 },
+                    metadata: BTreeMap::new(),
+                    created_at_ms: r.get(9)?,
+                    expires_at_ms: r.get(10)?,
+                    name: r.get(11)?,
+                    persistent: r.get(12)?,
+                    auto_resume: r.get(13)?,
+                    idle_timeout_s: r.get(14)?,
+                    on_timeout: TimeoutAction::parse(&on_timeout).unwrap_or(TimeoutAction::Delete),
+                    stop_after_s: r.get(16)?,
+                    last_active_at_ms: r.get(17)?,
+                    snapshot: r.get(18)?,
+                },
                 r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, Option<String>>(3)?,
-                r.get::<_, String>(4)?,
-                r.get::<_, String>(5)?,
-                r.get::<_, String>(6)?,
-                r.get::<_, String>(7)?,
                 r.get::<_, u32>(8)?,
-                r.get::<_, i64>(9)?,
-                r.get::<_, i64>(10)?,
+                limits,
+                env,
+                metadata,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, tenant, state, reason, image, limits, env, metadata, slot, created, expires) = row?;
-            let limits: Limits = serde_json::from_str(&limits)?;
-            out.push(SandboxRecord {
-                info: SandboxInfo {
-                    id,
-                    state: SandboxState::parse(&state).unwrap_or(SandboxState::Failed),
-                    reason,
-                    image,
-                    limits,
-                    metadata: serde_json::from_str(&metadata)?,
-                    created_at_ms: created,
-                    expires_at_ms: expires,
-                },
-                tenant,
-                env: serde_json::from_str(&env)?,
-                slot,
-            });
+            let (mut info, tenant, slot, limits, env, metadata) = row?;
+            info.limits = serde_json::from_str(&limits)?;
+            info.metadata = serde_json::from_str(&metadata)?;
+            out.push(SandboxRecord { info, tenant, env: serde_json::from_str(&env)?, slot });
         }
         Ok(out)
     }
 
     const COLUMNS: &'static str =
-        "SELECT id, tenant, state, reason, image, limits, env, metadata, slot, created_ms, expires_ms FROM sandboxes";
+        "SELECT id, tenant, state, reason, image, limits, env, metadata, slot, created_ms, expires_ms,
+         name, persistent, auto_resume, idle_s, on_timeout, stop_after_s, active_ms, snapshot FROM sandboxes";
 
     /// One sandbox of `tenant` (another tenant's id is simply not found).
     pub fn get_sandbox(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>> {
@@ -330,6 +433,14 @@ mod tests {
                 metadata: BTreeMap::from([("k".into(), "v".into())]),
                 created_at_ms: 1,
                 expires_at_ms: 2,
+                name: Some("n".into()),
+                persistent: true,
+                auto_resume: true,
+                idle_timeout_s: Some(5),
+                on_timeout: TimeoutAction::Pause,
+                stop_after_s: 600,
+                last_active_at_ms: 1,
+                snapshot: None,
             },
             tenant: tenant.into(),
             env: BTreeMap::new(),

@@ -122,7 +122,7 @@ pub async fn exec(
     headers: HeaderMap,
     ApiJson(req): ApiJson<ExecRequest>,
 ) -> Result<Response, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id)?;
+    let (rec, sb) = running(&app, &caller, &id).await?;
     let background = req.background;
     let user = req.user.name();
     let spec = spec(&app, &rec, req)?;
@@ -196,7 +196,7 @@ pub async fn list(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ProcessList>, ApiError> {
-    let (_, sb) = running(&app, &caller, &id)?;
+    let (_, sb) = running(&app, &caller, &id).await?;
     Ok(Json(ProcessList { processes: sb.processes().iter().map(|p| p.info()).collect() }))
 }
 
@@ -205,7 +205,7 @@ pub async fn wait(
     caller: Caller,
     ApiPath((id, pid)): ApiPath<(String, u64)>,
 ) -> Result<Json<ExecResult>, ApiError> {
-    let (_, sb) = running(&app, &caller, &id)?;
+    let (_, sb) = running(&app, &caller, &id).await?;
     let proc = process(&sb, pid)?;
     Ok(Json(proc.wait().await))
 }
@@ -222,7 +222,7 @@ pub async fn kill(
     } else {
         serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?
     };
-    let (rec, sb) = running(&app, &caller, &id)?;
+    let (rec, sb) = running(&app, &caller, &id).await?;
     let proc = process(&sb, pid)?;
     let signal = req.signal.unwrap_or(libc::SIGKILL);
     if !(1..=64).contains(&signal) {
@@ -242,7 +242,7 @@ pub async fn stdin(
     ApiPath((id, pid)): ApiPath<(String, u64)>,
     ApiJson(req): ApiJson<StdinRequest>,
 ) -> Result<StatusCode, ApiError> {
-    let (_, sb) = running(&app, &caller, &id)?;
+    let (_, sb) = running(&app, &caller, &id).await?;
     let proc = process(&sb, pid)?;
     if !proc.stdin_open() {
         return Err(ApiError::conflict(format!(
@@ -259,6 +259,6 @@ pub async fn logs(
     caller: Caller,
     ApiPath((id, pid)): ApiPath<(String, u64)>,
 ) -> Result<Response, ApiError> {
-    let (_, sb) = running(&app, &caller, &id)?;
+    let (_, sb) = running(&app, &caller, &id).await?;
     Ok(ndjson(process(&sb, pid)?))
 }

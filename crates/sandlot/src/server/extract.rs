@@ -104,17 +104,28 @@ pub fn record(app: &AppState, caller: &Caller, id: &str) -> Result<SandboxRecord
     app.store.get_sandbox(&caller.tenant, id)?.ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))
 }
 
-/// The caller's sandbox `id`, which must be running.
-pub fn running(app: &AppState, caller: &Caller, id: &str) -> Result<(SandboxRecord, Arc<Sandbox>), ApiError> {
+/// The caller's sandbox `id`, which must be running — or is resumed first when it is stopped or
+/// paused and has `auto_resume`. Counts as activity for the idle timeout.
+pub async fn running(app: &AppState, caller: &Caller, id: &str) -> Result<(SandboxRecord, Arc<Sandbox>), ApiError> {
     // Deleted ones too, so the error can say how the sandbox ended.
-    let rec =
+    let mut rec =
         app.store.get_sandbox_any(&caller.tenant, id)?.ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))?;
+    if matches!(rec.info.state, SandboxState::Stopped | SandboxState::Paused) && rec.info.auto_resume {
+        rec = super::lifecycle::resume(app, &rec, "auto_resume").await?;
+    }
     match (rec.info.state, app.engine.get(id)) {
-        (SandboxState::Running, Some(sb)) if sb.alive() => Ok((rec, sb)),
+        (SandboxState::Running, Some(sb)) if sb.alive() => {
+            app.store.touch(id, sandlot_store::now_ms())?;
+            Ok((rec, sb))
+        }
         (state, _) => Err(ApiError::conflict(format!(
-            "sandbox {id} is {}{}; only a running sandbox accepts commands and file operations",
+            "sandbox {id} is {}{}; only a running sandbox accepts commands and file operations{}",
             state.as_str(),
-            rec.info.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()
+            rec.info.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default(),
+            match state {
+                SandboxState::Stopped | SandboxState::Paused => " (POST …/resume, or create it with auto_resume)",
+                _ => "",
+            }
         ))),
     }
 }

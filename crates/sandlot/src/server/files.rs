@@ -93,7 +93,7 @@ pub async fn write(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id)?;
+    let (rec, sb) = running(&app, &caller, &id).await?;
     let path = sandbox_path(&q.path, q.user)?;
     let mode = match q.mode.as_deref() {
         None => 0o644,
@@ -124,7 +124,7 @@ pub async fn read(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Response, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id)?;
+    let (rec, sb) = running(&app, &caller, &id).await?;
     let path = sandbox_path(&q.path, q.user)?;
     let r = sb.download(q.user.uid(), FileOp::Read { path: path.clone() }).await;
     audit(&app, &rec.tenant, &id, "file.read", json!({"path": path, "user": q.user, "ok": r.is_ok()}));
@@ -137,7 +137,7 @@ pub async fn list(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Json<FileList>, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id)?;
+    let (rec, sb) = running(&app, &caller, &id).await?;
     let path = sandbox_path(&q.path, q.user)?;
     let depth = q.depth.unwrap_or(1);
     if !(1..=MAX_LIST_DEPTH).contains(&depth) {
@@ -156,7 +156,7 @@ pub async fn stat(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Json<FileStat>, ApiError> {
-    let (_, sb) = running(&app, &caller, &id)?;
+    let (_, sb) = running(&app, &caller, &id).await?;
     let path = sandbox_path(&q.path, q.user)?;
     let v = sb.file_op(q.user.uid(), FileOp::Stat { path }).await?;
     Ok(Json(serde_json::from_value(v).map_err(|e| ApiError::internal(format!("supervisor answer: {e}")))?))
@@ -168,7 +168,7 @@ pub async fn mkdir(
     ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<MkdirRequest>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id)?;
+    let (rec, sb) = running(&app, &caller, &id).await?;
     let path = sandbox_path(&req.path, req.user)?;
     let r = sb.file_op(req.user.uid(), FileOp::Mkdir { path: path.clone(), parents: req.parents }).await;
     audit(&app, &rec.tenant, &id, "file.mkdir", json!({"path": path, "user": req.user, "ok": r.is_ok()}));
@@ -184,7 +184,7 @@ pub async fn remove(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<StatusCode, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id)?;
+    let (rec, sb) = running(&app, &caller, &id).await?;
     let path = sandbox_path(&q.path, q.user)?;
     let recursive = q.recursive.unwrap_or(false);
     let r = sb.file_op(q.user.uid(), FileOp::Remove { path: path.clone(), recursive }).await;
@@ -205,7 +205,7 @@ pub async fn rename(
     ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<MoveRequest>,
 ) -> Result<Json<FileStat>, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id)?;
+    let (rec, sb) = running(&app, &caller, &id).await?;
     let from = sandbox_path(&req.from, req.user)?;
     let to = sandbox_path(&req.to, req.user)?;
     let r =
@@ -224,7 +224,7 @@ pub async fn upload_tar(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id)?;
+    let (rec, sb) = running(&app, &caller, &id).await?;
     let path = sandbox_path(&q.path, q.user)?;
     let max = app.cfg.max_upload_mb << 20;
     check_length(&headers, max)?;
@@ -253,7 +253,7 @@ pub async fn download_tar(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Response, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id)?;
+    let (rec, sb) = running(&app, &caller, &id).await?;
     let path = sandbox_path(&q.path, q.user)?;
     let r = sb.download(q.user.uid(), FileOp::Tar { path: path.clone() }).await;
     audit(&app, &rec.tenant, &id, "file.tar", json!({"path": path, "user": q.user, "ok": r.is_ok()}));

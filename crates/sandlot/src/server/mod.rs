@@ -4,6 +4,7 @@ mod error;
 mod exec;
 mod extract;
 mod files;
+mod lifecycle;
 mod sandboxes;
 
 use std::collections::HashSet;
@@ -81,6 +82,8 @@ pub struct ServeArgs {
 /// Shared state of the handlers.
 pub struct App {
     pub store: Store,
+    /// Per-sandbox transition locks.
+    pub locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub engine: Arc<Engine>,
     pub cfg: ServeArgs,
 }
@@ -153,7 +156,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     }
     recover(&store, &engine)?;
 
-    let app = Arc::new(App { store, engine: Arc::clone(&engine), cfg: args.clone() });
+    let app = Arc::new(App { store, engine: Arc::clone(&engine), cfg: args.clone(), locks: Default::default() });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(sandboxes::expiry_loop(Arc::clone(&app), shutdown_rx.clone()));
     if let Some(deaths) = engine.take_deaths() {
@@ -219,22 +222,44 @@ fn write_admin_key(store: &Store, state_dir: &Path) -> anyhow::Result<()> {
 
 use std::os::unix::fs::OpenOptionsExt;
 
-/// Start-up recovery: sandboxes of a previous daemon died with it (their supervisors had PDEATHSIG).
-/// They are ephemeral in this release, so they are marked deleted; then everything on disk and in the
-/// cgroup tree that no live record explains is swept.
+/// Start-up recovery. The previous daemon's sandbox processes died with it (PDEATHSIG), so: persistent
+/// sandboxes that were running or paused are `stopped` with their files; ephemeral ones are deleted;
+/// half-created ones failed. Then every cgroup, layer and snapshot no record explains is swept.
 fn recover(store: &Store, engine: &Engine) -> anyhow::Result<()> {
+    let mut keep = HashSet::new();
     for rec in store.live_sandboxes()? {
-        store.set_state(&rec.info.id, SandboxState::Deleted, Some("the server restarted; sandbox processes ended"))?;
+        let id = &rec.info.id;
+        let (state, reason) = match (rec.info.state, rec.info.persistent) {
+            (SandboxState::Creating, _) => (SandboxState::Failed, "the server restarted during creation"),
+            (SandboxState::Running | SandboxState::Paused, true) => {
+                (SandboxState::Stopped, "the server restarted; files kept, processes ended")
+            }
+            (SandboxState::Running | SandboxState::Paused, false) => {
+                (SandboxState::Deleted, "the server restarted; ephemeral sandbox removed")
+            }
+            (s, _) => {
+                if s == SandboxState::Stopped {
+                    keep.insert(id.clone());
+                }
+                continue;
+            }
+        };
+        if state == SandboxState::Stopped {
+            keep.insert(id.clone());
+        }
+        store.set_state(id, state, Some(reason))?;
         store.audit(
             &rec.tenant,
-            Some(&rec.info.id),
-            "sandbox.lost",
-            &serde_json::json!({"reason": "server restart"}),
+            Some(id),
+            "sandbox.recovered",
+            &serde_json::json!({"state": state.as_str(), "reason": reason}),
         )?;
     }
-    let report = engine.sweep(&HashSet::new());
-    if !report.cgroups.is_empty() || !report.layers.is_empty() {
-        tracing::info!(cgroups = ?report.cgroups, layers = ?report.layers, "swept leftovers of a previous run");
+    let report = engine.sweep(&keep);
+    let snaps: HashSet<String> = store.live_snapshot_ids()?.into_iter().collect();
+    let removed_snaps = engine.sweep_snapshots(&snaps);
+    if !report.cgroups.is_empty() || !report.layers.is_empty() || !removed_snaps.is_empty() {
+        tracing::info!(cgroups = ?report.cgroups, layers = ?report.layers, snapshots = ?removed_snaps, "swept leftovers of a previous run");
     }
     Ok(())
 }
@@ -259,6 +284,14 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route("/v1/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::delete))
         .route("/v1/sandboxes/{id}/exec", post(exec::exec))
+        .route("/v1/sandboxes/{id}/stop", post(lifecycle::stop_route))
+        .route("/v1/sandboxes/{id}/resume", post(lifecycle::resume_route))
+        .route("/v1/sandboxes/{id}/pause", post(lifecycle::pause_route))
+        .route("/v1/sandboxes/{id}/timeout", post(lifecycle::set_timeout))
+        .route("/v1/sandboxes/{id}/snapshot", post(lifecycle::snapshot))
+        .route("/v1/sandboxes/{id}/fork", post(lifecycle::fork))
+        .route("/v1/snapshots", get(lifecycle::list_snapshots))
+        .route("/v1/snapshots/{id}", axum::routing::delete(lifecycle::delete_snapshot))
         .route("/v1/sandboxes/{id}/processes", get(exec::list))
         .route("/v1/sandboxes/{id}/processes/{pid}/wait", post(exec::wait))
         .route("/v1/sandboxes/{id}/processes/{pid}/kill", post(exec::kill))

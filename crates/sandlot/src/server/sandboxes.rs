@@ -6,9 +6,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use sandlot_api::{AuditList, CreateKey, CreateSandbox, KeyCreated, Limits, SandboxInfo, SandboxList, SandboxState};
-use sandlot_engine::StartSpec;
-use sandlot_linux::cgroup::CgroupLimits;
+use sandlot_api::{
+    AuditList, CreateKey, CreateSandbox, KeyCreated, Limits, SandboxInfo, SandboxList, SandboxState, TimeoutAction,
+};
+use sandlot_engine::LayerSource;
 use sandlot_store::{now_ms, SandboxRecord};
 use serde::Deserialize;
 use serde_json::json;
@@ -17,14 +18,27 @@ use super::extract::{no_nul, record, ApiJson, ApiPath, ApiQuery, Caller};
 use super::{ApiError, App, AppState};
 
 const MAX_METADATA: usize = 64;
+/// Seconds a sandbox paused by expiry stays paused before it is stopped, by default.
+const DEFAULT_STOP_AFTER_S: u64 = 600;
+/// Longest idle timeout.
+const MAX_IDLE_S: u64 = 7 * 86_400;
 const MAX_ENV: usize = 256;
 
-fn new_id() -> String {
+/// A random id with `prefix` (20 characters of [a-z0-9] from the OS RNG: 103 bits).
+pub fn random_id(prefix: &str) -> String {
     use rand::Rng;
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::rngs::OsRng;
     let body: String = (0..20).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect();
-    format!("sb_{body}")
+    format!("{prefix}{body}")
+}
+
+/// Names of sandboxes and snapshots: 1-64 characters of letters, digits, `-`, `_`, `.`.
+pub fn check_name(n: &str) -> Result<(), ApiError> {
+    if n.is_empty() || n.len() > 64 || !n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(ApiError::invalid(format!("name {n:?}: use 1-64 characters of A-Z a-z 0-9 - _ .")));
+    }
+    Ok(())
 }
 
 /// Checks environment names and values (shared by create and exec).
@@ -96,15 +110,50 @@ fn validate(app: &App, req: &CreateSandbox) -> Result<(String, Limits), ApiError
             return Err(ApiError::invalid("metadata: keys must be 1-256 bytes and values at most 4096 bytes"));
         }
     }
+    if req.idle_timeout_s.is_some_and(|t| t == 0 || t > MAX_IDLE_S) {
+        return Err(ApiError::invalid(format!("idle_timeout_s must be between 1 and {MAX_IDLE_S}")));
+    }
+    if req.stop_after_s.is_some_and(|t| t > MAX_IDLE_S) {
+        return Err(ApiError::invalid(format!("stop_after_s must be at most {MAX_IDLE_S}")));
+    }
+    if req.persistent == Some(true) && !app.engine.disk_limits() {
+        return Err(ApiError::invalid(
+            "persistent sandboxes need the layers volume; this server runs with --no-disk-quota",
+        ));
+    }
     Ok((image, limits))
 }
 
-pub async fn create(
-    State(app): State<AppState>,
-    caller: Caller,
-    ApiJson(req): ApiJson<CreateSandbox>,
-) -> Result<impl IntoResponse, ApiError> {
-    let (image, limits) = validate(&app, &req)?;
+/// A new record in state `creating`.
+pub fn new_record(tenant: &str, image: &str, limits: Limits, env: &BTreeMap<String, String>) -> SandboxRecord {
+    let now = now_ms();
+    SandboxRecord {
+        info: SandboxInfo {
+            id: random_id("sb_"),
+            state: SandboxState::Creating,
+            reason: None,
+            image: image.to_string(),
+            expires_at_ms: now + limits.timeout_s as i64 * 1000,
+            limits,
+            metadata: BTreeMap::new(),
+            created_at_ms: now,
+            name: None,
+            persistent: false,
+            auto_resume: false,
+            idle_timeout_s: None,
+            on_timeout: TimeoutAction::Delete,
+            stop_after_s: DEFAULT_STOP_AFTER_S,
+            last_active_at_ms: now,
+            snapshot: None,
+        },
+        tenant: tenant.to_string(),
+        env: env.clone(),
+        slot: 0,
+    }
+}
+
+/// Inserts `rec` and starts it; on failure the record ends `failed` with the reason.
+pub async fn start_record(app: &App, mut rec: SandboxRecord, source: LayerSource) -> Result<SandboxInfo, ApiError> {
     if app.engine.running_ids().len() >= app.cfg.max_sandboxes {
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -112,52 +161,98 @@ pub async fn create(
             format!("this server runs at most {} sandboxes at once; delete one and retry", app.cfg.max_sandboxes),
         ));
     }
-    let now = now_ms();
-    let id = new_id();
-    let mut rec = SandboxRecord {
-        info: SandboxInfo {
-            id: id.clone(),
-            state: SandboxState::Creating,
-            reason: None,
-            image: image.clone(),
-            limits: limits.clone(),
-            metadata: req.metadata.clone(),
-            created_at_ms: now,
-            expires_at_ms: now + limits.timeout_s as i64 * 1000,
-        },
-        tenant: caller.tenant.clone(),
-        env: req.env.clone(),
-        slot: 0,
-    };
-    app.store.insert_sandbox(&rec)?;
-    let spec = StartSpec {
-        image,
-        limits: CgroupLimits { memory_bytes: limits.memory_mb << 20, pids: limits.pids, cpu: limits.cpu },
-        preferred_slot: None,
-        disk_bytes: limits.disk_mb.unwrap_or(0) << 20,
-    };
-    let started = std::time::Instant::now();
-    match app.engine.start(&id, spec).await {
-        Ok(sb) => {
-            app.store.set_slot(&id, sb.slot())?;
+    let id = rec.info.id.clone();
+    if let Err(e) = app.store.insert_sandbox(&rec) {
+        if let Some(name) = &rec.info.name {
+            if app.store.get_by_name(&rec.tenant, name)?.is_some() {
+                return Err(name_taken(name));
+            }
+        }
+        return Err(e.into());
+    }
+    let _g = super::lifecycle::lock(app, &id).await;
+    let t0 = std::time::Instant::now();
+    match super::lifecycle::boot(app, &rec, source).await {
+        Ok(_) => {
             app.store.set_state(&id, SandboxState::Running, None)?;
             rec.info.state = SandboxState::Running;
             app.store.audit(
-                &caller.tenant,
+                &rec.tenant,
                 Some(&id),
                 "sandbox.create",
-                &json!({"image": rec.info.image, "limits": limits, "ms": started.elapsed().as_millis() as u64}),
+                &json!({"image": rec.info.image, "name": rec.info.name, "limits": rec.info.limits,
+                        "snapshot": rec.info.snapshot, "ms": t0.elapsed().as_secs_f64() * 1000.0}),
             )?;
-            Ok((StatusCode::CREATED, Json(rec.info)))
+            Ok(rec.info)
         }
         Err(e) => {
-            let reason = e.to_string();
             let _ = app.engine.destroy(&id).await;
-            app.store.set_state(&id, SandboxState::Failed, Some(&reason))?;
-            app.store.audit(&caller.tenant, Some(&id), "sandbox.create_failed", &json!({"reason": reason}))?;
-            Err(e.into())
+            app.store.set_state(&id, SandboxState::Failed, Some(&e.message))?;
+            app.store.audit(&rec.tenant, Some(&id), "sandbox.create_failed", &json!({"reason": e.message}))?;
+            Err(e)
         }
     }
+}
+
+fn name_taken(name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        sandlot_api::codes::ALREADY_EXISTS,
+        format!("a sandbox named {name:?} exists; pass get_or_create: true to reuse it, or delete it first"),
+    )
+}
+
+pub async fn create(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiJson(req): ApiJson<CreateSandbox>,
+) -> Result<axum::response::Response, ApiError> {
+    if let Some(name) = &req.name {
+        check_name(name)?;
+        if let Some(existing) = app.store.get_by_name(&caller.tenant, name)? {
+            if !req.get_or_create {
+                return Err(name_taken(name));
+            }
+            let rec = match existing.info.state {
+                SandboxState::Stopped | SandboxState::Paused => {
+                    super::lifecycle::resume(&app, &existing, "get_or_create").await?
+                }
+                _ => existing,
+            };
+            return Ok((StatusCode::OK, Json(rec.info)).into_response());
+        }
+    } else if req.get_or_create {
+        return Err(ApiError::invalid("get_or_create needs a `name`"));
+    }
+    let (mut image, limits) = validate(&app, &req)?;
+    let mut source = LayerSource::Fresh;
+    if let Some(snap) = &req.snapshot {
+        let (info, base) = app
+            .store
+            .get_snapshot(&caller.tenant, snap)?
+            .ok_or_else(|| ApiError::not_found(&format!("snapshot {snap}")))?;
+        if req.image.as_ref().is_some_and(|i| *i != info.image) {
+            return Err(ApiError::invalid(format!("snapshot {snap} is of image {:?}; leave `image` out", info.image)));
+        }
+        image = info.image;
+        source = LayerSource::Snapshot { id: info.id, base };
+    }
+    let persistent = req.persistent.unwrap_or(false);
+    let mut rec = new_record(&caller.tenant, &image, limits, &req.env);
+    rec.info.metadata = req.metadata.clone();
+    rec.info.name = req.name.clone();
+    rec.info.persistent = persistent;
+    rec.info.auto_resume = req.auto_resume.unwrap_or(persistent);
+    rec.info.idle_timeout_s = req.idle_timeout_s;
+    rec.info.on_timeout =
+        req.on_timeout.unwrap_or(if persistent { TimeoutAction::Pause } else { TimeoutAction::Delete });
+    rec.info.stop_after_s = req.stop_after_s.unwrap_or(DEFAULT_STOP_AFTER_S);
+    rec.info.snapshot = match &source {
+        LayerSource::Snapshot { id, .. } => Some(id.clone()),
+        _ => None,
+    };
+    let info = start_record(&app, rec, source).await?;
+    Ok((StatusCode::CREATED, Json(info)).into_response())
 }
 
 pub async fn list(State(app): State<AppState>, caller: Caller) -> Result<Json<SandboxList>, ApiError> {
@@ -175,7 +270,8 @@ pub async fn get(
     rec.map(|r| Json(r.info)).ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))
 }
 
-/// Deletes a sandbox: processes killed, cgroup and layer removed, record kept as `deleted` for audit.
+/// Deletes a sandbox in any state: processes killed, cgroup and layer removed, record kept as
+/// `deleted` (with the reason) for audit and for `GET`.
 pub async fn remove_sandbox(
     app: &App,
     rec: &SandboxRecord,
@@ -183,6 +279,7 @@ pub async fn remove_sandbox(
     reason: Option<&str>,
 ) -> Result<(), ApiError> {
     let id = &rec.info.id;
+    let _g = super::lifecycle::lock(app, id).await;
     app.engine.destroy(id).await?;
     app.store.set_state(id, SandboxState::Deleted, reason)?;
     app.store.audit(&rec.tenant, Some(id), action, &json!({"reason": reason}))?;
@@ -246,7 +343,7 @@ pub async fn audit(
     Ok(Json(AuditList { entries }))
 }
 
-/// Deletes sandboxes whose lifetime has passed.
+/// Applies lifetimes and idle timeouts: `delete`, `stop` or `pause` (then `stop` after `stop_after_s`).
 pub async fn expiry_loop(app: AppState, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
     loop {
@@ -254,14 +351,47 @@ pub async fn expiry_loop(app: AppState, mut shutdown: tokio::sync::watch::Receiv
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        let Ok(live) = app.store.live_sandboxes() else {
-            continue;
-        };
+        let Ok(live) = app.store.live_sandboxes() else { continue };
         let now = now_ms();
-        for rec in live.into_iter().filter(|r| r.info.expires_at_ms <= now && r.info.state == SandboxState::Running) {
-            let reason = format!("lifetime of {} s ended", rec.info.limits.timeout_s);
-            if let Err(e) = remove_sandbox(&app, &rec, "sandbox.expire", Some(&reason)).await {
-                tracing::error!(sandbox = %rec.info.id, "expiry failed: {}", e.message);
+        for rec in live {
+            let i = &rec.info;
+            let output = app.engine.get(&i.id).map_or(0, |sb| sb.last_output_ms());
+            let active = i.last_active_at_ms.max(output);
+            let why = match i.state {
+                SandboxState::Running | SandboxState::Stopped if i.expires_at_ms <= now => {
+                    Some(format!("lifetime of {} s ended", i.limits.timeout_s))
+                }
+                SandboxState::Running => i
+                    .idle_timeout_s
+                    .filter(|idle| active + *idle as i64 * 1000 <= now)
+                    .map(|idle| format!("idle for {idle} s")),
+                SandboxState::Paused if i.reason.is_some() && active + i.stop_after_s as i64 * 1000 <= now => {
+                    Some(format!("paused by expiry for {} s", i.stop_after_s))
+                }
+                _ => None,
+            };
+            let Some(why) = why else { continue };
+            let action = match (i.state, i.on_timeout) {
+                (SandboxState::Paused, _) => TimeoutAction::Stop,
+                (SandboxState::Stopped, TimeoutAction::Delete) => TimeoutAction::Delete,
+                (SandboxState::Stopped, _) => continue, // a stopped persistent sandbox waits for its owner
+                (_, a) => a,
+            };
+            let r = match action {
+                TimeoutAction::Delete => remove_sandbox(&app, &rec, "sandbox.expire", Some(&why)).await,
+                TimeoutAction::Stop => super::lifecycle::stop(&app, &rec, Some(&why)).await.map(|_| ()),
+                TimeoutAction::Pause => super::lifecycle::pause(&app, &rec, Some(&why)).await.map(|_| ()),
+            };
+            match r {
+                Ok(()) => {
+                    let _ = app.store.audit(
+                        &rec.tenant,
+                        Some(&i.id),
+                        "sandbox.timeout_fired",
+                        &json!({"why": why, "action": action}),
+                    );
+                }
+                Err(e) => tracing::error!(sandbox = %i.id, "expiry ({why}) failed: {}", e.message),
             }
         }
     }
