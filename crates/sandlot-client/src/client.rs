@@ -111,6 +111,20 @@ impl Client {
         json(response, "the sandbox")
     }
 
+    /// Lists the tenant's snapshots, newest first.
+    pub fn snapshots(&self) -> Result<Vec<sandlot_api::SnapshotInfo>> {
+        let response = self.send(self.request("GET", "/v1/snapshots"))?;
+        let list: sandlot_api::SnapshotList = json(response, "the snapshot list")?;
+        Ok(list.snapshots)
+    }
+
+    /// Deletes a snapshot (by id or name). Sandboxes made from it are unaffected.
+    pub fn delete_snapshot(&self, id: &str) -> Result<()> {
+        let path = format!("/v1/snapshots/{}", url::segment(id));
+        drain(self.send(self.request("DELETE", &path))?);
+        Ok(())
+    }
+
     /// A handle to sandbox `id`, without asking the server whether it exists.
     pub fn sandbox(&self, id: impl Into<String>) -> Sandbox {
         Sandbox::new(self.clone(), id.into())

@@ -61,6 +61,49 @@ impl Sandbox {
         Ok(())
     }
 
+    fn transition(&self, what: &str) -> Result<SandboxInfo> {
+        let response = self.client.send(self.client.request("POST", &self.path(&format!("/{what}"))))?;
+        json(response, "the sandbox")
+    }
+
+    /// Stops the sandbox: every process ends, the files stay (synced to disk before this returns).
+    pub fn stop(&self) -> Result<SandboxInfo> {
+        self.transition("stop")
+    }
+
+    /// Resumes a stopped sandbox (fresh processes, same files) or a paused one (processes continue).
+    pub fn resume(&self) -> Result<SandboxInfo> {
+        self.transition("resume")
+    }
+
+    /// Pauses the sandbox: every process is frozen in memory and uses no CPU until resumed.
+    pub fn pause(&self) -> Result<SandboxInfo> {
+        self.transition("pause")
+    }
+
+    /// Sets the sandbox's lifetime to `timeout_s` seconds from now.
+    pub fn set_timeout(&self, timeout_s: u64) -> Result<SandboxInfo> {
+        let http = self.client.request("POST", &self.path("/timeout"));
+        let response = self.client.send_json(http, &sandlot_api::SetTimeout { timeout_s })?;
+        json(response, "the sandbox")
+    }
+
+    /// Takes a read-only snapshot of the sandbox's files; create sandboxes from it with
+    /// `CreateSandbox { snapshot: Some(id), .. }`.
+    pub fn snapshot(&self, name: Option<&str>) -> Result<sandlot_api::SnapshotInfo> {
+        let http = self.client.request("POST", &self.path("/snapshot"));
+        let response = self.client.send_json(http, &sandlot_api::CreateSnapshot { name: name.map(str::to_string) })?;
+        json(response, "the snapshot")
+    }
+
+    /// Makes `count` new running sandboxes, each with a copy-on-write copy of this one's files.
+    pub fn fork(&self, count: u32) -> Result<Vec<Sandbox>> {
+        let http = self.client.request("POST", &self.path("/fork"));
+        let response = self.client.send_json(http, &sandlot_api::ForkRequest { count })?;
+        let result: sandlot_api::ForkResult = json(response, "the fork result")?;
+        Ok(result.sandboxes.into_iter().map(|info| Sandbox::with_info(self.client.clone(), info)).collect())
+    }
+
     /// Same as [`Sandbox::delete`] (the name other sandbox SDKs use).
     pub fn kill(&self) -> Result<()> {
         self.delete()

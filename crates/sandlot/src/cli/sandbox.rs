@@ -82,6 +82,74 @@ pub enum SandboxCmd {
     /// Delete sandboxes.
     #[command(long_about = RM_LONG, visible_alias = "delete")]
     Rm(RmArgs),
+    /// Stop a sandbox: processes end, files stay (resume brings it back).
+    #[command(long_about = "Stop a sandbox: every process ends, the files stay (synced to disk first).\n\n\
+Example:\n  sandlot sandbox stop sb_abc123\n  sandlot sandbox resume sb_abc123")]
+    Stop(TransitionArgs),
+    /// Resume a stopped or paused sandbox.
+    #[command(long_about = "Resume a stopped sandbox (fresh processes on the same files) or a paused one \
+(frozen processes continue where they were).\n\nExample:\n  sandlot sandbox resume sb_abc123")]
+    Resume(TransitionArgs),
+    /// Pause a sandbox: processes frozen in memory, no CPU.
+    #[command(long_about = "Pause a sandbox: every process is frozen in memory and uses no CPU until it \
+is resumed (by `resume`, or by the next exec when the sandbox has auto-resume).\n\nExample:\n  sandlot sandbox pause sb_abc123")]
+    Pause(TransitionArgs),
+    /// Snapshot a sandbox's files.
+    #[command(long_about = "Take a read-only, copy-on-write snapshot of a sandbox's files. Start new \
+sandboxes from it with `sandlot sandbox create --snapshot ID`.\n\nExample:\n  sandlot sandbox snapshot sb_abc123 --name deps-installed")]
+    Snapshot(SnapshotArgs),
+    /// Make copies of a sandbox.
+    #[command(long_about = "Make COUNT new running sandboxes, each with a copy-on-write copy of this one's \
+files, and print their ids.\n\nExample:\n  sandlot sandbox fork sb_abc123 --count 4")]
+    Fork(ForkArgs),
+    /// List snapshots.
+    #[command(
+        long_about = "List the snapshots of your tenant, newest first.\n\nExample:\n  sandlot sandbox snapshots --json"
+    )]
+    Snapshots(LsArgs),
+    /// Delete snapshots (sandboxes made from them are unaffected).
+    #[command(long_about = "Delete snapshots by id or name. Sandboxes made from a snapshot hold their own \
+copy-on-write copies and are unaffected.\n\nExample:\n  sandlot sandbox rm-snapshot deps-installed")]
+    RmSnapshot(RmArgs),
+}
+
+/// Arguments of `sandlot sandbox stop|resume|pause`.
+#[derive(clap::Args, Debug)]
+pub struct TransitionArgs {
+    /// Sandbox id.
+    id: String,
+    /// Print the sandbox as JSON afterwards.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `sandlot sandbox snapshot`.
+#[derive(clap::Args, Debug)]
+pub struct SnapshotArgs {
+    /// Sandbox id.
+    id: String,
+    /// Name for the snapshot (usable instead of its id).
+    #[arg(long)]
+    name: Option<String>,
+    /// Print the snapshot as JSON instead of its id.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `sandlot sandbox fork`.
+#[derive(clap::Args, Debug)]
+pub struct ForkArgs {
+    /// Sandbox id.
+    id: String,
+    /// Number of copies (1-32).
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+    #[command(flatten)]
+    conn: Conn,
 }
 
 impl SandboxCmd {
@@ -92,7 +160,11 @@ impl SandboxCmd {
             SandboxCmd::Info(args) => &args.conn,
             SandboxCmd::Exec(args) => &args.conn,
             SandboxCmd::Cp(args) => &args.conn,
-            SandboxCmd::Rm(args) => &args.conn,
+            SandboxCmd::Rm(args) | SandboxCmd::RmSnapshot(args) => &args.conn,
+            SandboxCmd::Stop(args) | SandboxCmd::Resume(args) | SandboxCmd::Pause(args) => &args.conn,
+            SandboxCmd::Snapshot(args) => &args.conn,
+            SandboxCmd::Fork(args) => &args.conn,
+            SandboxCmd::Snapshots(args) => &args.conn,
         }
     }
 }
@@ -115,6 +187,21 @@ pub struct CreateArgs {
     /// Label returned as given, e.g. owner=ci (repeatable).
     #[arg(long, value_name = "K=V", value_parser = parse_key_value, help_heading = "Sandbox")]
     meta: Vec<(String, String)>,
+    /// Name, unique among your live sandboxes.
+    #[arg(long, help_heading = "Sandbox")]
+    name: Option<String>,
+    /// Keep it (and its files) across stop, expiry and server restarts.
+    #[arg(long, help_heading = "Sandbox")]
+    persistent: bool,
+    /// With --name: reuse (and resume) the existing sandbox of that name.
+    #[arg(long, help_heading = "Sandbox")]
+    get_or_create: bool,
+    /// Start from a snapshot's files (id or name).
+    #[arg(long, value_name = "SNAPSHOT", help_heading = "Sandbox")]
+    snapshot: Option<String>,
+    /// End the sandbox after this many seconds without API calls or process output.
+    #[arg(long, value_name = "S", help_heading = "Sandbox")]
+    idle_timeout: Option<u64>,
     #[command(flatten)]
     conn: Conn,
 }
@@ -176,6 +263,13 @@ pub(super) fn execute(cmd: SandboxCmd) -> anyhow::Result<i32> {
         SandboxCmd::Exec(args) => exec(args),
         SandboxCmd::Cp(args) => cp::cp(args),
         SandboxCmd::Rm(args) => rm(args),
+        SandboxCmd::Stop(args) => transition(args, "stop"),
+        SandboxCmd::Resume(args) => transition(args, "resume"),
+        SandboxCmd::Pause(args) => transition(args, "pause"),
+        SandboxCmd::Snapshot(args) => snapshot(args),
+        SandboxCmd::Fork(args) => fork(args),
+        SandboxCmd::Snapshots(args) => snapshots(args),
+        SandboxCmd::RmSnapshot(args) => rm_snapshots(args),
     }
 }
 
@@ -185,12 +279,89 @@ fn create(args: CreateArgs) -> anyhow::Result<i32> {
     spec.timeout_s = args.timeout;
     spec.env = args.env.into_iter().collect();
     spec.metadata = args.meta.into_iter().collect();
+    spec.name = args.name;
+    spec.persistent = args.persistent.then_some(true);
+    spec.get_or_create = args.get_or_create;
+    spec.snapshot = args.snapshot;
+    spec.idle_timeout_s = args.idle_timeout;
     let sandbox = client.create(&spec).doing("creating a sandbox")?;
     match sandbox.created() {
         Some(info) if args.json => print_json(info)?,
         _ => println!("{}", sandbox.id()),
     }
     Ok(0)
+}
+
+fn transition(args: TransitionArgs, what: &str) -> anyhow::Result<i32> {
+    let sandbox = args.conn.client()?.sandbox(&args.id);
+    let info = match what {
+        "stop" => sandbox.stop(),
+        "resume" => sandbox.resume(),
+        _ => sandbox.pause(),
+    }
+    .doing(&format!("{what} of sandbox {}", args.id))?;
+    if args.json {
+        print_json(&info)?;
+    } else {
+        println!("{} {}", info.id, info.state.as_str());
+    }
+    Ok(0)
+}
+
+fn snapshot(args: SnapshotArgs) -> anyhow::Result<i32> {
+    let sandbox = args.conn.client()?.sandbox(&args.id);
+    let snap = sandbox.snapshot(args.name.as_deref()).doing(&format!("snapshotting sandbox {}", args.id))?;
+    if args.json {
+        print_json(&snap)?;
+    } else {
+        println!("{}", snap.id);
+    }
+    Ok(0)
+}
+
+fn fork(args: ForkArgs) -> anyhow::Result<i32> {
+    let sandbox = args.conn.client()?.sandbox(&args.id);
+    for copy in sandbox.fork(args.count).doing(&format!("forking sandbox {}", args.id))? {
+        println!("{}", copy.id());
+    }
+    Ok(0)
+}
+
+fn snapshots(args: LsArgs) -> anyhow::Result<i32> {
+    let snapshots = args.conn.client()?.snapshots().doing("listing snapshots")?;
+    if args.json {
+        print_json(&sandlot_client::api::SnapshotList { snapshots })?;
+        return Ok(0);
+    }
+    let now = now_ms();
+    let rows: Vec<Vec<String>> = snapshots
+        .iter()
+        .map(|s| {
+            vec![
+                s.id.clone(),
+                s.name.clone().unwrap_or_else(|| "-".into()),
+                s.sandbox_id.clone(),
+                short_duration(now - s.created_at_ms),
+            ]
+        })
+        .collect();
+    print_table(&["ID", "NAME", "FROM", "AGE"], &rows)?;
+    Ok(0)
+}
+
+fn rm_snapshots(args: RmArgs) -> anyhow::Result<i32> {
+    let client = args.conn.client()?;
+    let mut code = 0;
+    for id in &args.ids {
+        match client.delete_snapshot(id) {
+            Ok(()) => println!("{id}"),
+            Err(e) => {
+                eprintln!("sandlot: deleting snapshot {id}: {e}");
+                code = 1;
+            }
+        }
+    }
+    Ok(code)
 }
 
 fn ls(args: LsArgs) -> anyhow::Result<i32> {
