@@ -208,7 +208,9 @@ fn lifecycle(client: &Client, n: usize) -> anyhow::Result<Vec<Figure>> {
     }
     // 100 files of 1 MiB.
     let fill = ExecRequest {
-        shell: Some("mkdir -p ~/tree && for i in $(seq 100); do head -c 1048576 /dev/urandom > ~/tree/f$i; done".into()),
+        shell: Some(
+            "mkdir -p ~/tree && for i in $(seq 100); do head -c 1048576 /dev/urandom > ~/tree/f$i; done".into(),
+        ),
         timeout_s: Some(120.0),
         ..Default::default()
     };

@@ -115,7 +115,7 @@ pub async fn running(app: &AppState, caller: &Caller, id: &str) -> Result<(Sandb
     }
     match (rec.info.state, app.engine.get(id)) {
         (SandboxState::Running, Some(sb)) if sb.alive() => {
-            app.store.touch(id, sandlot_store::now_ms())?;
+            app.touch(id);
             Ok((rec, sb))
         }
         (state, _) => Err(ApiError::conflict(format!(

@@ -82,6 +82,9 @@ pub struct ServeArgs {
 /// Shared state of the handlers.
 pub struct App {
     pub store: Store,
+    /// Last API activity per sandbox (Unix ms), kept in memory: idle timeouts do not survive a restart
+    /// (sandboxes do not run across one), so it needs no write per call.
+    pub activity: std::sync::Mutex<std::collections::HashMap<String, i64>>,
     /// Per-sandbox transition locks.
     pub locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub engine: Arc<Engine>,
@@ -89,6 +92,18 @@ pub struct App {
 }
 
 pub type AppState = Arc<App>;
+
+impl App {
+    /// Records API activity on sandbox `id` (for its idle timeout).
+    pub fn touch(&self, id: &str) {
+        self.activity.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), sandlot_store::now_ms());
+    }
+
+    /// Last API activity on sandbox `id` known in memory (0 if none).
+    pub fn last_activity(&self, id: &str) -> i64 {
+        self.activity.lock().unwrap_or_else(|p| p.into_inner()).get(id).copied().unwrap_or(0)
+    }
+}
 
 fn default_state_dir() -> PathBuf {
     // SAFETY: geteuid has no preconditions.
@@ -156,7 +171,13 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     }
     recover(&store, &engine)?;
 
-    let app = Arc::new(App { store, engine: Arc::clone(&engine), cfg: args.clone(), locks: Default::default() });
+    let app = Arc::new(App {
+        store,
+        engine: Arc::clone(&engine),
+        cfg: args.clone(),
+        activity: Default::default(),
+        locks: Default::default(),
+    });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(sandboxes::expiry_loop(Arc::clone(&app), shutdown_rx.clone()));
     if let Some(deaths) = engine.take_deaths() {

@@ -267,7 +267,10 @@ pub async fn get(
 ) -> Result<Json<SandboxInfo>, ApiError> {
     // Deleted sandboxes stay readable, so a caller can learn why one ended (expiry, failure).
     let rec = app.store.get_sandbox_any(&caller.tenant, &id)?;
-    rec.map(|r| Json(r.info)).ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))
+    let mut info = rec.map(|r| r.info).ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))?;
+    let output = app.engine.get(&id).map_or(0, |sb| sb.last_output_ms());
+    info.last_active_at_ms = info.last_active_at_ms.max(output).max(app.last_activity(&id));
+    Ok(Json(info))
 }
 
 /// Deletes a sandbox in any state: processes killed, cgroup and layer removed, record kept as
@@ -356,7 +359,7 @@ pub async fn expiry_loop(app: AppState, mut shutdown: tokio::sync::watch::Receiv
         for rec in live {
             let i = &rec.info;
             let output = app.engine.get(&i.id).map_or(0, |sb| sb.last_output_ms());
-            let active = i.last_active_at_ms.max(output);
+            let active = i.last_active_at_ms.max(output).max(app.last_activity(&i.id));
             let why = match i.state {
                 SandboxState::Running | SandboxState::Stopped if i.expires_at_ms <= now => {
                     Some(format!("lifetime of {} s ended", i.limits.timeout_s))
