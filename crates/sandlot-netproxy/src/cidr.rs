@@ -1,0 +1,75 @@
+//! IPv4/IPv6 networks in CIDR notation.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+/// A network: address plus prefix length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Whether `ip` lies in this network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix) };
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - self.prefix) };
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            // An IPv4-mapped IPv6 address is the IPv4 address for policy purposes.
+            (IpAddr::V4(_), IpAddr::V6(ip)) => ip.to_ipv4_mapped().is_some_and(|v4| self.contains(IpAddr::V4(v4))),
+            _ => false,
+        }
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, p) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a.parse().map_err(|_| format!("{s:?} is not an IP address or CIDR"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| format!("{s:?}: bad prefix length"))?,
+            None => max,
+        };
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contains_v4_v6_and_mapped() {
+        let c: Cidr = "10.0.0.0/8".parse().unwrap();
+        assert!(c.contains("10.2.3.4".parse().unwrap()));
+        assert!(!c.contains("11.0.0.1".parse().unwrap()));
+        assert!(c.contains("::ffff:10.0.0.1".parse().unwrap()));
+        let v6: Cidr = "fd00::/8".parse().unwrap();
+        assert!(v6.contains("fd00:ec2::254".parse().unwrap()));
+        let host: Cidr = "169.254.169.254".parse().unwrap();
+        assert!(host.contains("169.254.169.254".parse().unwrap()));
+        assert!("0.0.0.0/0".parse::<Cidr>().unwrap().contains("8.8.8.8".parse().unwrap()));
+        assert!("1.2.3.4/33".parse::<Cidr>().is_err());
+        assert!("example.com".parse::<Cidr>().is_err());
+    }
+}

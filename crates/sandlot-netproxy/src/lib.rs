@@ -1,0 +1,10 @@
+//! The sandbox network, seen from the host: what a sandbox may reach and how its traffic is parsed.
+//!
+//! Everything here handles bytes that sandbox code controls (DNS queries, TLS ClientHellos, HTTP request
+//! heads), so every parser is bounded and returns `None` rather than guessing. This crate never touches
+//! the store or the driver's privileges.
+
+pub mod cidr;
+pub mod dns;
+pub mod policy;
+pub mod sniff;

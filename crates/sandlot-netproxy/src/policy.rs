@@ -1,0 +1,346 @@
+//! Egress policy: which destinations a sandbox may open a TCP connection to.
+//!
+//! Order of checks (first match wins): the sandbox's `deny` CIDRs; the always-deny list (private,
+//! loopback, link-local and metadata ranges, the host's own addresses) unless the destination name is an
+//! admin `--resolve` mapping; the mode (`deny` refuses everything, `allow-all` admits the rest); for
+//! `allowlist`, the destination must be an address this sandbox got from an allowed DNS answer, or lie in
+//! an allowed CIDR. On port 443 the TLS SNI, on port 80 the HTTP Host, must then name that same allowed
+//! host: connecting to an allowed address with another name is refused, and so is a bare-IP connection
+//! to a rule that only names a domain.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cidr::Cidr;
+
+/// Ranges no sandbox reaches unless the admin maps a name there explicitly.
+pub const ALWAYS_DENY: &[&str] = &[
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+    "::/128",
+    "::1/128",
+    "fc00::/7",
+    "fe80::/10",
+    "ff00::/8",
+];
+
+/// Egress mode.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Nothing leaves (the default).
+    #[default]
+    Deny,
+    /// Everything except the always-deny list and `deny` CIDRs.
+    AllowAll,
+    /// Only `allow` names and CIDRs.
+    Allowlist,
+}
+
+/// Per-host transforms (credential brokering).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HostRule {
+    /// Headers added or replaced on every request to the host. Write-only through the API.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The `network` object of the API.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSpec {
+    /// Mode.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Allowed names (`api.example.com`, `*.pypi.org`) and CIDRs.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// CIDRs always refused, even when allowed otherwise.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Host → transforms.
+    #[serde(default)]
+    pub rules: BTreeMap<String, HostRule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pattern {
+    Exact(String),
+    /// `*.example.com`: any name strictly below `example.com`.
+    Suffix(String),
+}
+
+impl Pattern {
+    fn parse(s: &str) -> Result<Pattern, String> {
+        let lower = s.trim_end_matches('.').to_ascii_lowercase();
+        let (wild, name) = match lower.strip_prefix("*.") {
+            Some(rest) => (true, rest.to_string()),
+            None => (false, lower.clone()),
+        };
+        let ok_label = |l: &str| {
+            !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        };
+        if name.is_empty() || name.len() > 253 || !name.split('.').all(ok_label) {
+            return Err(format!("{s:?} is not a domain name, `*.domain` pattern or CIDR"));
+        }
+        Ok(if wild { Pattern::Suffix(name) } else { Pattern::Exact(name) })
+    }
+
+    fn matches(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        match self {
+            Pattern::Exact(n) => host == *n,
+            Pattern::Suffix(n) => {
+                host.len() > n.len() + 1 && host.ends_with(n.as_str()) && host[..host.len() - n.len()].ends_with('.')
+            }
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Pattern::Exact(n) => n.clone(),
+            Pattern::Suffix(n) => format!("*.{n}"),
+        }
+    }
+}
+
+/// A compiled policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    mode: Mode,
+    names: Vec<Pattern>,
+    cidrs: Vec<Cidr>,
+    deny: Vec<Cidr>,
+    always_deny: Vec<Cidr>,
+    rules: Vec<(Pattern, HostRule)>,
+}
+
+/// A connection attempt, as the proxy sees it.
+#[derive(Debug, Clone)]
+pub struct Attempt<'a> {
+    /// Destination address.
+    pub ip: IpAddr,
+    /// Destination port.
+    pub port: u16,
+    /// Names whose DNS answers to this sandbox contained `ip`.
+    pub names: &'a [String],
+    /// TLS SNI (port 443) or HTTP Host (port 80), when sniffed.
+    pub server_name: Option<&'a str>,
+    /// `ip` came from an admin `--resolve` mapping (which may point at private addresses).
+    pub admin_mapped: bool,
+}
+
+/// The policy's answer, with what matched and why (for the audit log).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// Let it through.
+    pub allow: bool,
+    /// The rule that decided (`*.pypi.org`, `203.0.113.0/24`, `always-deny 10.0.0.0/8`, `mode deny`).
+    pub rule: String,
+    /// Human reason.
+    pub reason: String,
+}
+
+fn deny(rule: impl Into<String>, reason: impl Into<String>) -> Decision {
+    Decision { allow: false, rule: rule.into(), reason: reason.into() }
+}
+
+fn allow(rule: impl Into<String>, reason: impl Into<String>) -> Decision {
+    Decision { allow: true, rule: rule.into(), reason: reason.into() }
+}
+
+impl Policy {
+    /// Compiles `spec`; `host_addrs` are the host's own addresses (always denied).
+    pub fn compile(spec: &NetworkSpec, host_addrs: &[IpAddr]) -> Result<Policy, String> {
+        let mut names = Vec::new();
+        let mut cidrs = Vec::new();
+        for a in &spec.allow {
+            if a.chars().next().is_some_and(|c| c.is_ascii_digit() || c == ':') || a.contains('/') {
+                cidrs.push(a.parse::<Cidr>()?);
+            } else {
+                names.push(Pattern::parse(a)?);
+            }
+        }
+        let deny = spec.deny.iter().map(|d| d.parse::<Cidr>()).collect::<Result<Vec<_>, _>>()?;
+        let mut always_deny: Vec<Cidr> = ALWAYS_DENY.iter().map(|c| c.parse().expect("static CIDR")).collect();
+        always_deny.extend(host_addrs.iter().map(|ip| ip.to_string().parse::<Cidr>().expect("an address")));
+        let mut rules = Vec::new();
+        for (host, rule) in &spec.rules {
+            let p = Pattern::parse(host)?;
+            for (k, v) in &rule.headers {
+                let bad = |s: &str| s.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0);
+                if k.is_empty() || bad(k) || bad(v) || k.contains(':') || k.contains(' ') {
+                    return Err(format!("rules[{host:?}]: header {k:?} is not a valid header name/value"));
+                }
+            }
+            // A rule's host must be reachable, or the rule is dead weight that hides a typo.
+            if spec.mode == Mode::Allowlist
+                && !names.iter().any(|n| n == &p || n.matches(&p.text().replace("*.", "x.")))
+            {
+                return Err(format!("rules[{host:?}]: the host is not in `allow`"));
+            }
+            rules.push((p, rule.clone()));
+        }
+        Ok(Policy { mode: spec.mode, names, cidrs, deny, always_deny, rules })
+    }
+
+    /// Whether a DNS query for `name` may be answered (allow-all answers every name).
+    pub fn name_allowed(&self, name: &str) -> Option<String> {
+        match self.mode {
+            Mode::Deny => None,
+            Mode::AllowAll => Some("allow-all".into()),
+            Mode::Allowlist => self.names.iter().find(|p| p.matches(name)).map(Pattern::text),
+        }
+    }
+
+    /// Header transforms for requests to `host`, if a rule names it.
+    pub fn rule_for(&self, host: &str) -> Option<&HostRule> {
+        self.rules.iter().find(|(p, _)| p.matches(host)).map(|(_, r)| r)
+    }
+
+    /// Whether any rule carries header transforms (so TLS to such hosts is terminated).
+    pub fn brokers(&self, host: &str) -> bool {
+        self.rule_for(host).is_some_and(|r| !r.headers.is_empty())
+    }
+
+    /// Decides one connection attempt.
+    pub fn decide(&self, a: &Attempt<'_>) -> Decision {
+        if let Some(c) = self.deny.iter().find(|c| c.contains(a.ip)) {
+            return deny(format!("deny {c}"), format!("{} is in a denied range", a.ip));
+        }
+        if !a.admin_mapped {
+            if let Some(c) = self.always_deny.iter().find(|c| c.contains(a.ip)) {
+                return deny(
+                    format!("always-deny {c}"),
+                    format!("{} is private, loopback, link-local, metadata or the host itself", a.ip),
+                );
+            }
+        }
+        match self.mode {
+            Mode::Deny => return deny("mode deny", "this sandbox has no network access"),
+            Mode::AllowAll => return allow("allow-all", "allow-all mode"),
+            Mode::Allowlist => {}
+        }
+        // A name-based rule: the address came from an allowed DNS answer.
+        let named: Vec<(&String, String)> =
+            a.names.iter().filter_map(|n| self.name_allowed(n).map(|rule| (n, rule))).collect();
+        if let Some((name, rule)) = named.first() {
+            if matches!(a.port, 443 | 80) {
+                let what = if a.port == 443 { "TLS SNI" } else { "HTTP Host" };
+                return match a.server_name {
+                    Some(sn) if named.iter().any(|(n, _)| n.eq_ignore_ascii_case(sn.trim_end_matches('.'))) => {
+                        allow(rule.clone(), format!("{sn} is allowed"))
+                    }
+                    Some(sn) => {
+                        deny(rule.clone(), format!("{what} {sn:?} does not match {name}, which resolved to {}", a.ip))
+                    }
+                    None => deny(rule.clone(), format!("no {what} on a connection to {name}")),
+                };
+            }
+            return allow(rule.clone(), format!("{name} is allowed"));
+        }
+        if let Some(c) = self.cidrs.iter().find(|c| c.contains(a.ip)) {
+            return allow(c.to_string(), format!("{} is in an allowed range", a.ip));
+        }
+        deny("allowlist", format!("{} was not resolved from an allowed name and is in no allowed range", a.ip))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(json: &str) -> Policy {
+        Policy::compile(&serde_json::from_str(json).unwrap(), &["192.0.2.10".parse().unwrap()]).unwrap()
+    }
+
+    fn attempt<'a>(ip: &str, port: u16, names: &'a [String], sn: Option<&'a str>) -> Attempt<'a> {
+        Attempt { ip: ip.parse().unwrap(), port, names, server_name: sn, admin_mapped: false }
+    }
+
+    #[test]
+    fn deny_by_default() {
+        let p = policy("{}");
+        assert!(!p.decide(&attempt("93.184.216.34", 80, &[], None)).allow);
+        assert_eq!(p.name_allowed("example.com"), None);
+    }
+
+    #[test]
+    fn metadata_and_private_ranges_are_refused_even_in_allow_all() {
+        let p = policy(r#"{"mode":"allow-all"}"#);
+        for ip in ["169.254.169.254", "10.1.2.3", "127.0.0.1", "192.168.1.1", "fd00:ec2::254", "192.0.2.10"] {
+            let d = p.decide(&attempt(ip, 80, &[], None));
+            assert!(!d.allow, "{ip}");
+            assert!(d.rule.starts_with("always-deny"), "{ip}: {}", d.rule);
+        }
+        assert!(p.decide(&attempt("93.184.216.34", 80, &[], None)).allow);
+    }
+
+    #[test]
+    fn admin_mapping_passes_the_always_deny_list_but_not_user_deny() {
+        let p = policy(r#"{"mode":"allowlist","allow":["pkg.test"],"deny":["127.0.0.2/32"]}"#);
+        let names = vec!["pkg.test".to_string()];
+        let mut a = attempt("127.0.0.1", 8080, &names, None);
+        a.admin_mapped = true;
+        assert!(p.decide(&a).allow);
+        let mut b = attempt("127.0.0.2", 8080, &names, None);
+        b.admin_mapped = true;
+        assert!(!p.decide(&b).allow);
+    }
+
+    #[test]
+    fn wildcards_match_subdomains_only() {
+        let p = policy(r#"{"mode":"allowlist","allow":["*.pypi.org"]}"#);
+        assert!(p.name_allowed("files.pypi.org").is_some());
+        assert!(p.name_allowed("a.b.pypi.org").is_some());
+        assert!(p.name_allowed("pypi.org").is_none());
+        assert!(p.name_allowed("evilpypi.org").is_none());
+        assert!(p.name_allowed("pypi.org.evil.com").is_none());
+    }
+
+    #[test]
+    fn sni_and_host_must_name_the_resolved_host() {
+        let p = policy(r#"{"mode":"allowlist","allow":["api.example.com"]}"#);
+        let names = vec!["api.example.com".to_string()];
+        assert!(p.decide(&attempt("93.184.216.34", 443, &names, Some("api.example.com"))).allow);
+        assert!(!p.decide(&attempt("93.184.216.34", 443, &names, Some("evil.com"))).allow);
+        assert!(!p.decide(&attempt("93.184.216.34", 443, &names, None)).allow);
+        assert!(!p.decide(&attempt("93.184.216.34", 80, &names, Some("other.example.com"))).allow);
+        // A bare IP connection to a name-only rule.
+        assert!(!p.decide(&attempt("93.184.216.34", 443, &[], Some("api.example.com"))).allow);
+    }
+
+    #[test]
+    fn cidr_rules_and_deny_wins() {
+        let p = policy(r#"{"mode":"allowlist","allow":["203.0.113.0/24"],"deny":["203.0.113.128/25"]}"#);
+        assert!(p.decide(&attempt("203.0.113.5", 22, &[], None)).allow);
+        assert!(!p.decide(&attempt("203.0.113.200", 22, &[], None)).allow);
+    }
+
+    #[test]
+    fn bad_specs_are_rejected() {
+        for bad in [
+            r#"{"mode":"allowlist","allow":["exa mple.com"]}"#,
+            r#"{"mode":"allowlist","allow":["*"]}"#,
+            r#"{"mode":"allowlist","deny":["not-a-cidr"]}"#,
+            r#"{"mode":"allowlist","allow":["a.com"],"rules":{"b.com":{"headers":{"x":"y"}}}}"#,
+            r#"{"mode":"allowlist","allow":["a.com"],"rules":{"a.com":{"headers":{"x":"y\r\nz: w"}}}}"#,
+        ] {
+            let spec: NetworkSpec = serde_json::from_str(bad).unwrap();
+            assert!(Policy::compile(&spec, &[]).is_err(), "{bad}");
+        }
+        assert!(serde_json::from_str::<NetworkSpec>(r#"{"mode":"open"}"#).is_err());
+    }
+}
