@@ -665,6 +665,8 @@ pub mod codes {
     pub const WRONG_FILE_KIND: &str = "wrong_file_kind";
     /// 409: the destination exists.
     pub const ALREADY_EXISTS: &str = "already_exists";
+    /// 409: a directory is not empty (remove it with `recursive=true`).
+    pub const DIRECTORY_NOT_EMPTY: &str = "directory_not_empty";
     /// 403: the sandbox user may not access the path.
     pub const PERMISSION_DENIED: &str = "permission_denied";
     /// 413: the body is larger than the server allows.

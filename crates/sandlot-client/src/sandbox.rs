@@ -233,7 +233,9 @@ impl Sandbox {
     /// Lists the entries under directory `path`, `depth` levels down (1: direct children).
     pub fn list(&self, path: &str, depth: u32) -> Result<Vec<FileStat>> {
         let depth = depth.to_string();
-        let query = url::query(&[("path", path), ("depth", &depth)]);
+        let mut pairs = vec![("path", path), ("depth", depth.as_str())];
+        self.push_user(&mut pairs);
+        let query = url::query(&pairs);
         let path = self.path(&format!("/files/list{query}"));
         let response = self.client.send(self.client.request("GET", &path))?;
         let list: FileList = json(response, "the file list")?;
@@ -242,7 +244,9 @@ impl Sandbox {
 
     /// Metadata of `path` (symlinks are not followed).
     pub fn stat(&self, path: &str) -> Result<FileStat> {
-        let path = self.path(&format!("/files/stat{}", url::query(&[("path", path)])));
+        let mut pairs = vec![("path", path)];
+        self.push_user(&mut pairs);
+        let path = self.path(&format!("/files/stat{}", url::query(&pairs)));
         let response = self.client.send(self.client.request("GET", &path))?;
         json(response, "the file metadata")
     }
@@ -261,6 +265,7 @@ impl Sandbox {
         if recursive {
             pairs.push(("recursive", "true"));
         }
+        self.push_user(&mut pairs);
         let path = self.path(&format!("/files{}", url::query(&pairs)));
         drain(self.client.send(self.client.request("DELETE", &path))?);
         Ok(())
@@ -276,7 +281,9 @@ impl Sandbox {
 
     /// Unpacks the tar archive read from `reader` into directory `dir` (streamed, not buffered).
     pub fn upload_tar(&self, dir: &str, reader: impl Read) -> Result<WriteResult> {
-        let path = self.path(&format!("/files/tar{}", url::query(&[("path", dir)])));
+        let mut pairs = vec![("path", dir)];
+        self.push_user(&mut pairs);
+        let path = self.path(&format!("/files/tar{}", url::query(&pairs)));
         let http = self.client.request("PUT", &path);
         let response = self.client.send_reader(http, "application/x-tar", reader)?;
         json(response, "the write result")
@@ -284,7 +291,9 @@ impl Sandbox {
 
     /// Streams directory `dir` as a tar archive into `writer`; returns the archive's size in bytes.
     pub fn download_tar(&self, dir: &str, mut writer: impl Write) -> Result<u64> {
-        let path = self.path(&format!("/files/tar{}", url::query(&[("path", dir)])));
+        let mut pairs = vec![("path", dir)];
+        self.push_user(&mut pairs);
+        let path = self.path(&format!("/files/tar{}", url::query(&pairs)));
         let response = self.client.send(self.client.request("GET", &path))?;
         copy(response, &mut writer, "the tar archive")
     }

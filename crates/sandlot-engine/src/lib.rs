@@ -137,6 +137,8 @@ impl Engine {
             None => None,
         };
         std::fs::create_dir_all(cfg.state_dir.join("images"))?;
+        // Build the default image now, once, rather than racing to build it in concurrent first creates.
+        image::open(&cfg.state_dir.join("images"), "host")?;
         let launcher = Launcher::start()?;
         let (deaths_tx, deaths_rx) = tokio::sync::mpsc::unbounded_channel();
         Ok(Arc::new(Engine {

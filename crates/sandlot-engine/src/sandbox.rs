@@ -337,7 +337,7 @@ impl Sandbox {
         &self,
         uid: u32,
         op: FileOp,
-        mut body: R,
+        body: &mut R,
     ) -> Result<serde_json::Value, EngineError> {
         let (req, mut rx) = self.open_file_req(4);
         self.send(&Request::File { req, uid, op }, &[]).await?;

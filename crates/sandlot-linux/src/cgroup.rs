@@ -200,25 +200,22 @@ impl SandboxCgroup {
     /// Freezes (`true`) or thaws every process of the sandbox and waits until the kernel reports the
     /// new state: frozen processes keep their memory and use no CPU.
     pub fn freeze(&self, frozen: bool) -> Result<(), CgroupError> {
-        let (file, value, done): (PathBuf, &str, Box<dyn Fn(&str) -> bool>) = if self.v2 {
+        // What to write where, and the line the kernel shows once the change has settled.
+        let (file, value, status, want) = if self.v2 {
             let dir = &self.dirs[0].1;
-            let want = if frozen { "frozen 1" } else { "frozen 0" };
-            (
-                dir.join("cgroup.freeze"),
-                if frozen { "1" } else { "0" },
-                Box::new(move |ev: &str| ev.lines().any(|l| l == want)),
-            )
+            let (value, want) = if frozen { ("1", "frozen 1") } else { ("0", "frozen 0") };
+            (dir.join("cgroup.freeze"), value, dir.join("cgroup.events"), want)
         } else {
             let (_, dir) = self
                 .dirs
                 .iter()
                 .find(|(c, _)| *c == "freezer")
                 .ok_or_else(|| CgroupError::Unsupported("the v1 freezer controller is not mounted".into()))?;
-            let want = if frozen { "FROZEN" } else { "THAWED" };
-            (dir.join("freezer.state"), want, Box::new(move |st: &str| st.trim() == want))
+            let value = if frozen { "FROZEN" } else { "THAWED" };
+            (dir.join("freezer.state"), value, dir.join("freezer.state"), value)
         };
+        let done = |s: &str| s.lines().any(|l| l.trim() == want);
         write(&file, value)?;
-        let status = if self.v2 { self.dirs[0].1.join("cgroup.events") } else { file.clone() };
         for attempt in 0..2000 {
             let s = fs::read_to_string(&status).map_err(io_at(&status))?;
             if done(&s) {

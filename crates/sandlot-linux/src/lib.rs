@@ -16,6 +16,7 @@ pub mod image;
 pub mod landlock;
 pub mod launch;
 pub mod layers;
+pub mod net;
 pub mod volume;
 
 use std::path::PathBuf;

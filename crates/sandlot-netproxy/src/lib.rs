@@ -8,3 +8,5 @@ pub mod cidr;
 pub mod dns;
 pub mod policy;
 pub mod sniff;
+pub mod stack;
+pub mod tun;

@@ -242,8 +242,10 @@ pub enum FileErrorKind {
     PermissionDenied,
     /// EISDIR / ENOTDIR / not a regular file.
     WrongKind,
-    /// EEXIST / ENOTEMPTY.
+    /// EEXIST.
     AlreadyExists,
+    /// ENOTEMPTY: a directory removed without `recursive`.
+    NotEmpty,
     /// Upload larger than allowed, ENOSPC, EDQUOT, EFBIG.
     TooLarge,
     /// Malformed input (bad tar entry, relative path…).

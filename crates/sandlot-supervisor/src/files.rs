@@ -85,7 +85,8 @@ impl OpError {
             Some(libc::ENOENT) => FileErrorKind::NotFound,
             Some(libc::EACCES | libc::EPERM | libc::EROFS) => FileErrorKind::PermissionDenied,
             Some(libc::EISDIR | libc::ENOTDIR) => FileErrorKind::WrongKind,
-            Some(libc::EEXIST | libc::ENOTEMPTY) => FileErrorKind::AlreadyExists,
+            Some(libc::EEXIST) => FileErrorKind::AlreadyExists,
+            Some(libc::ENOTEMPTY) => FileErrorKind::NotEmpty,
             Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => FileErrorKind::TooLarge,
             Some(libc::ELOOP | libc::ENAMETOOLONG | libc::EINVAL | libc::EXDEV) => FileErrorKind::Invalid,
             _ => FileErrorKind::Other,
@@ -192,7 +193,13 @@ fn write(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpR
     if fs::symlink_metadata(path).map(|m| m.is_dir()).unwrap_or(false) {
         return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: is a directory", path.display())));
     }
-    fs::create_dir_all(dir).map_err(|e| OpError::io(dir, e))?;
+    fs::create_dir_all(dir).map_err(|e| match e.kind() {
+        io::ErrorKind::AlreadyExists | io::ErrorKind::NotADirectory => OpError::new(
+            FileErrorKind::WrongKind,
+            format!("{}: a parent of the path is not a directory", path.display()),
+        ),
+        _ => OpError::io(dir, e),
+    })?;
     // Write beside the target and rename at the end: readers never see a half-written file, and an
     // acknowledged write has been fsynced with its directory entry.
     let tmp = dir.join(format!(".{}.sandlot-{:x}", name.to_string_lossy(), rand_suffix()));
@@ -335,7 +342,7 @@ fn remove(path: &Path, recursive: bool) -> OpResult {
     r.map_err(|e| {
         if e.raw_os_error() == Some(libc::ENOTEMPTY) {
             OpError::new(
-                FileErrorKind::AlreadyExists,
+                FileErrorKind::NotEmpty,
                 format!("{}: directory not empty; pass recursive=true to remove it with its contents", path.display()),
             )
         } else {

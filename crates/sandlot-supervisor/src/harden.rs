@@ -80,6 +80,9 @@ impl Hardening {
         let keep: &[u32] = if uid == 0 { &ROOT_CAPS } else { &[] };
         // SAFETY: raw syscalls on prepared data; this is a single-threaded child between fork and exec.
         unsafe {
+            // Nothing but stdio crosses into the command: every other descriptor (the control socket
+            // above all) is closed at exec. CLOEXEC rather than close, so std's exec-error pipe still works.
+            check(libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC))?;
             // The bounding set limits what any later exec (file capabilities) could ever grant.
             for cap in 0..=self.cap_last {
                 if !keep.contains(&cap) {

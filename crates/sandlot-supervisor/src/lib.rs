@@ -51,6 +51,9 @@ pub struct Options {
 pub fn run(opts: Options) -> ! {
     // SAFETY: the driver places the control socket at CONTROL_FD before exec; nothing else owns it.
     let sock = unsafe { UnixStream::from_raw_fd(CONTROL_FD) };
+    // dup2 cleared close-on-exec on it; no command may inherit the control socket.
+    // SAFETY: fcntl on our own fd.
+    unsafe { libc::fcntl(CONTROL_FD, libc::F_SETFD, libc::FD_CLOEXEC) };
     match serve(sock, opts) {
         Ok(()) => std::process::exit(0),
         Err(e) => {

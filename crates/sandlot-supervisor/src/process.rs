@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sandlot_protocol::{Event, Spawn, Termination, MAX_PAYLOAD};
 
@@ -106,6 +106,8 @@ impl Table {
             } else {
                 Termination::Exited { code: libc::WEXITSTATUS(status) }
             });
+            // Dropping the timer's sender wakes it: it then still kills whatever the command left in
+            // its process group at the deadline.
             p.timer = None;
             p.stdin = None;
             if p.open_pipes > 0 {
@@ -171,7 +173,7 @@ impl Table {
             }
         };
         let pid = child.id() as i32;
-        let stdin = child.stdin.take().map(|w| start_stdin_writer(w));
+        let stdin = child.stdin.take().map(start_stdin_writer);
         let timer = s.timeout_ms.map(|ms| self.start_timer(handle, pid, Duration::from_millis(ms)));
         inner.by_pid.insert(pid, handle);
         inner.by_handle.insert(handle, Proc { pid, stdin, exit: None, open_pipes: 2, timed_out: false, timer });
@@ -216,16 +218,33 @@ impl Table {
         let (tx, rx) = mpsc::channel::<()>();
         let table = self.clone();
         thread::spawn(move || {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(after) {
-                let mut inner = table.lock();
-                if let Some(p) = inner.by_handle.get_mut(&handle) {
-                    if p.exit.is_none() {
-                        p.timed_out = true;
-                        // SAFETY: plain syscall; a negative pid addresses the command's process group.
-                        unsafe { libc::kill(-pid, libc::SIGKILL) };
+            let deadline = Instant::now() + after;
+            match rx.recv_timeout(after) {
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let mut inner = table.lock();
+                    if let Some(p) = inner.by_handle.get_mut(&handle) {
+                        if p.exit.is_none() {
+                            p.timed_out = true;
+                        }
                     }
                 }
+                // The command's leader is gone. What it left in its process group (a fork bomb's
+                // children, say) still dies at the deadline.
+                Err(mpsc::RecvTimeoutError::Disconnected) => loop {
+                    // SAFETY: signal 0 only checks whether the group has members.
+                    if unsafe { libc::kill(-pid, 0) } != 0 {
+                        return;
+                    }
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    thread::sleep((deadline - now).min(Duration::from_millis(100)));
+                },
+                Ok(()) => return,
             }
+            // SAFETY: plain syscall; a negative pid addresses the command's process group.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
         });
         tx
     }

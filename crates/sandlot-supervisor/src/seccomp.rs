@@ -104,14 +104,15 @@ impl Filter {
     /// Compiles the built-in profile.
     pub fn sandbox() -> Result<Self, PolicyError> {
         let v: Value = serde_json::from_str(POLICY).map_err(|e| PolicyError(e.to_string()))?;
-        let mut f = Vec::new();
         // 1. Architecture and x32: kill, since a syscall number of another ABI means nothing below.
-        f.push(stmt(BPF_LD_W_ABS, OFF_ARCH));
-        f.push(jump(BPF_JEQ_K, AUDIT_ARCH_X86_64, 1, 0));
-        f.push(stmt(BPF_RET_K, RET_KILL_PROCESS));
-        f.push(stmt(BPF_LD_W_ABS, OFF_NR));
-        f.push(jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1));
-        f.push(stmt(BPF_RET_K, RET_KILL_PROCESS));
+        let mut f = vec![
+            stmt(BPF_LD_W_ABS, OFF_ARCH),
+            jump(BPF_JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
+            stmt(BPF_RET_K, RET_KILL_PROCESS),
+            stmt(BPF_LD_W_ABS, OFF_NR),
+            jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1),
+            stmt(BPF_RET_K, RET_KILL_PROCESS),
+        ];
 
         // 2. Conditional rules.
         let eperm = RET_ERRNO | libc::EPERM as u32;
@@ -147,7 +148,7 @@ impl Filter {
                 ],
                 "no_attach" => vec![
                     stmt(BPF_LD_W_ABS, off_arg_low(arg)),
-                    jump(BPF_JEQ_K, libc::PTRACE_ATTACH as u32, 1, 0),
+                    jump(BPF_JEQ_K, libc::PTRACE_ATTACH, 1, 0),
                     jump(BPF_JEQ_K, 0x4206, 0, 1), // PTRACE_SEIZE
                     stmt(BPF_RET_K, eperm),
                     stmt(BPF_RET_K, RET_ALLOW),

@@ -61,6 +61,7 @@ impl From<EngineError> for ApiError {
                     FileErrorKind::PermissionDenied => (StatusCode::FORBIDDEN, codes::PERMISSION_DENIED),
                     FileErrorKind::WrongKind => (StatusCode::CONFLICT, codes::WRONG_FILE_KIND),
                     FileErrorKind::AlreadyExists => (StatusCode::CONFLICT, codes::ALREADY_EXISTS),
+                    FileErrorKind::NotEmpty => (StatusCode::CONFLICT, codes::DIRECTORY_NOT_EMPTY),
                     FileErrorKind::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, codes::TOO_LARGE),
                     FileErrorKind::Invalid => (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST),
                     FileErrorKind::Other => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),

@@ -73,6 +73,13 @@ fn body_reader(body: Body) -> impl tokio::io::AsyncRead + Unpin {
     tokio_util::io::StreamReader::new(stream)
 }
 
+/// Reads and discards the rest of a failed upload's body (bounded in time), so the client, still
+/// sending, gets to read the error instead of a broken pipe.
+async fn drain(reader: &mut (impl tokio::io::AsyncRead + Unpin)) {
+    let _ =
+        tokio::time::timeout(std::time::Duration::from_secs(30), tokio::io::copy(reader, &mut tokio::io::sink())).await;
+}
+
 fn check_length(headers: &HeaderMap, max: u64) -> Result<(), ApiError> {
     let len = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if len.is_some_and(|l| l > max) {
@@ -104,11 +111,12 @@ pub async fn write(
     };
     let max = app.cfg.max_upload_mb << 20;
     check_length(&headers, max)?;
-    let r =
-        sb.upload(q.user.uid(), FileOp::Write { path: path.clone(), mode, max_bytes: max }, body_reader(body)).await;
+    let mut reader = body_reader(body);
+    let r = sb.upload(q.user.uid(), FileOp::Write { path: path.clone(), mode, max_bytes: max }, &mut reader).await;
     let v = match r {
         Ok(v) => v,
         Err(e) => {
+            drain(&mut reader).await;
             audit(&app, &rec.tenant, &id, "file.write", json!({"path": path, "user": q.user, "error": e.to_string()}));
             return Err(e.into());
         }
@@ -228,10 +236,12 @@ pub async fn upload_tar(
     let path = sandbox_path(&q.path, q.user)?;
     let max = app.cfg.max_upload_mb << 20;
     check_length(&headers, max)?;
-    let r = sb.upload(q.user.uid(), FileOp::Untar { path: path.clone(), max_bytes: max }, body_reader(body)).await;
+    let mut reader = body_reader(body);
+    let r = sb.upload(q.user.uid(), FileOp::Untar { path: path.clone(), max_bytes: max }, &mut reader).await;
     let v = match r {
         Ok(v) => v,
         Err(e) => {
+            drain(&mut reader).await;
             audit(&app, &rec.tenant, &id, "file.untar", json!({"path": path, "user": q.user, "error": e.to_string()}));
             return Err(e.into());
         }

@@ -53,10 +53,9 @@ fn illegal(rec: &SandboxRecord, what: &str) -> ApiError {
 
 /// Re-reads the record under the lock (the state may have changed while waiting for it).
 fn fresh(app: &App, rec: &SandboxRecord) -> Result<SandboxRecord, ApiError> {
-    Ok(app
-        .store
+    app.store
         .get_sandbox_any(&rec.tenant, &rec.info.id)?
-        .ok_or_else(|| ApiError::not_found(&format!("sandbox {}", rec.info.id)))?)
+        .ok_or_else(|| ApiError::not_found(&format!("sandbox {}", rec.info.id)))
 }
 
 /// stopped → running (fresh supervisor, same layer) or paused → running (thaw).

@@ -1,1 +1,27 @@
-//! placeholder
+//! End-to-end tests of sandlot: a real `sandlot serve` per test (as root, on loopback), driven from the
+//! host through the Rust SDK and, for malformed requests, raw HTTP.
+//!
+//! The catalogue, one module per area; each test is named after the behaviour or threat it checks:
+//! - [`api`]: authentication, tenants, error codes, request validation, audit.
+//! - [`exec`]: running commands, their output, exit codes, environment and streaming.
+//! - [`processes`]: background processes, stdin, signals, logs, zombie reaping.
+//! - [`files`]: the file API, tar transfer, and path tricks planted by sandbox code.
+//! - [`isolation`]: what a sandbox cannot see or reach of the host and of other sandboxes.
+//! - [`limits`]: memory, CPU, processes, disk, command and sandbox time limits.
+//! - [`lifecycle`]: delete, stop/resume, pause, fork, supervisor death, graceful shutdown, crash and
+//!   restart; nothing left behind.
+//!
+//! is fixed; `cargo nextest run -p sandlot --test e2e --run-ignored all` shows where each stands.
+//!
+//! Every test starts its own server in a fresh state dir and its own cgroup (see [`harness`]); dropping
+//! the server stops it with SIGTERM and asserts that no cgroup, layer or mount of a sandbox remains.
+
+mod harness;
+
+mod api;
+mod exec;
+mod files;
+mod isolation;
+mod lifecycle;
+mod limits;
+mod processes;

@@ -1,0 +1,315 @@
+//! One sandbox's network, running in the daemon: a userspace TCP/IP stack on the sandbox's TUN device,
+//! a DNS server on the gateway address, and a policy-checked TCP proxy for everything else.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use ipstack::{IpStack, IpStackConfig, IpStackStream};
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use crate::dns::{self, Rcode};
+use crate::policy::{Attempt, Decision, Policy};
+use crate::sniff::{self, Sniff};
+use crate::tun::TunDevice;
+
+/// How long the proxy waits for a ClientHello or request head before deciding without a name.
+const SNIFF_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an upstream connect may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Opens upstream connections. Replaceable, so tests can prove a refused destination is never dialed.
+pub trait Dial: Send + Sync {
+    /// Connects to `addr` on behalf of the sandbox.
+    fn dial(&self, addr: SocketAddr) -> Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>;
+}
+
+/// The real dialer.
+pub struct TcpDialer {
+    /// Refuse (and log as a bug) any destination outside loopback: the test-suite guard that a
+    /// non-loopback address is never dialled.
+    pub loopback_only: bool,
+}
+
+impl Dial for TcpDialer {
+    fn dial(&self, addr: SocketAddr) -> Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>> {
+        let loopback_only = self.loopback_only;
+        Box::pin(async move {
+            if loopback_only && !addr.ip().is_loopback() {
+                tracing::error!("BUG: the proxy tried to dial {addr} while --test-loopback-only is set");
+                return Err(io::Error::other("non-loopback dial refused by --test-loopback-only"));
+            }
+            tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "upstream connect timed out"))?
+        })
+    }
+}
+
+/// Settings shared by every sandbox's network.
+pub struct Shared {
+    /// Admin name → addresses mappings (`--resolve NAME=IP`); these names may reach any address.
+    pub overrides: HashMap<String, Vec<IpAddr>>,
+    /// The host's own addresses (always denied).
+    pub host_addrs: Vec<IpAddr>,
+    /// Upstream dialer.
+    pub dialer: Arc<dyn Dial>,
+}
+
+/// One recorded decision (for the audit log).
+#[derive(Debug, Clone, Serialize)]
+pub struct NetEvent {
+    /// Sandbox id.
+    pub sandbox: String,
+    /// `dns`, `tcp` or `udp`.
+    pub kind: &'static str,
+    /// Destination (`ip:port`, or the queried name for DNS).
+    pub dst: String,
+    /// The name involved (DNS name, SNI or Host), if any.
+    pub name: Option<String>,
+    /// Decision.
+    #[serde(flatten)]
+    pub decision: Decision,
+}
+
+/// One sandbox's network state.
+pub struct SandboxNet {
+    id: String,
+    policy: RwLock<Arc<Policy>>,
+    /// Address → names whose answers to this sandbox contained it.
+    answers: Mutex<HashMap<IpAddr, Vec<String>>>,
+    shared: Arc<Shared>,
+    events: mpsc::UnboundedSender<NetEvent>,
+    /// Bytes from the sandbox to the outside.
+    pub bytes_out: AtomicU64,
+    /// Bytes from the outside to the sandbox.
+    pub bytes_in: AtomicU64,
+}
+
+impl SandboxNet {
+    /// State for sandbox `id` with its initial policy.
+    pub fn new(id: &str, policy: Policy, shared: Arc<Shared>, events: mpsc::UnboundedSender<NetEvent>) -> Arc<Self> {
+        Arc::new(SandboxNet {
+            id: id.to_string(),
+            policy: RwLock::new(Arc::new(policy)),
+            answers: Mutex::default(),
+            shared,
+            events,
+            bytes_out: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+        })
+    }
+
+    /// Replaces the policy; it applies to new connections and lookups.
+    pub fn set_policy(&self, policy: Policy) {
+        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+    }
+
+    fn policy(&self) -> Arc<Policy> {
+        Arc::clone(&self.policy.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn record(&self, kind: &'static str, dst: String, name: Option<String>, decision: Decision) {
+        let _ = self.events.send(NetEvent { sandbox: self.id.clone(), kind, dst, name, decision });
+    }
+
+    /// Runs the stack on `tun` until the device goes away.
+    pub fn start(self: &Arc<Self>, tun: OwnedFd) -> io::Result<tokio::task::JoinHandle<()>> {
+        let device = TunDevice::new(tun)?;
+        let mut cfg = IpStackConfig::default();
+        cfg.mtu_unchecked(sandlot_mtu());
+        cfg.udp_timeout(Duration::from_secs(30));
+        let mut stack = IpStack::new(cfg, device);
+        let net = Arc::clone(self);
+        Ok(tokio::spawn(async move {
+            while let Ok(stream) = stack.accept().await {
+                let net = Arc::clone(&net);
+                match stream {
+                    IpStackStream::Tcp(tcp) => {
+                        tokio::spawn(async move { net.tcp(tcp).await });
+                    }
+                    IpStackStream::Udp(udp) => {
+                        tokio::spawn(async move { net.udp(udp).await });
+                    }
+                    _ => {}
+                }
+            }
+        }))
+    }
+
+    async fn resolve(&self, name: &str) -> Result<(Vec<IpAddr>, bool), Rcode> {
+        if let Some(ips) = self.shared.overrides.get(name) {
+            return Ok((ips.clone(), true));
+        }
+        match tokio::time::timeout(Duration::from_secs(5), tokio::net::lookup_host((name, 0))).await {
+            Ok(Ok(addrs)) => Ok((addrs.map(|a| a.ip()).collect(), false)),
+            Ok(Err(_)) => Err(Rcode::NxDomain),
+            Err(_) => Err(Rcode::ServFail),
+        }
+    }
+
+    /// Answers one DNS query (UDP or TCP payload).
+    async fn dns(&self, msg: &[u8]) -> Option<Vec<u8>> {
+        let Some(q) = dns::parse_query(msg) else {
+            return dns::format_error(msg);
+        };
+        let policy = self.policy();
+        let Some(rule) = policy.name_allowed(&q.name) else {
+            self.record(
+                "dns",
+                q.name.clone(),
+                Some(q.name.clone()),
+                Decision { allow: false, rule: "dns".into(), reason: "name not allowed".into() },
+            );
+            return Some(dns::answer(&q, Rcode::NxDomain, &[]));
+        };
+        match self.resolve(&q.name).await {
+            Ok((ips, _)) => {
+                let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
+                for ip in &ips {
+                    let names = answers.entry(*ip).or_default();
+                    if !names.contains(&q.name) {
+                        names.push(q.name.clone());
+                    }
+                }
+                drop(answers);
+                self.record(
+                    "dns",
+                    q.name.clone(),
+                    Some(q.name.clone()),
+                    Decision { allow: true, rule, reason: format!("answered {ips:?}") },
+                );
+                Some(dns::answer(&q, Rcode::NoError, &ips))
+            }
+            Err(rcode) => Some(dns::answer(&q, rcode, &[])),
+        }
+    }
+
+    async fn udp(&self, mut udp: ipstack::IpStackUdpStream) {
+        let dst = udp.peer_addr();
+        if dst != SocketAddr::from((sandlot_gateway(), 53)) {
+            // No UDP leaves the sandbox: DNS tunnelling to a resolver of its choosing fails.
+            self.record(
+                "udp",
+                dst.to_string(),
+                None,
+                Decision { allow: false, rule: "udp".into(), reason: "only DNS to the gateway is answered".into() },
+            );
+            return;
+        }
+        let mut buf = vec![0u8; 1500];
+        while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(30), udp.read(&mut buf)).await {
+            if n == 0 {
+                break;
+            }
+            if let Some(reply) = self.dns(&buf[..n]).await {
+                if udp.write_all(&reply).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+
+    async fn dns_tcp<S: AsyncRead + AsyncWrite + Unpin>(&self, mut s: S) {
+        loop {
+            let mut len = [0u8; 2];
+            if s.read_exact(&mut len).await.is_err() {
+                return;
+            }
+            let n = u16::from_be_bytes(len) as usize;
+            if n > 512 {
+                return;
+            }
+            let mut msg = vec![0u8; n];
+            if s.read_exact(&mut msg).await.is_err() {
+                return;
+            }
+            let Some(reply) = self.dns(&msg).await else { return };
+            let mut out = (reply.len() as u16).to_be_bytes().to_vec();
+            out.extend_from_slice(&reply);
+            if s.write_all(&out).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn tcp(&self, mut tcp: ipstack::IpStackTcpStream) {
+        let dst = tcp.peer_addr();
+        if dst == SocketAddr::from((sandlot_gateway(), 53)) {
+            return self.dns_tcp(tcp).await;
+        }
+        let names: Vec<String> =
+            self.answers.lock().unwrap_or_else(|p| p.into_inner()).get(&dst.ip()).cloned().unwrap_or_default();
+        let admin_mapped =
+            names.iter().any(|n| self.shared.overrides.get(n).is_some_and(|ips| ips.contains(&dst.ip())));
+        // Read the ClientHello / request head first when the policy needs the name.
+        let mut head = Vec::new();
+        let mut server_name = None;
+        if matches!(dst.port(), 443 | 80) {
+            let deadline = tokio::time::Instant::now() + SNIFF_TIMEOUT;
+            let mut buf = vec![0u8; 4096];
+            loop {
+                let verdict = if dst.port() == 443 { sniff::tls_sni(&head) } else { sniff::http_host(&head) };
+                match verdict {
+                    Sniff::Name(n) => {
+                        server_name = Some(n);
+                        break;
+                    }
+                    Sniff::NoName => break,
+                    Sniff::NeedMore if head.len() >= sniff::MAX_SNIFF => break,
+                    Sniff::NeedMore => {}
+                }
+                match tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => head.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+        }
+        let policy = self.policy();
+        let decision = policy.decide(&Attempt {
+            ip: dst.ip(),
+            port: dst.port(),
+            names: &names,
+            server_name: server_name.as_deref(),
+            admin_mapped,
+        });
+        let shown = server_name.clone().or_else(|| names.first().cloned());
+        self.record("tcp", dst.to_string(), shown, decision.clone());
+        if !decision.allow {
+            return; // dropping the stream resets the connection
+        }
+        let mut upstream = match self.shared.dialer.dial(dst).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(sandbox = %self.id, "upstream {dst}: {e}");
+                return;
+            }
+        };
+        let _ = upstream.set_nodelay(true);
+        if upstream.write_all(&head).await.is_err() {
+            return;
+        }
+        self.bytes_out.fetch_add(head.len() as u64, Ordering::Relaxed);
+        if let Ok((out, inn)) = tokio::io::copy_bidirectional(&mut tcp, &mut upstream).await {
+            self.bytes_out.fetch_add(out, Ordering::Relaxed);
+            self.bytes_in.fetch_add(inn, Ordering::Relaxed);
+        }
+    }
+}
+
+fn sandlot_gateway() -> IpAddr {
+    IpAddr::V4(std::net::Ipv4Addr::new(10, 200, 0, 1))
+}
+
+fn sandlot_mtu() -> u16 {
+    1500
+}

@@ -1,0 +1,160 @@
+//! Background processes: spawn, list, stdin, signals, wait, logs; and the reaping of orphans.
+
+use std::time::{Duration, Instant};
+
+use sandlot_client::api::{ExecEvent, ExitStatus};
+
+use crate::harness::{argv, eventually, expect_error, sh, sh_ok, Server};
+
+/// A spawned `cat` is listed as running, echoes what stdin sends, and ends on EOF; wait returns its output.
+#[test]
+fn background_process_takes_stdin_until_eof() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let pid = sb.spawn(&argv(&["cat"])).unwrap();
+    let listed = sb.processes().unwrap();
+    let p = listed.iter().find(|p| p.pid == pid).unwrap_or_else(|| panic!("{listed:?}"));
+    assert!(p.running, "{p:?}");
+    assert_eq!(p.argv, ["cat"]);
+    assert_eq!((p.status, p.exit_code), (None, None));
+    sb.write_stdin(pid, "hello\n", false).unwrap();
+    sb.write_stdin(pid, "world\n", false).unwrap();
+    // Still running: stdin is open until EOF.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(sb.processes().unwrap().iter().any(|p| p.pid == pid && p.running));
+    sb.write_stdin(pid, "", true).unwrap();
+    let r = sb.wait(pid).unwrap();
+    assert_eq!((r.status, r.exit_code), (ExitStatus::Exited, 0), "{r:?}");
+    assert_eq!(r.stdout, "hello\nworld\n");
+    let p = sb.processes().unwrap().into_iter().find(|p| p.pid == pid).unwrap();
+    assert_eq!((p.running, p.status, p.exit_code), (false, Some(ExitStatus::Exited), Some(0)));
+    // The process is gone: more stdin, or a kill, is a 409.
+    expect_error(sb.write_stdin(pid, "late", false), 409, "conflict");
+    expect_error(sb.kill_process(pid, None), 409, "conflict");
+    // wait after the end returns the same result again.
+    assert_eq!(sb.wait(pid).unwrap().stdout, "hello\nworld\n");
+    sb.delete().unwrap();
+}
+
+/// Spawn returns at once; a background process has no default timeout.
+#[test]
+fn spawn_returns_immediately() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let started = Instant::now();
+    let pid = sb.spawn(&sh("sleep 2; echo finished")).unwrap();
+    assert!(started.elapsed() < Duration::from_millis(1500), "{:?}", started.elapsed());
+    let r = sb.wait(pid).unwrap();
+    assert_eq!((r.status, r.stdout.as_str()), (ExitStatus::Exited, "finished\n"));
+    assert!(r.duration_ms >= 2000, "{r:?}");
+    sb.delete().unwrap();
+}
+
+/// kill with SIGTERM ends the process as `signaled` 15 (exit code 143), the whole process group included.
+#[test]
+fn kill_sigterm_reports_signal_15() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let pid = sb.spawn(&sh("sleep 300 & sleep 301; wait")).unwrap();
+    assert!(eventually(Duration::from_secs(3), || {
+        sb.run(&["pgrep", "-c", "-x", "sleep"]).unwrap().stdout.trim() == "2"
+    }));
+    sb.kill_process(pid, Some(15)).unwrap();
+    let r = sb.wait(pid).unwrap();
+    assert_eq!((r.status, r.signal, r.exit_code), (ExitStatus::Signaled, Some(15), 143), "{r:?}");
+    // The group's other member got the signal too.
+    assert!(
+        eventually(Duration::from_secs(3), || sb.run(&["pgrep", "-x", "sleep"]).unwrap().exit_code == 1),
+        "a sleep survived: {}",
+        sh_ok(&sb, "ps -eo pid,stat,args")
+    );
+    sb.delete().unwrap();
+}
+
+/// kill without a signal is SIGKILL.
+#[test]
+fn kill_defaults_to_sigkill() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let pid = sb.spawn(&sh("trap '' TERM; sleep 300")).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    sb.kill_process(pid, None).unwrap();
+    let r = sb.wait(pid).unwrap();
+    assert_eq!((r.signal, r.exit_code), (Some(9), 137), "{r:?}");
+    assert_ne!(r.status, ExitStatus::Exited);
+    sb.delete().unwrap();
+}
+
+/// logs(pid) replays every event from the start, whenever it is called, and follows a live process.
+#[test]
+fn logs_replay_from_the_start() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let pid = sb.spawn(&sh("echo one; echo two >&2; sleep 0.5; echo three")).unwrap();
+    // Attach while it runs: the stream starts from `started`, not from now.
+    std::thread::sleep(Duration::from_millis(200));
+    let live: Vec<ExecEvent> = sb.logs(pid).unwrap().map(|e| e.unwrap()).collect();
+    let r = sb.wait(pid).unwrap();
+    assert_eq!(r.stdout, "one\nthree\n");
+    // And again after the end: the same full history.
+    let replay: Vec<ExecEvent> = sb.logs(pid).unwrap().map(|e| e.unwrap()).collect();
+    for events in [&live, &replay] {
+        assert_eq!(events.first(), Some(&ExecEvent::Started { pid }), "{events:#?}");
+        let out: String = events
+            .iter()
+            .filter_map(|e| match e {
+                ExecEvent::Stdout { data } => Some(data.as_str()),
+                _ => None,
+            })
+            .collect();
+        let err: String = events
+            .iter()
+            .filter_map(|e| match e {
+                ExecEvent::Stderr { data } => Some(data.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!((out.as_str(), err.as_str()), ("one\nthree\n", "two\n"), "{events:#?}");
+        assert!(matches!(events.last(), Some(ExecEvent::Exited { exit_code: 0, .. })), "{events:#?}");
+    }
+    assert_eq!(live, replay);
+    sb.delete().unwrap();
+}
+
+/// Orphans (double-forked children) are reaped by the sandbox's pid 1: no zombie is left behind.
+#[test]
+fn orphans_are_reaped_no_zombies() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let r = sb.shell("for i in 1 2 3 4 5 6 7 8; do (sleep 0.1 &); done; sleep 0.5").unwrap();
+    assert_eq!(r.exit_code, 0, "{r:?}");
+    // A background process whose own child exits without being waited for.
+    let pid = sb.spawn(&sh("sleep 0.1 & exec sleep 1")).unwrap();
+    sb.wait(pid).unwrap();
+    let ps = sh_ok(&sb, "ps -eo stat=,pid=,args=");
+    let zombies: Vec<&str> = ps.lines().filter(|l| l.trim_start().starts_with('Z')).collect();
+    assert!(zombies.is_empty(), "zombies inside the sandbox:\n{ps}");
+    assert!(!ps.contains("sleep"), "orphans still running:\n{ps}");
+    sb.delete().unwrap();
+}
+
+/// The process list holds foreground and background processes, oldest first, with their end.
+#[test]
+fn process_list_shows_history() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    sb.run(&["true"]).unwrap();
+    sb.shell("exit 4").unwrap();
+    let pid = sb.spawn(&argv(&["sleep", "30"])).unwrap();
+    let list = sb.processes().unwrap();
+    assert_eq!(list.len(), 3, "{list:#?}");
+    assert!(list.windows(2).all(|w| w[0].pid < w[1].pid), "oldest first: {list:#?}");
+    assert_eq!(list[0].argv, ["true"]);
+    assert_eq!((list[0].running, list[0].exit_code), (false, Some(0)));
+    assert_eq!(list[1].exit_code, Some(4));
+    assert_eq!((list[2].pid, list[2].running), (pid, true));
+    sb.kill_process(pid, None).unwrap();
+    let r = sb.wait(pid).unwrap();
+    assert_ne!(r.status, ExitStatus::Exited);
+    sb.delete().unwrap();
+}
