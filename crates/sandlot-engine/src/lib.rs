@@ -31,6 +31,8 @@ pub struct EngineConfig {
     pub start_timeout: Duration,
     /// Defence layers in force (all, except in the escape suite's layer-by-layer tests).
     pub layers: sandlot_linux::Layers,
+    /// Network settings shared by every sandbox (resolver overrides, host addresses, dialer).
+    pub net: Arc<sandlot_netproxy::stack::Shared>,
     /// Size of the btrfs layers volume in GiB; `None` keeps layers on the state filesystem with no disk
     /// limit (an explicit opt-out for hosts without btrfs).
     pub layers_volume_gb: Option<u64>,
@@ -49,6 +51,8 @@ pub struct StartSpec {
     pub disk_bytes: u64,
     /// Where the writable layer comes from.
     pub source: LayerSource,
+    /// Egress policy; `None` (or mode deny) leaves the sandbox with loopback only.
+    pub network: Option<sandlot_netproxy::policy::Policy>,
 }
 
 /// Origin of a sandbox's writable layer.
@@ -125,6 +129,8 @@ pub struct Engine {
     sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
     deaths_tx: tokio::sync::mpsc::UnboundedSender<(String, String)>,
     deaths_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, String)>>>,
+    net_tx: tokio::sync::mpsc::UnboundedSender<sandlot_netproxy::stack::NetEvent>,
+    net_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::stack::NetEvent>>>,
 }
 
 impl Engine {
@@ -141,6 +147,7 @@ impl Engine {
         image::open(&cfg.state_dir.join("images"), "host")?;
         let launcher = Launcher::start()?;
         let (deaths_tx, deaths_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (net_tx, net_rx) = tokio::sync::mpsc::unbounded_channel();
         Ok(Arc::new(Engine {
             cfg,
             cgroups,
@@ -149,7 +156,46 @@ impl Engine {
             sandboxes: Mutex::new(HashMap::new()),
             deaths_tx,
             deaths_rx: Mutex::new(Some(deaths_rx)),
+            net_tx,
+            net_rx: Mutex::new(Some(net_rx)),
         }))
+    }
+
+    /// Network decisions of every sandbox (for the audit log); taken once.
+    pub fn take_net_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::stack::NetEvent>> {
+        self.net_rx.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Compiles a network spec against this host (its own addresses are always denied).
+    pub fn compile_network(&self, spec: &sandlot_api::NetworkSpec) -> Result<sandlot_netproxy::policy::Policy, String> {
+        sandlot_netproxy::policy::Policy::compile(spec, &self.cfg.net.host_addrs)
+    }
+
+    /// Applies `policy` to running sandbox `id` (new connections and lookups), creating its network
+    /// link on first use.
+    pub async fn set_network(&self, id: &str, policy: sandlot_netproxy::policy::Policy) -> Result<(), EngineError> {
+        let sb = self.get(id).ok_or(EngineError::NotRunning)?;
+        self.attach_network(&sb, policy).await
+    }
+
+    async fn attach_network(
+        &self,
+        sb: &Arc<Sandbox>,
+        policy: sandlot_netproxy::policy::Policy,
+    ) -> Result<(), EngineError> {
+        if let Some(net) = sb.net() {
+            net.set_policy(policy);
+            return Ok(());
+        }
+        let pid = sb.pid();
+        let tun = tokio::task::spawn_blocking(move || sandlot_linux::net::create_tun(pid))
+            .await
+            .map_err(|e| EngineError::Host(e.to_string()))??;
+        let net =
+            sandlot_netproxy::stack::SandboxNet::new(&sb.id, policy, Arc::clone(&self.cfg.net), self.net_tx.clone());
+        let task = net.start(tun)?;
+        sb.set_net(net, task);
+        Ok(())
     }
 
     /// Sandboxes whose supervisor ended without being asked to, with the reason; taken once.
@@ -217,6 +263,7 @@ impl Engine {
         let id_owned = id.to_string();
         let limits = spec.limits;
         let resumed = spec.source == LayerSource::Existing;
+        let network = spec.network.clone();
         let t0 = std::time::Instant::now();
         let prepared = tokio::task::spawn_blocking(move || this.prepare(&id_owned, &spec))
             .await
@@ -238,6 +285,12 @@ impl Engine {
                     "supervisor not ready within {:?}",
                     self.cfg.start_timeout
                 )));
+            }
+        }
+        if let Some(policy) = network.filter(|p| !p.denies_all()) {
+            if let Err(e) = self.attach_network(&sb, policy).await {
+                sb.destroy(!resumed).await;
+                return Err(EngineError::StartFailed(format!("network: {e}")));
             }
         }
         self.map().insert(id.to_string(), Arc::clone(&sb));

@@ -93,6 +93,8 @@ pub struct Sandbox {
     layer: Layer,
     ready: Mutex<Option<oneshot::Receiver<Result<(), String>>>>,
     reaped: watch::Receiver<Option<String>>,
+    /// The sandbox's network (created on first use of a policy that allows anything).
+    net: Mutex<Option<(Arc<sandlot_netproxy::stack::SandboxNet>, tokio::task::JoinHandle<()>)>>,
     /// Held while the sandbox exists: its host uid range.
     slot: sandlot_linux::ids::Slot,
     log: Arc<Mutex<Vec<u8>>>,
@@ -187,6 +189,7 @@ impl Sandbox {
             layer,
             ready: Mutex::new(Some(ready_rx)),
             reaped,
+            net: Mutex::new(None),
             slot,
             log: log_buf,
         })
@@ -198,6 +201,26 @@ impl Sandbox {
             Some(rx) => rx.await.unwrap_or_else(|_| Err("supervisor connection dropped".into())),
             None => Ok(()),
         }
+    }
+
+    /// Host pid of the sandbox's pid 1.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The sandbox's network, if it has one.
+    pub fn net(&self) -> Option<Arc<sandlot_netproxy::stack::SandboxNet>> {
+        self.net.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|(n, _)| Arc::clone(n))
+    }
+
+    pub(crate) fn set_net(&self, net: Arc<sandlot_netproxy::stack::SandboxNet>, task: tokio::task::JoinHandle<()>) {
+        *self.net.lock().unwrap_or_else(|p| p.into_inner()) = Some((net, task));
+    }
+
+    /// Bytes `(out, in)` through the sandbox's network so far.
+    pub fn net_bytes(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.net().map_or((0, 0), |n| (n.bytes_out.load(Relaxed), n.bytes_in.load(Relaxed)))
     }
 
     /// Unix ms of the last output of any process (0 if none yet).
@@ -377,6 +400,9 @@ impl Sandbox {
     /// Kills the sandbox and removes its cgroup; the writable layer too when `remove_layer`.
     pub(crate) async fn destroy(&self, remove_layer: bool) {
         self.shared.destroying.store(true, Ordering::SeqCst);
+        if let Some((_, task)) = self.net.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            task.abort();
+        }
         // SIGKILL to pid 1 of a pid namespace kills every process in it.
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGKILL);
         let mut reaped = self.reaped.clone();

@@ -80,8 +80,9 @@ impl Layer {
         file("etc/group", "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n", 0o644)?;
         // The sandbox's own shadow file: a symlink planted to /etc/shadow reads this, never the host's.
         file("etc/shadow", "root:*:19000:0:99999:7:::\nuser:*:19000:0:99999:7:::\n", 0o640)?;
-        // No network in this release: an empty resolver list fails lookups at once instead of hanging.
-        file("etc/resolv.conf", "# sandlot: this sandbox has no network access\n", 0o644)?;
+        // The gateway's DNS server is the daemon: it answers allowed names and NXDOMAIN for the rest. A
+        // sandbox without network has no route to it, so lookups fail at once instead of hanging.
+        file("etc/resolv.conf", "nameserver 10.200.0.1\noptions timeout:2 attempts:1\n", 0o644)?;
         Ok(())
     }
 

@@ -8,10 +8,9 @@
 //! host: connecting to an allowed address with another name is refused, and so is a bare-IP connection
 //! to a rule that only names a domain.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::cidr::Cidr;
 
@@ -35,45 +34,7 @@ pub const ALWAYS_DENY: &[&str] = &[
     "ff00::/8",
 ];
 
-/// Egress mode.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// Nothing leaves (the default).
-    #[default]
-    Deny,
-    /// Everything except the always-deny list and `deny` CIDRs.
-    AllowAll,
-    /// Only `allow` names and CIDRs.
-    Allowlist,
-}
-
-/// Per-host transforms (credential brokering).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct HostRule {
-    /// Headers added or replaced on every request to the host. Write-only through the API.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-}
-
-/// The `network` object of the API.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct NetworkSpec {
-    /// Mode.
-    #[serde(default)]
-    pub mode: Mode,
-    /// Allowed names (`api.example.com`, `*.pypi.org`) and CIDRs.
-    #[serde(default)]
-    pub allow: Vec<String>,
-    /// CIDRs always refused, even when allowed otherwise.
-    #[serde(default)]
-    pub deny: Vec<String>,
-    /// Host → transforms.
-    #[serde(default)]
-    pub rules: BTreeMap<String, HostRule>,
-}
+pub use sandlot_api::{HostRule, Mode, NetworkSpec};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Pattern {
@@ -194,6 +155,11 @@ impl Policy {
             rules.push((p, rule.clone()));
         }
         Ok(Policy { mode: spec.mode, names, cidrs, deny, always_deny, rules })
+    }
+
+    /// Whether the policy refuses everything (no network link is needed at all).
+    pub fn denies_all(&self) -> bool {
+        self.mode == Mode::Deny
     }
 
     /// Whether a DNS query for `name` may be answered (allow-all answers every name).

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,6 +65,12 @@ pub struct Shared {
     pub dialer: Arc<dyn Dial>,
 }
 
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("overrides", &self.overrides).field("host_addrs", &self.host_addrs).finish()
+    }
+}
+
 /// One recorded decision (for the audit log).
 #[derive(Debug, Clone, Serialize)]
 pub struct NetEvent {
@@ -81,12 +87,52 @@ pub struct NetEvent {
     pub decision: Decision,
 }
 
+/// Virtual addresses handed out in DNS answers (198.18.0.0/15, the benchmarking range, never routed).
+///
+/// Every allowed name gets its own address in the sandbox's view, so a connection says by its
+/// destination alone which name it is for; the proxy dials the real address it resolved. This also
+/// lets an admin map a name to a loopback or private service of the host (which the sandbox could not
+/// address itself: its 127.0.0.1 is its own).
+#[derive(Default)]
+struct Vips {
+    by_name: HashMap<String, Ipv4Addr>,
+    by_vip: HashMap<Ipv4Addr, Target>,
+    next: u32,
+}
+
+#[derive(Clone)]
+struct Target {
+    name: String,
+    addrs: Vec<IpAddr>,
+    admin_mapped: bool,
+}
+
+const VIP_BASE: u32 = u32::from_be_bytes([198, 18, 0, 0]);
+const VIP_COUNT: u32 = 1 << 17;
+
+impl Vips {
+    fn assign(&mut self, name: &str, addrs: Vec<IpAddr>, admin_mapped: bool) -> Ipv4Addr {
+        let target = Target { name: name.to_string(), addrs, admin_mapped };
+        if let Some(v) = self.by_name.get(name) {
+            self.by_vip.insert(*v, target);
+            return *v;
+        }
+        // Wrap around when the pool is spent: the oldest mapping is replaced.
+        let vip = Ipv4Addr::from(VIP_BASE + 1 + self.next % (VIP_COUNT - 2));
+        self.next += 1;
+        if let Some(old) = self.by_vip.insert(vip, target) {
+            self.by_name.remove(&old.name);
+        }
+        self.by_name.insert(name.to_string(), vip);
+        vip
+    }
+}
+
 /// One sandbox's network state.
 pub struct SandboxNet {
     id: String,
     policy: RwLock<Arc<Policy>>,
-    /// Address → names whose answers to this sandbox contained it.
-    answers: Mutex<HashMap<IpAddr, Vec<String>>>,
+    vips: Mutex<Vips>,
     shared: Arc<Shared>,
     events: mpsc::UnboundedSender<NetEvent>,
     /// Bytes from the sandbox to the outside.
@@ -101,7 +147,7 @@ impl SandboxNet {
         Arc::new(SandboxNet {
             id: id.to_string(),
             policy: RwLock::new(Arc::new(policy)),
-            answers: Mutex::default(),
+            vips: Mutex::default(),
             shared,
             events,
             bytes_out: AtomicU64::new(0),
@@ -173,22 +219,16 @@ impl SandboxNet {
             return Some(dns::answer(&q, Rcode::NxDomain, &[]));
         };
         match self.resolve(&q.name).await {
-            Ok((ips, _)) => {
-                let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
-                for ip in &ips {
-                    let names = answers.entry(*ip).or_default();
-                    if !names.contains(&q.name) {
-                        names.push(q.name.clone());
-                    }
-                }
-                drop(answers);
+            Ok((ips, admin_mapped)) => {
+                let vip =
+                    self.vips.lock().unwrap_or_else(|p| p.into_inner()).assign(&q.name, ips.clone(), admin_mapped);
                 self.record(
                     "dns",
                     q.name.clone(),
                     Some(q.name.clone()),
-                    Decision { allow: true, rule, reason: format!("answered {ips:?}") },
+                    Decision { allow: true, rule, reason: format!("resolved to {ips:?}, answered {vip}") },
                 );
-                Some(dns::answer(&q, Rcode::NoError, &ips))
+                Some(dns::answer(&q, Rcode::NoError, &[IpAddr::V4(vip)]))
             }
             Err(rcode) => Some(dns::answer(&q, rcode, &[])),
         }
@@ -247,10 +287,18 @@ impl SandboxNet {
         if dst == SocketAddr::from((sandlot_gateway(), 53)) {
             return self.dns_tcp(tcp).await;
         }
-        let names: Vec<String> =
-            self.answers.lock().unwrap_or_else(|p| p.into_inner()).get(&dst.ip()).cloned().unwrap_or_default();
-        let admin_mapped =
-            names.iter().any(|n| self.shared.overrides.get(n).is_some_and(|ips| ips.contains(&dst.ip())));
+        // A virtual address stands for the name it was answered for; anything else is a bare IP.
+        let target = match dst.ip() {
+            IpAddr::V4(v4) => self.vips.lock().unwrap_or_else(|p| p.into_inner()).by_vip.get(&v4).cloned(),
+            IpAddr::V6(_) => None,
+        };
+        let (real, names, admin_mapped) = match &target {
+            Some(t) => match t.addrs.first() {
+                Some(ip) => (SocketAddr::new(*ip, dst.port()), vec![t.name.clone()], t.admin_mapped),
+                None => return,
+            },
+            None => (dst, Vec::new(), false),
+        };
         // Read the ClientHello / request head first when the policy needs the name.
         let mut head = Vec::new();
         let mut server_name = None;
@@ -276,21 +324,24 @@ impl SandboxNet {
         }
         let policy = self.policy();
         let decision = policy.decide(&Attempt {
-            ip: dst.ip(),
-            port: dst.port(),
+            ip: real.ip(),
+            port: real.port(),
             names: &names,
             server_name: server_name.as_deref(),
             admin_mapped,
         });
         let shown = server_name.clone().or_else(|| names.first().cloned());
-        self.record("tcp", dst.to_string(), shown, decision.clone());
+        self.record("tcp", real.to_string(), shown, decision.clone());
         if !decision.allow {
-            return; // dropping the stream resets the connection
+            // Close at once, so the client fails now rather than waiting for a timeout.
+            let _ = tokio::time::timeout(Duration::from_secs(1), tcp.shutdown()).await;
+            return;
         }
-        let mut upstream = match self.shared.dialer.dial(dst).await {
+        let mut upstream = match self.shared.dialer.dial(real).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::debug!(sandbox = %self.id, "upstream {dst}: {e}");
+                tracing::debug!(sandbox = %self.id, "upstream {real}: {e}");
+                let _ = tokio::time::timeout(Duration::from_secs(1), tcp.shutdown()).await;
                 return;
             }
         };

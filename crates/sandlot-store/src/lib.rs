@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OptionalExtension};
-use sandlot_api::{AuditEntry, Limits, SandboxInfo, SandboxState, SnapshotInfo, TimeoutAction};
+use sandlot_api::{AuditEntry, Limits, NetworkSpec, SandboxInfo, SandboxState, SnapshotInfo, TimeoutAction};
 use sha2::{Digest, Sha256};
 
 /// Store failures.
@@ -49,6 +49,8 @@ pub struct SandboxRecord {
     pub env: BTreeMap<String, String>,
     /// Host uid-range slot.
     pub slot: u32,
+    /// Network policy, secrets included (the database file is mode 0600).
+    pub network: NetworkSpec,
 }
 
 const SCHEMA: &str = "
@@ -82,7 +84,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     on_timeout  TEXT NOT NULL DEFAULT 'delete',
     stop_after_s INTEGER NOT NULL DEFAULT 600,
     active_ms   INTEGER NOT NULL DEFAULT 0,
-    snapshot    TEXT
+    snapshot    TEXT,
+    network     TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS sandboxes_tenant ON sandboxes(tenant, created_ms);
 CREATE UNIQUE INDEX IF NOT EXISTS sandboxes_name ON sandboxes(tenant, name)
@@ -202,8 +205,8 @@ impl Store {
         let i = &rec.info;
         self.conn().execute(
             "INSERT INTO sandboxes(id, tenant, state, reason, image, limits, env, metadata, slot, created_ms, expires_ms,
-                                   name, persistent, auto_resume, idle_s, on_timeout, stop_after_s, active_ms, snapshot)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+                                   name, persistent, auto_resume, idle_s, on_timeout, stop_after_s, active_ms, snapshot, network)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
             params![
                 i.id,
                 rec.tenant,
@@ -224,8 +227,21 @@ impl Store {
                 i.stop_after_s,
                 i.last_active_at_ms,
                 i.snapshot,
+                serde_json::to_string(&rec.network)?,
             ],
         )?;
+        Ok(())
+    }
+
+    /// The tenant that owns sandbox `id`.
+    pub fn tenant_of(&self, id: &str) -> Result<Option<String>> {
+        Ok(self.conn().query_row("SELECT tenant FROM sandboxes WHERE id = ?1", params![id], |r| r.get(0)).optional()?)
+    }
+
+    /// Replaces a sandbox's network policy.
+    pub fn set_network(&self, id: &str, network: &NetworkSpec) -> Result<()> {
+        self.conn()
+            .execute("UPDATE sandboxes SET network = ?2 WHERE id = ?1", params![id, serde_json::to_string(network)?])?;
         Ok(())
     }
 
@@ -333,27 +349,31 @@ impl Store {
                     stop_after_s: r.get(16)?,
                     last_active_at_ms: r.get(17)?,
                     snapshot: r.get(18)?,
+                    network: Default::default(),
                 },
                 r.get::<_, String>(1)?,
                 r.get::<_, u32>(8)?,
                 limits,
                 env,
                 metadata,
+                r.get::<_, String>(19)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (mut info, tenant, slot, limits, env, metadata) = row?;
+            let (mut info, tenant, slot, limits, env, metadata, network) = row?;
             info.limits = serde_json::from_str(&limits)?;
             info.metadata = serde_json::from_str(&metadata)?;
-            out.push(SandboxRecord { info, tenant, env: serde_json::from_str(&env)?, slot });
+            let network: NetworkSpec = serde_json::from_str(&network)?;
+            info.network = network.info(0, 0);
+            out.push(SandboxRecord { info, tenant, env: serde_json::from_str(&env)?, slot, network });
         }
         Ok(out)
     }
 
     const COLUMNS: &'static str =
         "SELECT id, tenant, state, reason, image, limits, env, metadata, slot, created_ms, expires_ms,
-         name, persistent, auto_resume, idle_s, on_timeout, stop_after_s, active_ms, snapshot FROM sandboxes";
+         name, persistent, auto_resume, idle_s, on_timeout, stop_after_s, active_ms, snapshot, network FROM sandboxes";
 
     /// One sandbox of `tenant` (another tenant's id is simply not found).
     pub fn get_sandbox(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>> {
@@ -443,10 +463,12 @@ mod tests {
                 stop_after_s: 600,
                 last_active_at_ms: 1,
                 snapshot: None,
+                network: Default::default(),
             },
             tenant: tenant.into(),
             env: BTreeMap::new(),
             slot: 3,
+            network: Default::default(),
         }
     }
 

@@ -41,6 +41,7 @@ pub async fn boot(app: &App, rec: &SandboxRecord, source: LayerSource) -> Result
         preferred_slot: (source == LayerSource::Existing).then_some(rec.slot),
         disk_bytes: l.disk_mb.unwrap_or(0) << 20,
         source,
+        network: Some(app.engine.compile_network(&rec.network).map_err(ApiError::invalid)?),
     };
     let sb = app.engine.start(&rec.info.id, spec).await?;
     app.store.set_slot(&rec.info.id, sb.slot())?;
@@ -275,6 +276,7 @@ pub async fn fork(
     for _ in 0..req.count {
         let mut copy = super::sandboxes::new_record(&rec.tenant, &rec.info.image, rec.info.limits.clone(), &rec.env);
         copy.info.metadata = rec.info.metadata.clone();
+        copy.network = rec.network.clone();
         copy.info.metadata.insert("forked_from".into(), id.clone());
         copy.info.snapshot = Some(snap.id.clone());
         match super::sandboxes::start_record(&app, copy, LayerSource::Snapshot { id: snap.id.clone(), base }).await {

@@ -73,6 +73,13 @@ pub struct ServeArgs {
     /// Longest lifetime a request may ask for, in seconds.
     #[arg(long, default_value_t = 86_400)]
     pub max_timeout_s: u64,
+    /// Resolve NAME to IP for every sandbox whose policy allows NAME (repeatable). The admin's explicit
+    /// mapping: for that name only, the address may be private or loopback (internal services, tests).
+    #[arg(long = "resolve", value_name = "NAME=IP")]
+    pub resolve: Vec<String>,
+    /// TESTING ONLY: the network proxy refuses to dial anything outside loopback (and logs it as a bug).
+    #[arg(long, hide = true)]
+    pub test_loopback_only: bool,
     /// TESTING ONLY: switch off a defence layer (seccomp, landlock) for every sandbox, so the escape
     /// suite can show what each remaining layer stops on its own. Never use in production.
     #[arg(long = "insecure-disable-layer", value_name = "LAYER", hide = true)]
@@ -159,7 +166,13 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
         }
         tracing::warn!("INSECURE: the {l} layer is off for every sandbox of this server");
     }
+    let net = Arc::new(sandlot_netproxy::stack::Shared {
+        overrides: parse_resolve(&args.resolve)?,
+        host_addrs: host_addresses(),
+        dialer: Arc::new(sandlot_netproxy::stack::TcpDialer { loopback_only: args.test_loopback_only }),
+    });
     let engine = Engine::new(EngineConfig {
+        net,
         state_dir: state_dir.clone(),
         start_timeout: Duration::from_secs(15),
         layers,
@@ -180,6 +193,9 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(sandboxes::expiry_loop(Arc::clone(&app), shutdown_rx.clone()));
+    if let Some(events) = engine.take_net_events() {
+        tokio::spawn(sandboxes::net_audit_loop(Arc::clone(&app), events));
+    }
     if let Some(deaths) = engine.take_deaths() {
         tokio::spawn(sandboxes::death_loop(Arc::clone(&app), deaths));
     }
@@ -216,6 +232,52 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
+}
+
+/// `NAME=IP` pairs of `--resolve`.
+fn parse_resolve(pairs: &[String]) -> anyhow::Result<std::collections::HashMap<String, Vec<std::net::IpAddr>>> {
+    let mut map: std::collections::HashMap<String, Vec<std::net::IpAddr>> = Default::default();
+    for p in pairs {
+        let Some((name, ip)) = p.split_once('=') else {
+            bail!("--resolve {p:?}: expected NAME=IP");
+        };
+        let ip: std::net::IpAddr =
+            ip.parse().with_context(|| format!("--resolve {p:?}: {ip:?} is not an IP address"))?;
+        map.entry(name.trim_end_matches('.').to_ascii_lowercase()).or_default().push(ip);
+    }
+    Ok(map)
+}
+
+/// Every address of this host's interfaces (sandboxes may never connect to them).
+fn host_addresses() -> Vec<std::net::IpAddr> {
+    let mut out = Vec::new();
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates a list we walk read-only and free below.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return out;
+    }
+    let mut cur = ifap;
+    while !cur.is_null() {
+        // SAFETY: cur is a valid node of the list returned by getifaddrs.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points at a sockaddr whose family says which struct it is.
+            let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+            if family == libc::AF_INET {
+                // SAFETY: AF_INET means sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                out.push(std::net::IpAddr::V4(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
+            } else if family == libc::AF_INET6 {
+                // SAFETY: AF_INET6 means sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                out.push(std::net::IpAddr::V6(std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: frees the list getifaddrs allocated.
+    unsafe { libc::freeifaddrs(ifap) };
+    out
 }
 
 /// Creates the bootstrap admin key on first start and writes it where the operator can find it.
@@ -311,6 +373,7 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes/{id}/timeout", post(lifecycle::set_timeout))
         .route("/v1/sandboxes/{id}/snapshot", post(lifecycle::snapshot))
         .route("/v1/sandboxes/{id}/fork", post(lifecycle::fork))
+        .route("/v1/sandboxes/{id}/network", axum::routing::patch(sandboxes::set_network))
         .route("/v1/snapshots", get(lifecycle::list_snapshots))
         .route("/v1/snapshots/{id}", axum::routing::delete(lifecycle::delete_snapshot))
         .route("/v1/sandboxes/{id}/processes", get(exec::list))

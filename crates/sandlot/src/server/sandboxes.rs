@@ -145,10 +145,12 @@ pub fn new_record(tenant: &str, image: &str, limits: Limits, env: &BTreeMap<Stri
             stop_after_s: DEFAULT_STOP_AFTER_S,
             last_active_at_ms: now,
             snapshot: None,
+            network: Default::default(),
         },
         tenant: tenant.to_string(),
         env: env.clone(),
         slot: 0,
+        network: Default::default(),
     }
 }
 
@@ -247,6 +249,11 @@ pub async fn create(
     rec.info.on_timeout =
         req.on_timeout.unwrap_or(if persistent { TimeoutAction::Pause } else { TimeoutAction::Delete });
     rec.info.stop_after_s = req.stop_after_s.unwrap_or(DEFAULT_STOP_AFTER_S);
+    if let Some(net) = &req.network {
+        app.engine.compile_network(net).map_err(|e| ApiError::invalid(format!("network: {e}")))?;
+        rec.network = net.clone();
+        rec.info.network = net.info(0, 0);
+    }
     rec.info.snapshot = match &source {
         LayerSource::Snapshot { id, .. } => Some(id.clone()),
         _ => None,
@@ -269,6 +276,9 @@ pub async fn get(
     let rec = app.store.get_sandbox_any(&caller.tenant, &id)?;
     let mut info = rec.map(|r| r.info).ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))?;
     let output = app.engine.get(&id).map_or(0, |sb| sb.last_output_ms());
+    let (out, inn) = app.engine.get(&id).map_or((0, 0), |sb| sb.net_bytes());
+    info.network.bytes_out = out;
+    info.network.bytes_in = inn;
     info.last_active_at_ms = info.last_active_at_ms.max(output).max(app.last_activity(&id));
     Ok(Json(info))
 }
@@ -411,5 +421,38 @@ pub async fn death_loop(app: AppState, mut deaths: tokio::sync::mpsc::UnboundedR
             let _ = app.store.set_state(&id, SandboxState::Failed, Some(&reason));
             let _ = app.store.audit(&rec.tenant, Some(&id), "sandbox.failed", &json!({"reason": reason}));
         }
+    }
+}
+
+/// `PATCH /v1/sandboxes/{id}/network`: a new policy, effective for new connections and lookups.
+pub async fn set_network(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(spec): ApiJson<sandlot_api::NetworkSpec>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    let rec = record(&app, &caller, &id)?;
+    let policy = app.engine.compile_network(&spec).map_err(|e| ApiError::invalid(format!("network: {e}")))?;
+    let _g = super::lifecycle::lock(&app, &id).await;
+    app.store.set_network(&id, &spec)?;
+    if app.engine.get(&id).is_some() {
+        app.engine.set_network(&id, policy).await?;
+    }
+    // Header values are secrets: the audit row names the headers only.
+    app.store.audit(&rec.tenant, Some(&id), "network.update", &json!(spec.info(0, 0)))?;
+    let mut info = rec.info;
+    info.network = spec.info(0, 0);
+    Ok(Json(info))
+}
+
+/// Writes every network decision to the audit log.
+pub async fn net_audit_loop(
+    app: AppState,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::stack::NetEvent>,
+) {
+    while let Some(ev) = events.recv().await {
+        let tenant = app.store.tenant_of(&ev.sandbox).ok().flatten().unwrap_or_default();
+        let action = if ev.decision.allow { "net.allow" } else { "net.deny" };
+        let _ = app.store.audit(&tenant, Some(&ev.sandbox), action, &json!(ev));
     }
 }
