@@ -145,6 +145,9 @@ impl Engine {
         std::fs::create_dir_all(cfg.state_dir.join("images"))?;
         // Build the default image now, once, rather than racing to build it in concurrent first creates.
         image::open(&cfg.state_dir.join("images"), "host")?;
+        if let Some(broker) = &cfg.net.broker {
+            image::install_ca(&cfg.state_dir.join("images"), broker.ca_pem())?;
+        }
         let launcher = Launcher::start()?;
         let (deaths_tx, deaths_rx) = tokio::sync::mpsc::unbounded_channel();
         let (net_tx, net_rx) = tokio::sync::mpsc::unbounded_channel();

@@ -34,6 +34,29 @@ pub fn open(images_dir: &Path, name: &str) -> io::Result<Image> {
     }
 }
 
+/// Where a sandbox finds the trust bundle (system roots plus the daemon's CA) and the CA alone.
+pub const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// The daemon's egress CA inside a sandbox.
+pub const CA_CERT: &str = "/etc/sandlot/ca.pem";
+
+/// Makes every sandbox of the `host` image trust `ca_pem` (the daemon's egress CA): the bundle at
+/// [`CA_BUNDLE`] becomes the host's roots plus it, and [`CA_CERT`] holds it alone.
+pub fn install_ca(images_dir: &Path, ca_pem: &str) -> io::Result<()> {
+    let rootfs = images_dir.join("host/rootfs");
+    let system = fs::read_to_string(CA_BUNDLE).unwrap_or_default();
+    let bundle = rootfs.join(CA_BUNDLE.trim_start_matches('/'));
+    if let Some(dir) = bundle.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    // A symlink copied from the host would point the write at the host's own file: replace it.
+    let _ = fs::remove_file(&bundle);
+    fs::write(&bundle, format!("{system}\n{ca_pem}"))?;
+    let own = rootfs.join(CA_CERT.trim_start_matches('/'));
+    fs::create_dir_all(own.parent().expect("has a parent"))?;
+    fs::write(&own, ca_pem)?;
+    Ok(())
+}
+
 fn host(images_dir: &Path) -> io::Result<Image> {
     let dir = images_dir.join("host");
     let rootfs = dir.join("rootfs");

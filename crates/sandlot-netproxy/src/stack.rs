@@ -63,6 +63,8 @@ pub struct Shared {
     pub host_addrs: Vec<IpAddr>,
     /// Upstream dialer.
     pub dialer: Arc<dyn Dial>,
+    /// TLS terminator for hosts with header rules (credential brokering).
+    pub broker: Option<Arc<crate::broker::Broker>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -302,11 +304,17 @@ impl SandboxNet {
         // Read the ClientHello / request head first when the policy needs the name.
         let mut head = Vec::new();
         let mut server_name = None;
-        if matches!(dst.port(), 443 | 80) {
+        let policy = self.policy();
+        // Ports 443 and 80 are sniffed for the policy's name binding; a brokered host on any port is
+        // sniffed because its requests must be rewritten. Other ports are not: a server-speaks-first
+        // protocol would stall waiting for client bytes.
+        let brokered = names.first().is_some_and(|n| policy.brokers(n));
+        if matches!(dst.port(), 443 | 80) || brokered {
             let deadline = tokio::time::Instant::now() + SNIFF_TIMEOUT;
             let mut buf = vec![0u8; 4096];
             loop {
-                let verdict = if dst.port() == 443 { sniff::tls_sni(&head) } else { sniff::http_host(&head) };
+                let tls = head.first().map_or(dst.port() == 443, |b| *b == 22);
+                let verdict = if tls { sniff::tls_sni(&head) } else { sniff::http_host(&head) };
                 match verdict {
                     Sniff::Name(n) => {
                         server_name = Some(n);
@@ -322,7 +330,6 @@ impl SandboxNet {
                 }
             }
         }
-        let policy = self.policy();
         let decision = policy.decide(&Attempt {
             ip: real.ip(),
             port: real.port(),
@@ -336,6 +343,17 @@ impl SandboxNet {
             // Close at once, so the client fails now rather than waiting for a timeout.
             let _ = tokio::time::timeout(Duration::from_secs(1), tcp.shutdown()).await;
             return;
+        }
+        if let (Some(broker), Some(name)) = (&self.shared.broker, &server_name) {
+            if let Some(rule) = policy.rule_for(name).filter(|r| !r.headers.is_empty()) {
+                let dialer = Arc::clone(&self.shared.dialer);
+                let tls = head.first() == Some(&22);
+                let r = broker.serve(tcp, head, tls, name.clone(), real, rule.clone(), dialer).await;
+                if let Err(e) = r {
+                    tracing::debug!(sandbox = %self.id, "brokered connection to {name}: {e}");
+                }
+                return;
+            }
         }
         let mut upstream = match self.shared.dialer.dial(real).await {
             Ok(s) => s,

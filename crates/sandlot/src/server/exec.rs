@@ -85,6 +85,12 @@ fn spec(app: &AppState, rec: &SandboxRecord, req: ExecRequest) -> Result<ExecSpe
         ("USER", user.name()),
         ("LOGNAME", user.name()),
         ("SHELL", "/bin/bash"),
+        // The daemon's egress CA (for brokered hosts) is in the bundle; point every TLS stack at it.
+        ("SSL_CERT_FILE", sandlot_linux::image::CA_BUNDLE),
+        ("REQUESTS_CA_BUNDLE", sandlot_linux::image::CA_BUNDLE),
+        ("CURL_CA_BUNDLE", sandlot_linux::image::CA_BUNDLE),
+        ("PIP_CERT", sandlot_linux::image::CA_BUNDLE),
+        ("NODE_EXTRA_CA_CERTS", sandlot_linux::image::CA_CERT),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// mapping: for that name only, the address may be private or loopback (internal services, tests).
     #[arg(long = "resolve", value_name = "NAME=IP")]
     pub resolve: Vec<String>,
+    /// Extra CA certificate (PEM) trusted for upstream TLS of brokered hosts, besides the system roots
+    /// (repeatable): private PKIs, and test servers.
+    #[arg(long = "extra-ca", value_name = "FILE")]
+    pub extra_ca: Vec<PathBuf>,
     /// TESTING ONLY: the network proxy refuses to dial anything outside loopback (and logs it as a bug).
     #[arg(long, hide = true)]
     pub test_loopback_only: bool,
@@ -166,7 +170,11 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
         }
         tracing::warn!("INSECURE: the {l} layer is off for every sandbox of this server");
     }
+    let ca = sandlot_netproxy::broker::Ca::load_or_create(&state_dir.join("ca")).context("loading the egress CA")?;
+    let broker =
+        sandlot_netproxy::broker::Broker::new(Arc::new(ca), &args.extra_ca).context("setting up TLS brokering")?;
     let net = Arc::new(sandlot_netproxy::stack::Shared {
+        broker: Some(Arc::new(broker)),
         overrides: parse_resolve(&args.resolve)?,
         host_addrs: host_addresses(),
         dialer: Arc::new(sandlot_netproxy::stack::TcpDialer { loopback_only: args.test_loopback_only }),

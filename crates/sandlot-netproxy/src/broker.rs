@@ -1,0 +1,258 @@
+//! Credential brokering: TLS to hosts whose rule carries header transforms is terminated here with a
+//! certificate from the daemon's own CA (which every sandbox trusts), each HTTP request gets the rule's
+//! headers added or replaced, and it continues upstream over a fresh, verified TLS connection. The secret
+//! exists only in the daemon: never in the sandbox's environment, files, DNS or responses.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::policy::HostRule;
+use crate::stack::Dial;
+
+fn ca_params() -> CertificateParams {
+    let mut p = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "sandlot sandbox egress CA");
+    dn.push(DnType::OrganizationName, "sandlot");
+    p.distinguished_name = dn;
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    p
+}
+
+fn other(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// The daemon's CA: made on first start, private key mode 0600 in the state directory.
+pub struct Ca {
+    cert_pem: String,
+    cert_der: CertificateDer<'static>,
+    issuer: Issuer<'static, KeyPair>,
+    leaves: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ca")
+    }
+}
+
+impl Ca {
+    /// Loads the CA from `dir` (`ca.pem`, `ca.key`), creating it the first time.
+    pub fn load_or_create(dir: &Path) -> io::Result<Ca> {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::create_dir_all(dir)?;
+        let (cert_path, key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
+        let (cert_pem, key) = if cert_path.exists() && key_path.exists() {
+            let key = KeyPair::from_pem(&std::fs::read_to_string(&key_path)?).map_err(other)?;
+            (std::fs::read_to_string(&cert_path)?, key)
+        } else {
+            let key = KeyPair::generate().map_err(other)?;
+            let cert = ca_params().self_signed(&key).map_err(other)?;
+            let mut f =
+                std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&key_path)?;
+            std::io::Write::write_all(&mut f, key.serialize_pem().as_bytes())?;
+            f.sync_all()?;
+            std::fs::write(&cert_path, cert.pem())?;
+            (cert.pem(), key)
+        };
+        let cert_der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(other)?;
+        // The leaves name the issuer by the same distinguished name and sign with the same key.
+        let issuer = Issuer::new(ca_params(), key);
+        Ok(Ca { cert_pem, cert_der, issuer, leaves: Mutex::default() })
+    }
+
+    /// The CA certificate, PEM (installed in every sandbox's trust store).
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    fn leaf(&self, host: &str) -> Option<Arc<CertifiedKey>> {
+        let mut leaves = self.leaves.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = leaves.get(host) {
+            return Some(Arc::clone(k));
+        }
+        let key = KeyPair::generate().ok()?;
+        let params = CertificateParams::new(vec![host.to_string()]).ok()?;
+        let cert = params.signed_by(&key, &self.issuer).ok()?;
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let signer = rustls::crypto::ring::sign::any_supported_type(&der).ok()?;
+        let ck = Arc::new(CertifiedKey::new(vec![cert.der().clone(), self.cert_der.clone()], signer));
+        leaves.insert(host.to_string(), Arc::clone(&ck));
+        Some(ck)
+    }
+}
+
+#[derive(Debug)]
+struct LeafResolver(Arc<Ca>);
+
+impl ResolvesServerCert for LeafResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.0.leaf(hello.server_name()?)
+    }
+}
+
+/// TLS terminator and re-originator.
+pub struct Broker {
+    ca: Arc<Ca>,
+    server: Arc<rustls::ServerConfig>,
+    client: Arc<rustls::ClientConfig>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Broker")
+    }
+}
+
+/// The system trust store of Debian/Ubuntu (and Fedora's compatible path).
+const SYSTEM_ROOTS: &[&str] = &["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"];
+
+impl Broker {
+    /// A broker with `ca`, verifying upstreams against the system roots plus `extra_roots` PEM files.
+    pub fn new(ca: Arc<Ca>, extra_roots: &[PathBuf]) -> io::Result<Broker> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(other)?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(LeafResolver(Arc::clone(&ca))));
+        server.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let mut roots = rustls::RootCertStore::empty();
+        let system = SYSTEM_ROOTS.iter().map(PathBuf::from).filter(|p| p.exists()).take(1);
+        for path in system.chain(extra_roots.iter().cloned()) {
+            for cert in CertificateDer::pem_file_iter(&path).map_err(|e| other(format!("{}: {e}", path.display())))? {
+                let cert = cert.map_err(|e| other(format!("{}: {e}", path.display())))?;
+                // Odd certificates in a system bundle are skipped, as every TLS library does.
+                let _ = roots.add(cert);
+            }
+        }
+        let mut client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(other)?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Broker { ca, server: Arc::new(server), client: Arc::new(client) })
+    }
+
+    /// The CA certificate, PEM.
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
+
+    /// Serves one sandbox connection: HTTP over TLS (`tls`) or plain HTTP, requests forwarded to
+    /// `upstream` (as `host`) with `rule`'s headers. `head` holds bytes already read from `client`.
+    /// Returns `(bytes to upstream, bytes to the sandbox)` as far as bodies are counted.
+    pub async fn serve<S>(
+        &self,
+        client: S,
+        head: Vec<u8>,
+        tls: bool,
+        host: String,
+        upstream: SocketAddr,
+        rule: HostRule,
+        dialer: Arc<dyn Dial>,
+    ) -> io::Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let client = Prefixed { head, pos: 0, inner: client };
+        // Upstream first: a sandbox must not get a TLS session from us for a host we cannot reach.
+        let tcp = dialer.dial(upstream).await?;
+        let _ = tcp.set_nodelay(true);
+        let sender = if tls {
+            let name = ServerName::try_from(host.clone()).map_err(other)?;
+            let conn = tokio_rustls::TlsConnector::from(Arc::clone(&self.client)).connect(name, tcp).await?;
+            http1_client(conn).await?
+        } else {
+            http1_client(tcp).await?
+        };
+        let sender = Arc::new(tokio::sync::Mutex::new(sender));
+        let headers: Vec<(HeaderName, HeaderValue)> = rule
+            .headers
+            .iter()
+            .filter_map(|(k, v)| Some((HeaderName::from_bytes(k.as_bytes()).ok()?, HeaderValue::from_str(v).ok()?)))
+            .collect();
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            let sender = Arc::clone(&sender);
+            for (k, v) in &headers {
+                req.headers_mut().insert(k.clone(), v.clone());
+            }
+            async move {
+                let mut s = sender.lock().await;
+                s.ready().await?;
+                s.send_request(req).await
+            }
+        });
+        let http = hyper::server::conn::http1::Builder::new();
+        if tls {
+            let stream = tokio_rustls::TlsAcceptor::from(Arc::clone(&self.server)).accept(client).await?;
+            http.serve_connection(TokioIo::new(stream), service).await.map_err(other)
+        } else {
+            http.serve_connection(TokioIo::new(client), service).await.map_err(other)
+        }
+    }
+}
+
+async fn http1_client<T>(io: T) -> io::Result<hyper::client::conn::http1::SendRequest<Incoming>>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(other)?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// A stream whose first bytes were already read (while sniffing) and are replayed first.
+struct Prefixed<S> {
+    head: Vec<u8>,
+    pos: usize,
+    inner: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if self.pos < self.head.len() {
+            let n = (self.head.len() - self.pos).min(buf.remaining());
+            let start = self.pos;
+            buf.put_slice(&self.head[start..start + n]);
+            self.pos += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
