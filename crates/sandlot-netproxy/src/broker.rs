@@ -109,6 +109,19 @@ impl ResolvesServerCert for LeafResolver {
     }
 }
 
+/// Where a brokered connection goes.
+#[derive(Debug, Clone)]
+pub struct Brokered {
+    /// The sandbox speaks TLS (else plain HTTP).
+    pub tls: bool,
+    /// Host name (SNI / Host) it asked for.
+    pub host: String,
+    /// Real upstream address.
+    pub addr: SocketAddr,
+    /// Headers to inject.
+    pub rule: HostRule,
+}
+
 /// TLS terminator and re-originator.
 pub struct Broker {
     ca: Arc<Ca>,
@@ -161,19 +174,11 @@ impl Broker {
     /// Serves one sandbox connection: HTTP over TLS (`tls`) or plain HTTP, requests forwarded to
     /// `upstream` (as `host`) with `rule`'s headers. `head` holds bytes already read from `client`.
     /// Returns `(bytes to upstream, bytes to the sandbox)` as far as bodies are counted.
-    pub async fn serve<S>(
-        &self,
-        client: S,
-        head: Vec<u8>,
-        tls: bool,
-        host: String,
-        upstream: SocketAddr,
-        rule: HostRule,
-        dialer: Arc<dyn Dial>,
-    ) -> io::Result<()>
+    pub async fn serve<S>(&self, client: S, head: Vec<u8>, to: Brokered, dialer: Arc<dyn Dial>) -> io::Result<()>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let Brokered { tls, host, addr: upstream, rule } = to;
         let client = Prefixed { head, pos: 0, inner: client };
         // Upstream first: a sandbox must not get a TLS session from us for a host we cannot reach.
         let tcp = dialer.dial(upstream).await?;

@@ -348,7 +348,8 @@ impl SandboxNet {
             if let Some(rule) = policy.rule_for(name).filter(|r| !r.headers.is_empty()) {
                 let dialer = Arc::clone(&self.shared.dialer);
                 let tls = head.first() == Some(&22);
-                let r = broker.serve(tcp, head, tls, name.clone(), real, rule.clone(), dialer).await;
+                let to = crate::broker::Brokered { tls, host: name.clone(), addr: real, rule: rule.clone() };
+                let r = broker.serve(tcp, head, to, dialer).await;
                 if let Err(e) = r {
                     tracing::debug!(sandbox = %self.id, "brokered connection to {name}: {e}");
                 }

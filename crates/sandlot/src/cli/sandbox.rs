@@ -473,10 +473,19 @@ mod tests {
             state: SandboxState::Running,
             reason: None,
             image: "host".into(),
-            limits: Limits { cpu: 0.5, memory_mb: 512, pids: 256, timeout_s: 3600 },
+            limits: Limits { cpu: 0.5, memory_mb: 512, pids: 256, disk_mb: Some(1024), timeout_s: 3600 },
             metadata: BTreeMap::from([("owner".to_string(), "ci".to_string())]),
             created_at_ms: 0,
             expires_at_ms: 3_600_000,
+            name: None,
+            persistent: false,
+            auto_resume: false,
+            idle_timeout_s: None,
+            on_timeout: sandlot_client::api::TimeoutAction::Delete,
+            stop_after_s: 600,
+            last_active_at_ms: 0,
+            snapshot: None,
+            network: Default::default(),
         };
         let text = describe(&info, 60_000);
         assert!(text.starts_with("id:       sb_1\nstate:    running\n"), "{text}");

@@ -8,6 +8,7 @@
 //! - [`files`]: the file API, tar transfer, and path tricks planted by sandbox code.
 //! - [`isolation`]: what a sandbox cannot see or reach of the host and of other sandboxes.
 //! - [`limits`]: memory, CPU, processes, disk, command and sandbox time limits.
+//! - [`network`]: egress policy, DNS, SNI/Host binding, credential brokering, audit.
 //! - [`lifecycle`]: delete, stop/resume, pause, fork, supervisor death, graceful shutdown, crash and
 //!   restart; nothing left behind.
 //!
@@ -24,4 +25,5 @@ mod files;
 mod isolation;
 mod lifecycle;
 mod limits;
+mod network;
 mod processes;

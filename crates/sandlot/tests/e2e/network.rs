@@ -1,0 +1,390 @@
+//! Egress: deny by default, allowlists enforced on the host, DNS answered by the daemon, SNI/Host
+//! binding, always-denied ranges, runtime policy changes, credential brokering, and the audit trail.
+//!
+//! All traffic stays on this machine: "the internet" is a server on 127.0.0.1 reached through
+//! `--resolve NAME=127.0.0.1`, and every server runs with `--test-loopback-only`, so the proxy refuses
+//! (and logs as a bug) any attempt to dial a non-loopback address.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sandlot_client::api::{CreateSandbox, Mode, NetworkSpec};
+use sandlot_client::Client;
+
+use crate::harness::{sh, Server};
+
+const SECRET: &str = "sk-test-4f1b9c2e7d3a";
+
+/// A plain HTTP server on 127.0.0.1 answering every request with `body`.
+fn http_server(body: &'static str) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line != "\r\n" {
+                line.clear();
+            }
+            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    port
+}
+
+fn server(resolve: &[&str], extra: &[&str]) -> Server {
+    let mut args = vec!["--test-loopback-only"];
+    for r in resolve {
+        args.push("--resolve");
+        args.push(r);
+    }
+    args.extend_from_slice(extra);
+    Server::start_with(&args)
+}
+
+fn net(json: &str) -> NetworkSpec {
+    serde_json::from_str(json).unwrap()
+}
+
+fn with_net(client: &Client, spec: NetworkSpec) -> sandlot_client::Sandbox {
+    client.create(&CreateSandbox { network: Some(spec), ..Default::default() }).unwrap()
+}
+
+fn audit_actions(client: &Client, id: &str) -> Vec<(String, serde_json::Value)> {
+    client.audit(Some(id), Some(500)).unwrap().into_iter().map(|e| (e.action, e.detail)).collect()
+}
+
+fn assert_no_dial_bug(srv: &Server) {
+    assert!(
+        !srv.log_text().contains("BUG: the proxy tried to dial"),
+        "a non-loopback address was dialled:\n{}",
+        srv.log_text()
+    );
+}
+
+/// Deny by default: curl, Python and a raw socket fail fast, and names do not resolve.
+#[test]
+fn deny_by_default_fails_fast() {
+    let srv = server(&[], &[]);
+    let sb = srv.sandbox();
+    let t0 = Instant::now();
+    let r = sb
+        .shell(
+            "curl -sS -m 5 http://1.1.1.1/ ; echo curl=$?; \
+             python3 -c 'import socket; s=socket.socket(); s.settimeout(5)\ntry: s.connect((\"8.8.8.8\", 53)); print(\"raw=connected\")\nexcept OSError as e: print(\"raw=\", e.errno)'; \
+             getent hosts example.com; echo dns=$?",
+        )
+        .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(4), "took {:?}: {r:?}", t0.elapsed());
+    assert!(r.stdout.contains("curl=7"), "{r:?}");
+    assert!(r.stdout.contains("raw= 101"), "ENETUNREACH expected: {r:?}");
+    assert!(r.stdout.contains("dns=2"), "{r:?}");
+}
+
+/// An allowlisted name works over HTTP (curl and Python), its decisions are audited, bytes are counted.
+#[test]
+fn allowlisted_name_works_and_is_audited() {
+    let port = http_server("hello from web.test");
+    let srv = server(&["web.test=127.0.0.1"], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["web.test"]}"#));
+    let out = sb
+        .shell(&format!(
+            "curl -sS -m 5 http://web.test:{port}/; echo; python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://web.test:{port}/\").read().decode())'"
+        ))
+        .unwrap();
+    assert_eq!(out.stdout, "hello from web.test\nhello from web.test\n", "{out:?}");
+    let rows = audit_actions(&client, sb.id());
+    assert!(rows.iter().any(|(a, d)| a == "net.allow" && d["kind"] == "tcp" && d["name"] == "web.test"), "{rows:?}");
+    assert!(rows.iter().any(|(a, d)| a == "net.allow" && d["kind"] == "dns"), "{rows:?}");
+    let info = sb.info().unwrap();
+    assert!(info.network.bytes_in > 0 && info.network.bytes_out > 0, "{:?}", info.network);
+    assert_no_dial_bug(&srv);
+}
+
+/// A wildcard admits subdomains only; the apex and any other name get NXDOMAIN, audited as denied.
+#[test]
+fn wildcard_admits_subdomains_and_others_get_nxdomain() {
+    let srv = server(&["a.web.test=127.0.0.1", "web.test=127.0.0.1", "evil.test=127.0.0.1"], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["*.web.test"]}"#));
+    let out = sb.shell("getent hosts a.web.test >/dev/null; echo sub=$?; getent hosts web.test; echo apex=$?; getent hosts evil.test; echo other=$?").unwrap();
+    assert_eq!(out.stdout, "sub=0\napex=2\nother=2\n", "{out:?}");
+    let rows = audit_actions(&client, sb.id());
+    assert!(rows.iter().any(|(a, d)| a == "net.deny" && d["kind"] == "dns" && d["dst"] == "evil.test"), "{rows:?}");
+}
+
+/// The HTTP Host must name the host the address was resolved for (Host spoofing).
+#[test]
+fn host_spoofing_is_refused() {
+    let port = http_server("secret internal page");
+    let srv = server(&["web.test=127.0.0.1"], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["web.test"]}"#));
+    // Port 80 is where the Host binding applies; nothing listens there, so only the decision matters.
+    let out = sb.shell("curl -sS -m 5 -H 'Host: internal.test' http://web.test/; echo rc=$?").unwrap();
+    assert!(!out.stdout.contains("secret"), "{out:?}");
+    let rows = audit_actions(&client, sb.id());
+    let deny = rows.iter().find(|(a, d)| a == "net.deny" && d["kind"] == "tcp").expect("a denied connection");
+    assert!(deny.1["reason"].as_str().unwrap().contains("internal.test"), "{deny:?}");
+    let _ = port;
+    assert_no_dial_bug(&srv);
+}
+
+/// The TLS SNI must name the host the address was resolved for (SNI spoofing).
+#[test]
+fn sni_spoofing_is_refused() {
+    let srv = server(&["web.test=127.0.0.1"], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["web.test"]}"#));
+    let out = sb
+        .shell("ip=$(getent hosts web.test | cut -d' ' -f1); curl -sSk -m 5 --resolve evil.test:443:$ip https://evil.test/; echo rc=$?")
+        .unwrap();
+    assert!(!out.stdout.contains("rc=0"), "{out:?}");
+    let rows = audit_actions(&client, sb.id());
+    let deny = rows.iter().find(|(a, d)| a == "net.deny" && d["kind"] == "tcp").expect("a denied connection");
+    assert_eq!(deny.1["name"], "evil.test", "{deny:?}");
+    assert!(deny.1["reason"].as_str().unwrap().contains("SNI"), "{deny:?}");
+}
+
+/// Cloud metadata and private ranges are refused even in allow-all, and never dialled.
+#[test]
+fn metadata_and_private_ranges_are_refused_in_allow_all() {
+    let srv = server(&[], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allow-all"}"#));
+    let out = sb
+        .shell("for ip in 169.254.169.254 10.0.0.1 192.168.1.1 172.16.0.1; do curl -sS -m 3 http://$ip/ >/dev/null 2>&1; echo $ip=$?; done")
+        .unwrap();
+    for ip in ["169.254.169.254", "10.0.0.1", "192.168.1.1", "172.16.0.1"] {
+        assert!(!out.stdout.contains(&format!("{ip}=0")), "{out:?}");
+    }
+    let rows = audit_actions(&client, sb.id());
+    let meta = rows
+        .iter()
+        .find(|(a, d)| a == "net.deny" && d["dst"] == "169.254.169.254:80")
+        .expect("metadata decision audited");
+    assert!(meta.1["rule"].as_str().unwrap().starts_with("always-deny"), "{meta:?}");
+    assert_no_dial_bug(&srv);
+}
+
+/// A `deny` CIDR wins over an allowed CIDR.
+#[test]
+fn deny_cidr_beats_allow() {
+    let srv = server(&[], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["203.0.113.0/24"],"deny":["203.0.113.128/25"]}"#));
+    let out = sb.shell("curl -sS -m 3 http://203.0.113.200/ >/dev/null 2>&1; echo rc=$?").unwrap();
+    assert!(!out.stdout.contains("rc=0"), "{out:?}");
+    let rows = audit_actions(&client, sb.id());
+    assert!(rows.iter().any(|(a, d)| a == "net.deny" && d["rule"] == "deny 203.0.113.128/25"), "{rows:?}");
+    assert_no_dial_bug(&srv);
+}
+
+/// DNS to a resolver of the sandbox's choosing (tunnelling) gets nothing; the attempt is audited.
+#[test]
+fn dns_to_another_resolver_is_refused() {
+    let srv = server(&[], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allow-all"}"#));
+    let out = sb
+        .shell("python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b\"\\x12\\x34\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x01a\\x04test\\x00\\x00\\x01\\x00\\x01\", (\"8.8.8.8\", 53))\ntry: print(\"answer\", s.recv(512))\nexcept socket.timeout: print(\"no answer\")'")
+        .unwrap();
+    assert_eq!(out.stdout.trim(), "no answer", "{out:?}");
+    let rows = audit_actions(&client, sb.id());
+    assert!(rows.iter().any(|(a, d)| a == "net.deny" && d["kind"] == "udp" && d["dst"] == "8.8.8.8:53"), "{rows:?}");
+}
+
+/// PATCH /network switches behaviour for new connections, without a restart.
+#[test]
+fn runtime_policy_update_takes_effect() {
+    let port = http_server("ok");
+    let srv = server(&["web.test=127.0.0.1"], &[]);
+    let client = srv.client();
+    let sb = srv.sandbox();
+    let cmd = format!("curl -sS -m 5 http://web.test:{port}/; echo \" rc=$?\"");
+    assert!(sb.shell(&cmd).unwrap().stdout.contains("rc=6"), "denied by default");
+    let patch = |spec: &str| {
+        let r = srv.raw(
+            "PATCH",
+            &format!("/v1/sandboxes/{}/network", sb.id()),
+            Some(srv.admin_key()),
+            &[("content-type", "application/json")],
+            spec.as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{r:?}");
+    };
+    patch(r#"{"mode":"allowlist","allow":["web.test"]}"#);
+    assert!(sb.shell(&cmd).unwrap().stdout.starts_with("ok rc=0"), "allowed after PATCH");
+    patch(r#"{"mode":"deny"}"#);
+    assert!(sb.shell(&cmd).unwrap().stdout.contains("rc=6"), "denied again");
+    let bad = srv.raw(
+        "PATCH",
+        &format!("/v1/sandboxes/{}/network", sb.id()),
+        Some(srv.admin_key()),
+        &[("content-type", "application/json")],
+        br#"{"mode":"allowlist","allow":["not a name"]}"#,
+    );
+    assert_eq!(bad.status, 400, "{bad:?}");
+    let _ = client;
+}
+
+struct TlsUpstream {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for TlsUpstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTPS server for `host` (certificate from a test CA) that answers 200 `authorized` only when
+/// the request carries `Authorization: Bearer SECRET`, 401 otherwise, and never echoes headers.
+fn tls_upstream(host: &str) -> TlsUpstream {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = |args: &[&str]| {
+        let st = Command::new("openssl").args(args).current_dir(d).stderr(Stdio::null()).status().unwrap();
+        assert!(st.success(), "openssl {args:?}");
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=sandlot test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        &format!("/CN={host}"),
+    ]);
+    std::fs::write(d.join("ext.cnf"), format!("subjectAltName=DNS:{host}\n")).unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let script = format!(
+        r#"
+import http.server, ssl
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.headers.get("Authorization") == "Bearer {SECRET}"
+        body = b"authorized\n" if ok else b"missing credential\n"
+        self.send_response(200 if ok else 401); self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("127.0.0.1", {port}), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain("srv.pem", "srv.key")
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+s.serve_forever()
+"#
+    );
+    let child = Command::new("python3").arg("-c").arg(script).current_dir(d).stdout(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "TLS upstream did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    TlsUpstream { child, port, dir }
+}
+
+/// Credential brokering: the injected header reaches the upstream over verified TLS, while the
+/// sandbox's environment, /proc, files, API answers and audit rows never hold the secret.
+#[test]
+fn brokered_credential_reaches_upstream_and_never_the_sandbox() {
+    let up = tls_upstream("api.secret.test");
+    let ca = up.dir.path().join("ca.pem");
+    let srv = server(&["api.secret.test=127.0.0.1"], &["--extra-ca", ca.to_str().unwrap()]);
+    let client = srv.client();
+    let spec = net(&format!(
+        r#"{{"mode":"allowlist","allow":["api.secret.test"],"rules":{{"api.secret.test":{{"headers":{{"authorization":"Bearer {SECRET}"}}}}}}}}"#
+    ));
+    assert_eq!(spec.mode, Mode::Allowlist);
+    let sb = with_net(&client, spec);
+    let p = up.port;
+    let out = sb
+        .shell(&format!(
+            "curl -sS -m 10 https://api.secret.test:{p}/; \
+             python3 -c 'import urllib.request; print(urllib.request.urlopen(\"https://api.secret.test:{p}/v1\").read().decode(), end=\"\")'"
+        ))
+        .unwrap();
+    assert_eq!(out.stdout, "authorized\nauthorized\n", "{out:?}");
+    // The secret is nowhere inside: environment, /proc, files.
+    let look = sb
+        .as_user(sandlot_client::api::User::Root)
+        .exec(&sandlot_client::api::ExecRequest {
+            user: sandlot_client::api::User::Root,
+            // The pattern is assembled inside, so the command line (which is audited) does not hold it.
+            ..sh(&format!(
+                "s={}; s=\"${{s}}{}\"; env | grep -c \"$s\"; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c \"$s\"; \
+                 grep -rIl \"$s\" / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr 2>/dev/null | wc -l",
+                &SECRET[..8],
+                &SECRET[8..]
+            ))
+        })
+        .unwrap();
+    assert_eq!(look.stdout, "0\n0\n0\n", "{look:?}");
+    // Nor in what the API says about the sandbox, nor in the audit log.
+    let info = serde_json::to_string(&sb.info().unwrap()).unwrap();
+    assert!(!info.contains(SECRET) && info.contains("authorization"), "{info}");
+    let audit = serde_json::to_string(&client.audit(Some(sb.id()), Some(500)).unwrap()).unwrap();
+    assert!(!audit.contains(SECRET), "secret in the audit log");
+    // The state database holds it (it must, to inject it) only in a file nobody else can read.
+    let mode = std::fs::metadata(srv.state_dir().join("sandlot.db")).unwrap();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o077, 0);
+    let key = std::fs::metadata(srv.state_dir().join("ca/ca.key")).unwrap();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&key.permissions()) & 0o077, 0);
+    assert_no_dial_bug(&srv);
+}
+
+/// Without a rule, TLS to an allowed host passes through untouched (end-to-end TLS, no header).
+#[test]
+fn tls_without_a_rule_is_not_intercepted() {
+    let up = tls_upstream("plain.secret.test");
+    let srv = server(&["plain.secret.test=127.0.0.1"], &[]);
+    let sb = with_net(&srv.client(), net(r#"{"mode":"allowlist","allow":["plain.secret.test"]}"#));
+    let ca = std::fs::read(up.dir.path().join("ca.pem")).unwrap();
+    sb.write_file("/home/user/upstream-ca.pem", &ca).unwrap();
+    let mut out = String::new();
+    let r = sb
+        .shell(&format!("curl -sS -m 10 --cacert upstream-ca.pem https://plain.secret.test:{}/; echo rc=$?", up.port))
+        .unwrap();
+    r.stdout.as_bytes().read_to_string(&mut out).unwrap();
+    // The sandbox verified the upstream's own certificate (no interception), and no header was added.
+    assert_eq!(out, "missing credential\nrc=0\n", "{r:?}");
+}

@@ -1,0 +1,31 @@
+//! The escape suite: attacks from inside a sandbox, each asserting the specific denial that stops it.
+//!
+//! Every test starts its own `sandlot serve` (as root, on loopback; see [`server`]), creates a fresh
+//! sandbox and runs a small attack program in it (Python 3 or shell; see [`probe`]) that prints one
+//! result line per attempt — `bpf: errno=1 EPERM` — which the test compares exactly. A test named after
+//! a threat fails when that threat gets through or is stopped by something other than the layer that
+//! should stop it.
+//!
+//! The catalogue:
+//! - [`host`]: host files, processes, devices, IPC, sockets, network and cgroups are out of reach.
+//! - [`syscalls`]: the seccomp profile, syscall by syscall.
+//! - [`privileges`]: capabilities, no_new_privs, ptrace, device nodes, chroot, the supervisor.
+//! - [`files`]: the file API against planted symlinks, `..`, tar slips and links; sandbox vs sandbox.
+//! - [`limits`]: fork, memory, disk, inode, output, tmpfs, request-size, CPU and time exhaustion.
+//! - [`layers`]: each defence layer alone (`--insecure-disable-layer`), and per-sandbox host uid ranges.
+//! - [`leaks`]: descriptors that cross from the host side into sandbox code.
+//!
+//! A test marked `#[ignore = "HOLE: …"]` asserts the secure behaviour of an attack that currently
+//! succeeds; the reason says what happens instead. Run them with `--run-ignored all` (nextest) or
+//! `--include-ignored` (cargo test) to see them fail.
+
+mod probe;
+mod server;
+
+mod files;
+mod host;
+mod layers;
+mod leaks;
+mod limits;
+mod privileges;
+mod syscalls;
