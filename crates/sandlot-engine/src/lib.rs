@@ -362,8 +362,11 @@ impl Engine {
             work: layer.work.clone(),
             ro_binds: img.ro_binds.clone(),
             hostname: hostname(id),
-            tmp_mb: (spec.limits.memory_bytes >> 20).max(16),
+            // Half the memory limit: filling /tmp (whose pages count as memory) then ends in ENOSPC,
+            // not in the OOM killer.
+            tmp_mb: (spec.limits.memory_bytes >> 21).max(8),
             layers: self.cfg.layers,
+            work_cgroup_fds: cgroup.work_procs().len() as u32,
         };
         match self.launcher.launch(LaunchRequest { spec: container, ids, cgroup: cgroup.clone() }) {
             Ok(l) => Ok((l, layer, cgroup, slot)),

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use sandlot_linux::cgroup::{CgroupLimits, SandboxCgroup};
 use sandlot_linux::launch::{self, Launched};
 use sandlot_linux::layers::Layer;
-use sandlot_protocol::{encode, parse_prefix, Event, FileErrorKind, FileOp, Request, Spawn, MAX_PAYLOAD};
+use sandlot_protocol::{encode, parse_prefix, Event, FileErrorKind, FileOp, Request, Spawn, Termination, MAX_PAYLOAD};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -509,7 +509,28 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
             Event::Exited { proc, end } => {
                 if let Some((p, before)) = shared.proc(proc) {
-                    p.on_exit(Some(end), shared.cgroup.oom_kills() > before);
+                    let killed = matches!(
+                        end,
+                        Termination::Signaled { signal: libc::SIGKILL } | Termination::Exited { code: 137 }
+                    );
+                    if killed && shared.cgroup.oom_kills() <= before {
+                        // The kernel counts an OOM kill just after sending the SIGKILL, so the victim can
+                        // be reaped and reported before the count moves: look again for a moment.
+                        let cgroup = shared.cgroup.clone();
+                        tokio::spawn(async move {
+                            let mut oom = false;
+                            for _ in 0..10 {
+                                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                                oom = cgroup.oom_kills() > before;
+                                if oom {
+                                    break;
+                                }
+                            }
+                            p.on_exit(Some(end), oom);
+                        });
+                    } else {
+                        p.on_exit(Some(end), shared.cgroup.oom_kills() > before);
+                    }
                 }
             }
             Event::Chunk { req } => {

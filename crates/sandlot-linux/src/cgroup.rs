@@ -42,6 +42,13 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> CgroupError + '_ {
 }
 
 const CPU_PERIOD_US: u64 = 100_000;
+/// Leaf of the supervisor, and leaf of every command. The sandbox's cgroup holds the limits plus a little
+/// headroom; `work` holds the limits proper. A fork or memory bomb thus exhausts `work`, and the
+/// supervisor still has room for its threads and pages (and the OOM killer looks only inside `work`).
+const SUP: &str = "sup";
+const WORK: &str = "work";
+const HEADROOM_BYTES: u64 = 32 << 20;
+const HEADROOM_PIDS: u64 = 32;
 const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
 
 /// Where sandbox cgroups are made.
@@ -104,33 +111,28 @@ impl Cgroups {
     /// Creates the cgroup of sandbox `id` with its limits.
     pub fn create(&self, id: &str, limits: CgroupLimits) -> Result<SandboxCgroup, CgroupError> {
         let cg = self.handle(id);
-        for (_, dir) in &cg.dirs {
-            fs::create_dir_all(dir).map_err(io_at(dir))?;
-        }
         let quota = ((limits.cpu * CPU_PERIOD_US as f64).round() as u64).max(1000);
-        if cg.v2 {
-            let dir = &cg.dirs[0].1;
-            write(&dir.join("memory.max"), &limits.memory_bytes.to_string())?;
-            write(&dir.join("memory.swap.max"), "0").or_else(ignore_missing)?;
-            write(&dir.join("pids.max"), &limits.pids.to_string())?;
-            write(&dir.join("cpu.max"), &format!("{quota} {CPU_PERIOD_US}"))?;
-        } else {
-            for (ctrl, dir) in &cg.dirs {
-                match *ctrl {
-                    "memory" => {
-                        write(&dir.join("memory.limit_in_bytes"), &limits.memory_bytes.to_string())?;
-                        // Present only with swap accounting; where it is, memory+swap gets the same cap.
-                        write(&dir.join("memory.memsw.limit_in_bytes"), &limits.memory_bytes.to_string())
-                            .or_else(ignore_missing)?;
-                        write(&dir.join("memory.swappiness"), "0").or_else(ignore_missing)?;
-                    }
-                    "pids" => write(&dir.join("pids.max"), &limits.pids.to_string())?,
-                    "cpu" => {
-                        write(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
-                        write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
-                    }
-                    _ => {}
+        let outer = CgroupLimits {
+            memory_bytes: limits.memory_bytes + HEADROOM_BYTES,
+            pids: limits.pids + HEADROOM_PIDS,
+            cpu: limits.cpu,
+        };
+        for (ctrl, dir) in &cg.dirs {
+            fs::create_dir_all(dir).map_err(io_at(dir))?;
+            if cg.v2 {
+                // Controllers for the two leaves (the parent of `<id>` already delegates them).
+                write(&dir.join("cgroup.subtree_control"), "+memory +pids")?;
+                write(&dir.join("cpu.max"), &format!("{quota} {CPU_PERIOD_US}"))?;
+            }
+            if split(ctrl) {
+                set_limits(cg.v2, ctrl, dir, outer)?;
+                for leaf in [SUP, WORK] {
+                    fs::create_dir_all(dir.join(leaf)).map_err(io_at(&dir.join(leaf)))?;
                 }
+                set_limits(cg.v2, ctrl, &dir.join(WORK), limits)?;
+            } else if *ctrl == "cpu" {
+                write(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+                write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
             }
         }
         Ok(cg)
@@ -179,8 +181,29 @@ impl Cgroups {
 impl SandboxCgroup {
     /// Moves process `pid` into every controller of this cgroup.
     pub fn add(&self, pid: i32) -> Result<(), CgroupError> {
-        for (_, dir) in &self.dirs {
+        for (ctrl, dir) in &self.dirs {
+            let dir = if split(ctrl) { dir.join(SUP) } else { dir.clone() };
             write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The `cgroup.procs` files a command writes itself into before exec (the command leaf).
+    pub fn work_procs(&self) -> Vec<PathBuf> {
+        self.dirs.iter().filter(|(c, _)| split(c)).map(|(_, d)| d.join(WORK).join("cgroup.procs")).collect()
+    }
+
+    /// Lets host uid `owner` (the sandbox's root) move its own processes into the command leaf: needed on
+    /// v2, where the write is checked against the common ancestor's `cgroup.procs`.
+    pub fn delegate(&self, owner: u32) -> Result<(), CgroupError> {
+        if !self.v2 {
+            return Ok(());
+        }
+        for (_, dir) in &self.dirs {
+            for f in [dir.join("cgroup.procs"), dir.join(WORK).join("cgroup.procs"), dir.join(SUP).join("cgroup.procs")]
+            {
+                std::os::unix::fs::chown(&f, Some(owner), Some(owner)).map_err(io_at(&f))?;
+            }
         }
         Ok(())
     }
@@ -191,7 +214,7 @@ impl SandboxCgroup {
         let Some((_, dir)) = self.dirs.iter().find(|(c, _)| self.v2 || *c == "memory") else {
             return 0;
         };
-        fs::read_to_string(dir.join(file))
+        fs::read_to_string(dir.join(WORK).join(file))
             .ok()
             .and_then(|s| s.lines().find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok())))
             .unwrap_or(0)
@@ -236,9 +259,18 @@ impl SandboxCgroup {
         if !self.v2 && self.dirs.iter().any(|(c, d)| *c == "freezer" && d.exists()) {
             let _ = self.freeze(false);
         }
+        // Leaves first, then the sandbox's own directory.
+        let all: Vec<PathBuf> = self
+            .dirs
+            .iter()
+            .flat_map(|(c, d)| {
+                let leaves = if split(c) { vec![d.join(WORK), d.join(SUP)] } else { Vec::new() };
+                leaves.into_iter().chain(std::iter::once(d.clone()))
+            })
+            .collect();
         for attempt in 0..200 {
             let mut busy = false;
-            for (_, dir) in &self.dirs {
+            for dir in &all {
                 if !dir.exists() {
                     continue;
                 }
@@ -268,6 +300,29 @@ impl SandboxCgroup {
             path: self.dirs[0].1.clone(),
             source: io::Error::other("processes did not leave the cgroup within 2 s"),
         })
+    }
+}
+
+/// Controllers whose sandbox cgroup is split into a supervisor leaf and a command leaf.
+fn split(ctrl: &str) -> bool {
+    matches!(ctrl, "memory" | "pids" | "unified")
+}
+
+fn set_limits(v2: bool, ctrl: &str, dir: &Path, l: CgroupLimits) -> Result<(), CgroupError> {
+    if v2 {
+        write(&dir.join("memory.max"), &l.memory_bytes.to_string())?;
+        write(&dir.join("memory.swap.max"), "0").or_else(ignore_missing)?;
+        return write(&dir.join("pids.max"), &l.pids.to_string());
+    }
+    match ctrl {
+        "memory" => {
+            write(&dir.join("memory.limit_in_bytes"), &l.memory_bytes.to_string())?;
+            // Present only with swap accounting; where it is, memory+swap gets the same cap.
+            write(&dir.join("memory.memsw.limit_in_bytes"), &l.memory_bytes.to_string()).or_else(ignore_missing)?;
+            write(&dir.join("memory.swappiness"), "0").or_else(ignore_missing)
+        }
+        "pids" => write(&dir.join("pids.max"), &l.pids.to_string()),
+        _ => Ok(()),
     }
 }
 

@@ -143,6 +143,16 @@ fn launch(req: LaunchRequest) -> io::Result<Launched> {
     let (go_r, go_w) = pipe()?;
     let (log, log_w) = pipe()?;
     let devnull = fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
+    // The command leaf's cgroup.procs files, opened here (by host root) and handed over at fds 4, 5, …
+    let mut work = Vec::new();
+    for path in req.cgroup.work_procs() {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        work.push(high(&OwnedFd::from(f))?);
+    }
+    let work_raw: Vec<RawFd> = work.iter().map(|f| f.as_raw_fd()).collect();
     let (c_sock, c_go_r, c_log_w, c_null) = (high(&child_sock)?, high(&go_r)?, high(&log_w)?, high(&devnull.into())?);
     let (fd_sock, fd_go_r, fd_go_w, fd_log, fd_null) =
         (c_sock.as_raw_fd(), c_go_r.as_raw_fd(), go_w.as_raw_fd(), c_log_w.as_raw_fd(), c_null.as_raw_fd());
@@ -150,7 +160,17 @@ fn launch(req: LaunchRequest) -> io::Result<Launched> {
     let child = Box::new(move || -> isize {
         // SAFETY: only async-signal-safe syscalls on fds and strings prepared before the clone.
         unsafe {
-            child_main(fd_go_r, fd_go_w, fd_null, fd_log, fd_sock, exe.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr())
+            child_main(
+                fd_go_r,
+                fd_go_w,
+                fd_null,
+                fd_log,
+                fd_sock,
+                &work_raw,
+                exe.as_ptr(),
+                argv_p.as_ptr(),
+                envp_p.as_ptr(),
+            )
         }
     });
     let mut stack = vec![0u8; 128 << 10];
@@ -172,6 +192,7 @@ fn launch(req: LaunchRequest) -> io::Result<Launched> {
         fs::write(format!("/proc/{pid}/uid_map"), &map).map_err(ctx("write uid_map"))?;
         fs::write(format!("/proc/{pid}/gid_map"), &map).map_err(ctx("write gid_map"))?;
         req.cgroup.add(pid).map_err(io::Error::other)?;
+        req.cgroup.delegate(req.ids.base).map_err(io::Error::other)?;
         // The socket buffer takes the spec frame before the child reads it (it is a few hundred bytes).
         let mut sock = std::os::unix::net::UnixStream::from(control.try_clone()?);
         std::io::Write::write_all(&mut sock, &spec_frame).map_err(ctx("send spec"))?;
@@ -203,6 +224,7 @@ unsafe fn child_main(
     null: RawFd,
     log: RawFd,
     sock: RawFd,
+    work: &[RawFd],
     exe: *const libc::c_char,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
@@ -231,6 +253,17 @@ unsafe fn child_main(
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         if libc::dup2(null, 0) < 0 || libc::dup2(log, 1) < 0 || libc::dup2(log, 2) < 0 || libc::dup2(sock, 3) < 0 {
             libc::_exit(2);
+        }
+        for (i, fd) in work.iter().enumerate() {
+            if libc::dup2(*fd, crate::WORK_CGROUP_FD + i as i32) < 0 {
+                libc::_exit(2);
+            }
+        }
+        // Nothing else of the daemon crosses into the sandbox, not even a descriptor some parent of the
+        // daemon forgot to mark close-on-exec.
+        let first_free = (crate::WORK_CGROUP_FD + work.len() as i32) as u32;
+        if libc::syscall(libc::SYS_close_range, first_free, u32::MAX, 0u32) != 0 {
+            libc::_exit(4);
         }
         libc::execve(exe, argv, envp);
         libc::_exit(127)

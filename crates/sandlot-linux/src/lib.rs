@@ -42,7 +42,14 @@ pub struct ContainerSpec {
     pub tmp_mb: u64,
     /// Which defence layers are on. All are, outside the escape suite's layer-by-layer tests.
     pub layers: Layers,
+    /// How many `cgroup.procs` files of the command leaf are open at fds 4, 5, … (written by each command
+    /// before exec, so commands never share the supervisor's cgroup leaf).
+    #[serde(default)]
+    pub work_cgroup_fds: u32,
 }
+
+/// First fd of the command-leaf `cgroup.procs` files in the supervisor.
+pub const WORK_CGROUP_FD: i32 = 4;
 
 /// Defence layers that can be switched off one by one, only to prove what each stops on its own.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

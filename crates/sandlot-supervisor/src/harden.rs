@@ -32,6 +32,7 @@ const NOFILE: u64 = 65_536;
 /// Prepared once per supervisor.
 pub struct Hardening {
     filter: Option<Filter>,
+    work_cgroup_fds: Vec<i32>,
     cap_last: u32,
     nofile: u64,
     oom_path: CString,
@@ -56,7 +57,7 @@ const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 impl Hardening {
     /// Compiles the seccomp profile and reads the kernel's capability count. `seccomp = false` is the
     /// test-only switch that shows what the other layers stop on their own.
-    pub fn new(seccomp: bool) -> io::Result<Self> {
+    pub fn new(seccomp: bool, work_cgroup_fds: Vec<i32>) -> io::Result<Self> {
         let filter = if seccomp { Some(Filter::sandbox().map_err(|e| io::Error::other(e.to_string()))?) } else { None };
         let cap_last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
             .ok()
@@ -68,7 +69,13 @@ impl Hardening {
         // SAFETY: getrlimit writes into a valid rlimit.
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut cur) };
         let nofile = NOFILE.min(cur.rlim_max);
-        Ok(Hardening { filter, cap_last, nofile, oom_path: CString::new("/proc/self/oom_score_adj").expect("no NUL") })
+        Ok(Hardening {
+            filter,
+            work_cgroup_fds,
+            cap_last,
+            nofile,
+            oom_path: CString::new("/proc/self/oom_score_adj").expect("no NUL"),
+        })
     }
 
     /// Applies everything to the calling (forked, not yet exec'd) process.
@@ -80,9 +87,24 @@ impl Hardening {
         let keep: &[u32] = if uid == 0 { &ROOT_CAPS } else { &[] };
         // SAFETY: raw syscalls on prepared data; this is a single-threaded child between fork and exec.
         unsafe {
+            // Into the command leaf of the sandbox's cgroup ("0" = the writing process), while still
+            // the sandbox's root: the leaf's limits, not the supervisor's headroom, apply from here on.
+            for fd in &self.work_cgroup_fds {
+                if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             // Nothing but stdio crosses into the command: every other descriptor (the control socket
             // above all) is closed at exec. CLOEXEC rather than close, so std's exec-error pipe still works.
             check(libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC))?;
+            // Before the uid change, which makes the process non-dumpable and its /proc files root's.
+            // User code is the OOM killer's first choice in the sandbox, never pid 1 (raising a score needs
+            // no privilege; the supervisor itself may hold a lowered score inherited from the daemon).
+            let fd = libc::open(self.oom_path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd >= 0 {
+                libc::write(fd, b"500\n".as_ptr().cast(), 4);
+                libc::close(fd);
+            }
             // The bounding set limits what any later exec (file capabilities) could ever grant.
             for cap in 0..=self.cap_last {
                 if !keep.contains(&cap) {
@@ -105,13 +127,6 @@ impl Hardening {
             check(libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) as libc::c_long)?;
             // After the uid change, so the directory is checked with the user's own permissions.
             check(libc::chdir(cwd.as_ptr()) as libc::c_long)?;
-            // User code is the OOM killer's first choice in the sandbox, never pid 1 (raising a score needs
-            // no privilege; the supervisor itself may hold a lowered score inherited from the daemon).
-            let fd = libc::open(self.oom_path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd >= 0 {
-                libc::write(fd, b"500\n".as_ptr().cast(), 4);
-                libc::close(fd);
-            }
             // No set-uid binary or file capability can raise privileges again.
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long)?;
             let core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

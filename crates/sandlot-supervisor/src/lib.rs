@@ -40,20 +40,24 @@ impl Outbox {
 }
 
 /// Options fixed by the daemon for the life of the sandbox.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// Install the seccomp profile on every spawned process (off only for the escape suite's
     /// layer-by-layer tests).
     pub seccomp: bool,
+    /// Open `cgroup.procs` files of the command leaf; each command writes itself into them before exec.
+    pub work_cgroup_fds: Vec<i32>,
 }
 
 /// Runs the supervisor on the control socket at [`CONTROL_FD`]. Never returns.
 pub fn run(opts: Options) -> ! {
     // SAFETY: the driver places the control socket at CONTROL_FD before exec; nothing else owns it.
     let sock = unsafe { UnixStream::from_raw_fd(CONTROL_FD) };
-    // dup2 cleared close-on-exec on it; no command may inherit the control socket.
-    // SAFETY: fcntl on our own fd.
-    unsafe { libc::fcntl(CONTROL_FD, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // dup2 cleared close-on-exec on these; no command may inherit them.
+    for fd in std::iter::once(CONTROL_FD).chain(opts.work_cgroup_fds.iter().copied()) {
+        // SAFETY: fcntl on our own fd.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
     match serve(sock, opts) {
         Ok(()) => std::process::exit(0),
         Err(e) => {
@@ -68,7 +72,8 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
     // inherit the mask, and std's Command resets it in children before exec.
     process::block_sigchld()?;
     let outbox = Outbox { sock: Arc::new(Mutex::new(sock.try_clone()?)) };
-    let procs = process::Table::new(outbox.clone(), harden::Hardening::new(opts.seccomp)?);
+    let procs =
+        process::Table::new(outbox.clone(), harden::Hardening::new(opts.seccomp, opts.work_cgroup_fds.clone())?);
     procs.start_reaper();
     let uploads = files::Uploads::default();
 

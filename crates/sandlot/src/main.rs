@@ -73,5 +73,6 @@ fn supervisor_main() -> ! {
         eprintln!("{e}");
         std::process::exit(71);
     }
-    sandlot_supervisor::run(sandlot_supervisor::Options { seccomp: spec.layers.seccomp })
+    let work_cgroup_fds = (0..spec.work_cgroup_fds as i32).map(|i| sandlot_linux::WORK_CGROUP_FD + i).collect();
+    sandlot_supervisor::run(sandlot_supervisor::Options { seccomp: spec.layers.seccomp, work_cgroup_fds })
 }

@@ -49,6 +49,14 @@ fn spec(app: &AppState, rec: &SandboxRecord, req: ExecRequest) -> Result<ExecSpe
         )));
     }
     check_env(&req.env)?;
+    // argv and environment share the kernel's ARG_MAX: bound them together, as a client error.
+    let env_bytes: usize = req.env.iter().chain(rec.env.iter()).map(|(k, v)| k.len() + v.len() + 2).sum();
+    if size + env_bytes > MAX_ARGV_BYTES {
+        return Err(ApiError::invalid(format!(
+            "argv and env are {} bytes together; the limit is {MAX_ARGV_BYTES}; pass large data through stdin or a file",
+            size + env_bytes
+        )));
+    }
     let user = req.user;
     let cwd = req.cwd.unwrap_or_else(|| user.home().to_string());
     no_nul("cwd", &cwd)?;

@@ -10,28 +10,32 @@ fn read_trim(path: &std::path::Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).trim().to_string()
 }
 
-/// Limits asked at create are written to the sandbox's cgroup on the host.
+/// Limits asked at create are written to the sandbox's cgroup on the host: exactly, on the command leaf
+/// (`work`); the sandbox's own cgroup adds a fixed headroom for the supervisor.
 #[test]
 fn limits_are_written_to_the_cgroup() {
     let server = Server::start();
     let sb =
         server.create(&CreateSandbox { cpu: Some(0.5), memory_mb: Some(64), pids: Some(64), ..Default::default() });
     let id = sb.id();
-    let memory = server.cgroup_dir(id, "memory").expect("memory cgroup");
+    let outer = server.cgroup_dir(id, "memory").expect("memory cgroup");
+    let memory = outer.join("work");
     if memory.join("memory.limit_in_bytes").exists() {
         assert_eq!(read_trim(&memory.join("memory.limit_in_bytes")), (64u64 << 20).to_string());
         if memory.join("memory.memsw.limit_in_bytes").exists() {
             assert_eq!(read_trim(&memory.join("memory.memsw.limit_in_bytes")), (64u64 << 20).to_string());
         }
+        assert_eq!(read_trim(&outer.join("memory.limit_in_bytes")), ((64u64 + 32) << 20).to_string());
         let pids = server.cgroup_dir(id, "pids").unwrap();
-        assert_eq!(read_trim(&pids.join("pids.max")), "64");
+        assert_eq!(read_trim(&pids.join("work/pids.max")), "64");
+        assert_eq!(read_trim(&pids.join("pids.max")), "96");
         let cpu = server.cgroup_dir(id, "cpu").unwrap();
         assert_eq!(read_trim(&cpu.join("cpu.cfs_quota_us")), "50000");
         assert_eq!(read_trim(&cpu.join("cpu.cfs_period_us")), "100000");
     } else {
         assert_eq!(read_trim(&memory.join("memory.max")), (64u64 << 20).to_string());
         assert_eq!(read_trim(&memory.join("pids.max")), "64");
-        assert_eq!(read_trim(&memory.join("cpu.max")), "50000 100000");
+        assert_eq!(read_trim(&outer.join("cpu.max")), "50000 100000");
     }
     // Every process of the sandbox is inside that cgroup.
     let pids = server.sandbox_pids(id);

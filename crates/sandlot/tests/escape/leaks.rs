@@ -175,11 +175,6 @@ fn landlock_confines_the_supervisors_leaked_descriptor() {
 
 /// The supervisor (pid 1) holds no descriptor the daemon inherited: /proc/1/fd/77 does not exist.
 #[test]
-#[ignore = "HOLE: the launcher's clone+execve keeps every descriptor the daemon inherited without \
-            close-on-exec, so the supervisor holds them for the sandbox's life (here fd 77, a host \
-            directory; in a plain shell start fds 10 and 251 too). The file API's stat of /proc/1/fd/77 \
-            (as `user`) shows it as a symlink to the host path; only Landlock keeps the file API from \
-            following it (see leak_without_landlock_planted_symlinks_cannot_reach_host_files)"]
 fn leak_daemon_descriptors_do_not_reach_the_supervisor() {
     let (dir, _secret) = host_dir_with_secret();
     let server =
@@ -194,11 +189,6 @@ fn leak_daemon_descriptors_do_not_reach_the_supervisor() {
 /// Without Landlock (a kernel that lacks it: sandlot then only warns), symlinks planted by sandbox code
 /// still cannot make the file API read host files through a descriptor the supervisor holds.
 #[test]
-#[ignore = "HOLE (where Landlock is missing or off): sandbox code planted /home/user/report.txt -> \
-            /proc/self/fd/77/secret.txt and /home/user/passwd.txt -> /proc/self/fd/77/../../etc/passwd; \
-            the file API, reading them with the default identity `user`, returned the host's secret file \
-            and the host's /etc/passwd, and listed the host's / — the supervisor resolves /proc/self to \
-            itself, and fd 77 is a host directory it inherited from the daemon"]
 fn leak_without_landlock_planted_symlinks_cannot_reach_host_files() {
     let (dir, secret) = host_dir_with_secret();
     let server = Server::with(Options {

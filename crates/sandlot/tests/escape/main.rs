@@ -15,7 +15,6 @@
 //! - [`layers`]: each defence layer alone (`--insecure-disable-layer`), and per-sandbox host uid ranges.
 //! - [`leaks`]: descriptors that cross from the host side into sandbox code.
 //!
-//! A test marked `#[ignore = "HOLE: …"]` asserts the secure behaviour of an attack that currently
 //! succeeds; the reason says what happens instead. Run them with `--run-ignored all` (nextest) or
 //! `--include-ignored` (cargo test) to see them fail.
 
