@@ -480,7 +480,7 @@ mod tests {
         assert!(store.ensure_admin_key().unwrap().is_none(), "only one bootstrap key");
         let key = store.create_key("acme", false).unwrap();
         assert_eq!(store.authenticate(&key).unwrap(), Some(Principal { tenant: "acme".into(), admin: false }));
-        assert_eq!(store.authenticate(&admin).unwrap().unwrap().admin, true);
+        assert!(store.authenticate(&admin).unwrap().unwrap().admin);
         assert_eq!(store.authenticate("sl_wrong").unwrap(), None);
         drop(store);
         let raw = std::fs::read(dir.path().join("s.db")).unwrap();
