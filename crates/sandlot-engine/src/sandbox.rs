@@ -403,6 +403,9 @@ impl Sandbox {
         if let Some((_, task)) = self.net.lock().unwrap_or_else(|p| p.into_inner()).take() {
             task.abort();
         }
+        // A frozen (paused) process cannot die on cgroup v1 until it is thawed.
+        let cg = self.shared.cgroup.clone();
+        let _ = tokio::task::spawn_blocking(move || cg.freeze(false)).await;
         // SIGKILL to pid 1 of a pid namespace kills every process in it.
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGKILL);
         let mut reaped = self.reaped.clone();

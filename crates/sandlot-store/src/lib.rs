@@ -112,6 +112,39 @@ CREATE INDEX IF NOT EXISTS audit_sandbox ON audit(sandbox_id, seq);
 PRAGMA user_version = 1;
 ";
 
+/// Columns added to `sandboxes` after its first release, with their definitions: a database made by an
+/// older server gains them on open (SQLite's ADD COLUMN keeps every row).
+const ADDED_COLUMNS: &[(&str, &str)] = &[
+    ("name", "TEXT"),
+    ("persistent", "INTEGER NOT NULL DEFAULT 0"),
+    ("auto_resume", "INTEGER NOT NULL DEFAULT 0"),
+    ("idle_s", "INTEGER"),
+    ("on_timeout", "TEXT NOT NULL DEFAULT 'delete'"),
+    ("stop_after_s", "INTEGER NOT NULL DEFAULT 600"),
+    ("active_ms", "INTEGER NOT NULL DEFAULT 0"),
+    ("snapshot", "TEXT"),
+    ("network", "TEXT NOT NULL DEFAULT '{}'"),
+];
+
+fn migrate(conn: &Connection) -> Result<()> {
+    let exists: bool = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sandboxes')",
+        [],
+        |r| r.get(0),
+    )?;
+    if !exists {
+        return Ok(());
+    }
+    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('sandboxes')")?;
+    let have: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    for (col, def) in ADDED_COLUMNS {
+        if !have.iter().any(|h| h == col) {
+            conn.execute_batch(&format!("ALTER TABLE sandboxes ADD COLUMN {col} {def}"))?;
+        }
+    }
+    Ok(())
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
@@ -146,6 +179,7 @@ impl Store {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        migrate(&conn)?;
         conn.execute_batch(SCHEMA)?;
         Ok(Store { conn: Mutex::new(conn) })
     }
@@ -503,6 +537,29 @@ mod tests {
         store.set_state("sb_1", SandboxState::Deleted, None).unwrap();
         assert_eq!(store.get_sandbox("a", "sb_1").unwrap(), None);
         assert!(store.live_sandboxes().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_database_of_the_first_schema_is_migrated_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(
+            "CREATE TABLE tenants (name TEXT PRIMARY KEY, created_ms INTEGER NOT NULL);
+             CREATE TABLE sandboxes (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, state TEXT NOT NULL, reason TEXT,
+               image TEXT NOT NULL, limits TEXT NOT NULL, env TEXT NOT NULL, metadata TEXT NOT NULL,
+               slot INTEGER NOT NULL, created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL);
+             INSERT INTO tenants VALUES ('a', 0);
+             INSERT INTO sandboxes VALUES ('sb_old', 'a', 'stopped', NULL, 'host',
+               '{\"cpu\":1.0,\"memory_mb\":512,\"pids\":256,\"timeout_s\":300}', '{}', '{}', 0, 1, 2);",
+        )
+        .unwrap();
+        drop(old);
+        let store = Store::open(&path).unwrap();
+        let rec = store.get_sandbox("a", "sb_old").unwrap().expect("the old row survives");
+        assert_eq!(rec.info.state, SandboxState::Stopped);
+        assert_eq!(rec.info.limits.disk_mb, None);
+        assert!(!rec.info.persistent);
     }
 
     #[test]

@@ -58,6 +58,8 @@ fn start_private_server() -> anyhow::Result<(PrivateServer, Client)> {
     let child = Command::new(std::env::current_exe()?)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--state-dir"])
         .arg(dir.join("state"))
+        // The network figures fetch from a server on this host's loopback under this name.
+        .args(["--resolve", "bench.test=127.0.0.1"])
         .env("SANDLOT_LOG", "warn")
         .stdin(Stdio::null())
         .spawn()
@@ -246,6 +248,95 @@ fn lifecycle(client: &Client, n: usize) -> anyhow::Result<Vec<Figure>> {
     ])
 }
 
+/// A loopback HTTP server: `/big` answers 64 MiB, anything else 2 bytes.
+fn bench_http_server() -> anyhow::Result<u16> {
+    use std::io::{BufRead, BufReader, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = l.local_addr()?.port();
+    std::thread::spawn(move || {
+        let big = vec![b'x'; 64 << 20];
+        for s in l.incoming().flatten() {
+            let big = big.clone();
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut r = BufReader::new(match s.try_clone() {
+                    Ok(c) => c,
+                    Err(_) => return,
+                });
+                let mut first = String::new();
+                let _ = r.read_line(&mut first);
+                let mut line = String::new();
+                while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line != "\r\n" {
+                    line.clear();
+                }
+                let body: &[u8] = if first.contains("/big") { &big } else { b"ok" };
+                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                let _ = s.write_all(body);
+            });
+        }
+    });
+    Ok(port)
+}
+
+/// curl's own timers (process start excluded): `(connect s, total s, bytes/s)`.
+fn curl_times(out: &str) -> anyhow::Result<(f64, f64, f64)> {
+    let v: Vec<f64> = out.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    match v[..] {
+        [c, t, s] => Ok((c, t, s)),
+        _ => bail!("unexpected curl output {out:?}"),
+    }
+}
+
+/// Throughput and request latency through a sandbox's network stack, beside curl on the host itself.
+fn network(client: &Client, n: usize) -> anyhow::Result<Vec<Figure>> {
+    let port = bench_http_server()?;
+    let fmt = "%{time_connect} %{time_total} %{speed_download}";
+    let spec = CreateSandbox {
+        network: Some(serde_json::from_str(r#"{"mode":"allowlist","allow":["bench.test"]}"#)?),
+        ..Default::default()
+    };
+    let sb = client.create(&spec)?;
+    let run_in = |url: &str| -> anyhow::Result<(f64, f64, f64)> {
+        let r = sb.exec(&ExecRequest {
+            shell: Some(format!("curl -s -o /dev/null -w '{fmt}' {url}")),
+            ..Default::default()
+        })?;
+        curl_times(&r.stdout)
+    };
+    let run_host = |url: &str| -> anyhow::Result<(f64, f64, f64)> {
+        let out = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", fmt, url]).output()?;
+        curl_times(&String::from_utf8_lossy(&out.stdout))
+    };
+    let mut small = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        small.0.push(Duration::from_secs_f64(run_in(&format!("http://bench.test:{port}/small"))?.1));
+        small.1.push(Duration::from_secs_f64(run_host(&format!("http://127.0.0.1:{port}/small"))?.1));
+    }
+    let mut speed = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        speed.0.push(run_in(&format!("http://bench.test:{port}/big"))?.2);
+        speed.1.push(run_host(&format!("http://127.0.0.1:{port}/big"))?.2);
+    }
+    sb.delete()?;
+    let mbps = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2] / 1e6
+    };
+    let mut figs = vec![
+        figure("sandlot net: HTTP request (connect+reply)", 1, small.0),
+        figure("host loopback: HTTP request", 1, small.1),
+    ];
+    // Throughput is reported in the mean/p50 columns as MB/s, in a figure of its own.
+    for (name, v) in
+        [("sandlot net: 64 MiB download MB/s", &speed.0), ("host loopback: 64 MiB download MB/s", &speed.1)]
+    {
+        let m = mbps(v);
+        figs.push(Figure { name: name.into(), concurrency: 1, samples: v.len(), p50_ms: m, p99_ms: m, mean_ms: m });
+    }
+    Ok(figs)
+}
+
 /// Runs the benchmark and prints the figures.
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let (_server, client) = match &args.url {
@@ -287,6 +378,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     figures.push(figure("sandlot delete", 1, deletes));
     figures.extend(lifecycle(&client, n.min(50))?);
+    if args.url.is_none() {
+        figures.extend(network(&client, n.min(30))?);
+    }
     if bwrap_available() {
         for &c in &args.concurrency {
             figures.push(figure("bwrap spawn→first output", c, parallel(n, c, bwrap_first_output)?));

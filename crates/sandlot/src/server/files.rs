@@ -100,7 +100,25 @@ pub async fn write(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id).await?;
+    let mut reader = body_reader(body);
+    let r = write_inner(&app, &caller, &id, q, &headers, &mut reader).await;
+    if r.is_err() {
+        drain(&mut reader).await;
+    }
+    r
+}
+
+async fn write_inner(
+    app: &AppState,
+    caller: &Caller,
+    id: &str,
+    q: PathQuery,
+    headers: &HeaderMap,
+    reader: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> Result<Response, ApiError> {
+    let app = app.clone();
+    let id = id.to_string();
+    let (rec, sb) = running(&app, caller, &id).await?;
     let path = sandbox_path(&q.path, q.user)?;
     let mode = match q.mode.as_deref() {
         None => 0o644,
@@ -110,13 +128,11 @@ pub async fn write(
             .ok_or_else(|| ApiError::invalid(format!("mode must be octal permission bits like 0644, got {m:?}")))?,
     };
     let max = app.cfg.max_upload_mb << 20;
-    check_length(&headers, max)?;
-    let mut reader = body_reader(body);
-    let r = sb.upload(q.user.uid(), FileOp::Write { path: path.clone(), mode, max_bytes: max }, &mut reader).await;
+    check_length(headers, max)?;
+    let r = sb.upload(q.user.uid(), FileOp::Write { path: path.clone(), mode, max_bytes: max }, reader).await;
     let v = match r {
         Ok(v) => v,
         Err(e) => {
-            drain(&mut reader).await;
             audit(&app, &rec.tenant, &id, "file.write", json!({"path": path, "user": q.user, "error": e.to_string()}));
             return Err(e.into());
         }
@@ -232,25 +248,39 @@ pub async fn upload_tar(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id).await?;
+    let mut reader = body_reader(body);
+    let r = upload_tar_inner(&app, &caller, &id, q, &headers, &mut reader).await;
+    if r.is_err() {
+        drain(&mut reader).await;
+    }
+    r
+}
+
+async fn upload_tar_inner(
+    app: &AppState,
+    caller: &Caller,
+    id: &str,
+    q: PathQuery,
+    headers: &HeaderMap,
+    reader: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> Result<Response, ApiError> {
+    let (rec, sb) = running(app, caller, id).await?;
     let path = sandbox_path(&q.path, q.user)?;
     let max = app.cfg.max_upload_mb << 20;
-    check_length(&headers, max)?;
-    let mut reader = body_reader(body);
-    let r = sb.upload(q.user.uid(), FileOp::Untar { path: path.clone(), max_bytes: max }, &mut reader).await;
+    check_length(headers, max)?;
+    let r = sb.upload(q.user.uid(), FileOp::Untar { path: path.clone(), max_bytes: max }, reader).await;
     let v = match r {
         Ok(v) => v,
         Err(e) => {
-            drain(&mut reader).await;
-            audit(&app, &rec.tenant, &id, "file.untar", json!({"path": path, "user": q.user, "error": e.to_string()}));
+            audit(app, &rec.tenant, id, "file.untar", json!({"path": path, "user": q.user, "error": e.to_string()}));
             return Err(e.into());
         }
     };
     let (bytes, entries) = (v["bytes"].as_u64().unwrap_or(0), v["entries"].as_u64().unwrap_or(0));
     audit(
-        &app,
+        app,
         &rec.tenant,
-        &id,
+        id,
         "file.untar",
         json!({"path": path, "user": q.user, "bytes": bytes, "entries": entries}),
     );

@@ -225,11 +225,21 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
             let _ = rx.changed().await;
         })
         .await?;
-    tracing::info!("shutting down: deleting running sandboxes");
-    for id in app.engine.running_ids() {
-        let _ = app.engine.destroy(&id).await;
-        let _ = app.store.set_state(&id, SandboxState::Deleted, Some("server shut down"));
+    tracing::info!("shutting down: stopping persistent sandboxes, deleting ephemeral ones");
+    for rec in app.store.live_sandboxes().unwrap_or_default() {
+        let running = matches!(rec.info.state, SandboxState::Running | SandboxState::Paused);
+        let r = if rec.info.persistent && running {
+            lifecycle::stop(&app, &rec, Some("server shut down")).await.map(|_| ())
+        } else if !rec.info.persistent {
+            sandboxes::remove_sandbox(&app, &rec, "sandbox.delete", Some("server shut down")).await
+        } else {
+            Ok(())
+        };
+        if let Err(e) = r {
+            tracing::error!(sandbox = %rec.info.id, "shutdown: {}", e.message);
+        }
     }
+    app.engine.shutdown().await;
     Ok(())
 }
 

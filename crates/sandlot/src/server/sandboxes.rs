@@ -164,6 +164,8 @@ pub async fn start_record(app: &App, mut rec: SandboxRecord, source: LayerSource
         ));
     }
     let id = rec.info.id.clone();
+    // Locked before the row exists, so a concurrent get_or_create waits for the boot to finish.
+    let _g = super::lifecycle::lock(app, &id).await;
     if let Err(e) = app.store.insert_sandbox(&rec) {
         if let Some(name) = &rec.info.name {
             if app.store.get_by_name(&rec.tenant, name)?.is_some() {
@@ -172,7 +174,6 @@ pub async fn start_record(app: &App, mut rec: SandboxRecord, source: LayerSource
         }
         return Err(e.into());
     }
-    let _g = super::lifecycle::lock(app, &id).await;
     let t0 = std::time::Instant::now();
     match super::lifecycle::boot(app, &rec, source).await {
         Ok(_) => {
@@ -215,18 +216,35 @@ pub async fn create(
             if !req.get_or_create {
                 return Err(name_taken(name));
             }
-            let rec = match existing.info.state {
-                SandboxState::Stopped | SandboxState::Paused => {
-                    super::lifecycle::resume(&app, &existing, "get_or_create").await?
-                }
-                _ => existing,
-            };
-            return Ok((StatusCode::OK, Json(rec.info)).into_response());
+            return Ok((StatusCode::OK, Json(get_existing(&app, existing).await?.info)).into_response());
         }
     } else if req.get_or_create {
         return Err(ApiError::invalid("get_or_create needs a `name`"));
     }
-    let (mut image, limits) = validate(&app, &req)?;
+    create_new(&app, &caller, req).await
+}
+
+/// `get_or_create` found the sandbox: wait out its creation if it is in flight, resume it if needed.
+async fn get_existing(app: &App, existing: SandboxRecord) -> Result<SandboxRecord, ApiError> {
+    let existing = if existing.info.state == SandboxState::Creating {
+        // The creating call holds the sandbox's transition lock until it has booted.
+        drop(super::lifecycle::lock(app, &existing.info.id).await);
+        app.store
+            .get_sandbox_any(&existing.tenant, &existing.info.id)?
+            .ok_or_else(|| ApiError::not_found(&format!("sandbox {}", existing.info.id)))?
+    } else {
+        existing
+    };
+    Ok(match existing.info.state {
+        SandboxState::Stopped | SandboxState::Paused => {
+            super::lifecycle::resume(app, &existing, "get_or_create").await?
+        }
+        _ => existing,
+    })
+}
+
+async fn create_new(app: &AppState, caller: &Caller, req: CreateSandbox) -> Result<axum::response::Response, ApiError> {
+    let (mut image, limits) = validate(app, &req)?;
     let mut source = LayerSource::Fresh;
     if let Some(snap) = &req.snapshot {
         let (info, base) = app
@@ -258,8 +276,16 @@ pub async fn create(
         LayerSource::Snapshot { id, .. } => Some(id.clone()),
         _ => None,
     };
-    let info = start_record(&app, rec, source).await?;
-    Ok((StatusCode::CREATED, Json(info)).into_response())
+    match start_record(app, rec, source).await {
+        Ok(info) => Ok((StatusCode::CREATED, Json(info)).into_response()),
+        // Another call created the name between our check and our insert.
+        Err(e) if e.code == sandlot_api::codes::ALREADY_EXISTS && req.get_or_create => {
+            let name = req.name.as_deref().unwrap_or_default();
+            let existing = app.store.get_by_name(&caller.tenant, name)?.ok_or(e)?;
+            Ok((StatusCode::OK, Json(get_existing(app, existing).await?.info)).into_response())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 pub async fn list(State(app): State<AppState>, caller: Caller) -> Result<Json<SandboxList>, ApiError> {
