@@ -326,6 +326,11 @@ impl Engine {
                 if !layer.upper.is_dir() {
                     return Err(EngineError::Host(format!("the writable layer of {id} is missing")));
                 }
+                if let Ok(n) = layer.remove_partial_uploads() {
+                    if n > 0 {
+                        tracing::info!(sandbox = id, "removed {n} partial upload(s) cut short by a crash");
+                    }
+                }
                 let old = spec.preferred_slot.map(|s| sandlot_linux::IdRange::for_slot(s).base);
                 if let Some(old) = old.filter(|b| *b != ids.base) {
                     // Its old host id range is taken by another sandbox now: re-own the files.
@@ -367,6 +372,7 @@ impl Engine {
             tmp_mb: (spec.limits.memory_bytes >> 21).max(8),
             layers: self.cfg.layers,
             work_cgroup_fds: cgroup.work_procs().len() as u32,
+            max_file_bytes: disk.unwrap_or(0),
         };
         match self.launcher.launch(LaunchRequest { spec: container, ids, cgroup: cgroup.clone() }) {
             Ok(l) => Ok((l, layer, cgroup, slot)),

@@ -97,6 +97,28 @@ impl Layer {
         Ok(())
     }
 
+    /// Removes the temporary files of uploads that a crash cut short (`.NAME.sandlot-HEX`, see the
+    /// supervisor's file writes): they hold partial data nobody acknowledged and count against the quota.
+    /// Only the upper layer is walked, which holds just what the sandbox changed. Returns how many went.
+    pub fn remove_partial_uploads(&self) -> io::Result<u64> {
+        let mut removed = 0;
+        let mut stack = vec![self.upper.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(rd) = fs::read_dir(&dir) else { continue };
+            for ent in rd.flatten() {
+                let Ok(ft) = ent.file_type() else { continue };
+                let name = ent.file_name();
+                let name = name.to_string_lossy();
+                if ft.is_dir() {
+                    stack.push(ent.path());
+                } else if ft.is_file() && is_partial_upload(&name) && fs::remove_file(ent.path()).is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        Ok(removed)
+    }
+
     /// Removes the layer. Everything below is plain files: the mounts lived in the sandbox's own mount
     /// namespace and vanished with its last process.
     pub fn remove(&self) -> io::Result<()> {
@@ -106,4 +128,25 @@ impl Layer {
 
 fn hosts(hostname: &str) -> String {
     format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n")
+}
+
+/// `.NAME.sandlot-HEX`: the temporary name a file upload writes to before its atomic rename.
+fn is_partial_upload(name: &str) -> bool {
+    name.starts_with('.')
+        && name
+            .rsplit_once(".sandlot-")
+            .is_some_and(|(_, hex)| !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_only_upload_temporaries() {
+        assert!(is_partial_upload(".big.bin.sandlot-1f2e3d"));
+        assert!(!is_partial_upload("big.bin.sandlot-1f2e3d"));
+        assert!(!is_partial_upload(".bashrc"));
+        assert!(!is_partial_upload(".x.sandlot-xyz"));
+    }
 }

@@ -46,6 +46,9 @@ pub struct ContainerSpec {
     /// before exec, so commands never share the supervisor's cgroup leaf).
     #[serde(default)]
     pub work_cgroup_fds: u32,
+    /// RLIMIT_FSIZE of every command (the writable layer's cap; 0 = unlimited).
+    #[serde(default)]
+    pub max_file_bytes: u64,
 }
 
 /// First fd of the command-leaf `cgroup.procs` files in the supervisor.

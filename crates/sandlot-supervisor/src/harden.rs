@@ -33,6 +33,7 @@ const NOFILE: u64 = 65_536;
 pub struct Hardening {
     filter: Option<Filter>,
     work_cgroup_fds: Vec<i32>,
+    max_file_bytes: u64,
     cap_last: u32,
     nofile: u64,
     oom_path: CString,
@@ -57,7 +58,7 @@ const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 impl Hardening {
     /// Compiles the seccomp profile and reads the kernel's capability count. `seccomp = false` is the
     /// test-only switch that shows what the other layers stop on their own.
-    pub fn new(seccomp: bool, work_cgroup_fds: Vec<i32>) -> io::Result<Self> {
+    pub fn new(seccomp: bool, work_cgroup_fds: Vec<i32>, max_file_bytes: u64) -> io::Result<Self> {
         let filter = if seccomp { Some(Filter::sandbox().map_err(|e| io::Error::other(e.to_string()))?) } else { None };
         let cap_last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
             .ok()
@@ -72,6 +73,7 @@ impl Hardening {
         Ok(Hardening {
             filter,
             work_cgroup_fds,
+            max_file_bytes,
             cap_last,
             nofile,
             oom_path: CString::new("/proc/self/oom_score_adj").expect("no NUL"),
@@ -133,6 +135,11 @@ impl Hardening {
             check(libc::setrlimit(libc::RLIMIT_CORE, &core) as libc::c_long)?;
             let nofile = libc::rlimit { rlim_cur: self.nofile, rlim_max: self.nofile };
             check(libc::setrlimit(libc::RLIMIT_NOFILE, &nofile) as libc::c_long)?;
+            // No single file larger than the writable layer may hold (SIGXFSZ / EFBIG past it).
+            if self.max_file_bytes > 0 {
+                let fsize = libc::rlimit { rlim_cur: self.max_file_bytes, rlim_max: self.max_file_bytes };
+                check(libc::setrlimit(libc::RLIMIT_FSIZE, &fsize) as libc::c_long)?;
+            }
             if let Some(f) = &self.filter {
                 check(f.install() as libc::c_long)?;
             }

@@ -47,6 +47,8 @@ pub struct Options {
     pub seccomp: bool,
     /// Open `cgroup.procs` files of the command leaf; each command writes itself into them before exec.
     pub work_cgroup_fds: Vec<i32>,
+    /// RLIMIT_FSIZE for commands (0 = unlimited).
+    pub max_file_bytes: u64,
 }
 
 /// Runs the supervisor on the control socket at [`CONTROL_FD`]. Never returns.
@@ -72,8 +74,10 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
     // inherit the mask, and std's Command resets it in children before exec.
     process::block_sigchld()?;
     let outbox = Outbox { sock: Arc::new(Mutex::new(sock.try_clone()?)) };
-    let procs =
-        process::Table::new(outbox.clone(), harden::Hardening::new(opts.seccomp, opts.work_cgroup_fds.clone())?);
+    let procs = process::Table::new(
+        outbox.clone(),
+        harden::Hardening::new(opts.seccomp, opts.work_cgroup_fds.clone(), opts.max_file_bytes)?,
+    );
     procs.start_reaper();
     let uploads = files::Uploads::default();
 

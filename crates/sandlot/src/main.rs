@@ -74,5 +74,9 @@ fn supervisor_main() -> ! {
         std::process::exit(71);
     }
     let work_cgroup_fds = (0..spec.work_cgroup_fds as i32).map(|i| sandlot_linux::WORK_CGROUP_FD + i).collect();
-    sandlot_supervisor::run(sandlot_supervisor::Options { seccomp: spec.layers.seccomp, work_cgroup_fds })
+    sandlot_supervisor::run(sandlot_supervisor::Options {
+        seccomp: spec.layers.seccomp,
+        work_cgroup_fds,
+        max_file_bytes: spec.max_file_bytes,
+    })
 }

@@ -207,3 +207,16 @@ fn upload_over_disk_quota_is_413() {
     assert_eq!(leftovers, "", "partial upload left behind");
     sb.delete().unwrap();
 }
+
+/// Commands run with RLIMIT_CORE 0 and RLIMIT_FSIZE at the writable layer's cap: no core dumps, and no
+/// single file larger than the layer can hold.
+#[test]
+fn rlimits_bound_core_dumps_and_file_size() {
+    let server = Server::start();
+    let sb = server.create(&CreateSandbox { disk_mb: Some(64), ..Default::default() });
+    let out = sh_ok(
+        &sb,
+        "python3 -c 'import resource as r; print(r.getrlimit(r.RLIMIT_CORE)[0], r.getrlimit(r.RLIMIT_FSIZE)[0], r.getrlimit(r.RLIMIT_NOFILE)[0] <= 65536)'",
+    );
+    assert_eq!(out.trim(), format!("0 {} True", 64u64 << 20));
+}

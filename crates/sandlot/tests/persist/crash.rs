@@ -128,7 +128,6 @@ fn kill9_during_an_upload_keeps_acknowledged_files_and_no_partial_one() {
 
 /// kill -9 mid-upload leaves no hidden partial temporary file in the target directory.
 #[test]
-#[ignore = "BUG: a write cut by a daemon crash leaves its hidden temp file (.NAME.sandlot-HEX, the bytes received so far) in the target directory forever"]
 fn kill9_during_an_upload_leaves_no_temporary_file() {
     let mut server = Server::start();
     let sb = server.create(&persistent(None));
