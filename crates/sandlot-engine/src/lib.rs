@@ -191,9 +191,10 @@ impl Engine {
             return Ok(());
         }
         let pid = sb.pid();
-        let tun = tokio::task::spawn_blocking(move || sandlot_linux::net::create_tun(pid))
-            .await
-            .map_err(|e| EngineError::Host(e.to_string()))??;
+        let tun =
+            tokio::task::spawn_blocking(move || sandlot_linux::net::create_tun(pid, sandlot_netproxy::stack::LINK_MTU))
+                .await
+                .map_err(|e| EngineError::Host(e.to_string()))??;
         let net =
             sandlot_netproxy::stack::SandboxNet::new(&sb.id, policy, Arc::clone(&self.cfg.net), self.net_tx.clone());
         let task = net.start(tun)?;

@@ -12,8 +12,6 @@ use std::os::unix::fs::OpenOptionsExt;
 pub const SANDBOX_ADDR: Ipv4Addr = Ipv4Addr::new(10, 200, 0, 2);
 /// The gateway: the daemon's stack answers DNS here; everything else is routed through it.
 pub const GATEWAY_ADDR: Ipv4Addr = Ipv4Addr::new(10, 200, 0, 1);
-/// Link MTU.
-pub const MTU: u16 = 1500;
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TUN: libc::c_short = 0x0001;
@@ -55,8 +53,8 @@ fn sockaddr(ip: Ipv4Addr) -> libc::sockaddr {
 }
 
 /// Creates `tun0` in the network namespace of process `pid`, addresses it, routes everything through
-/// the gateway, and returns the daemon's end (non-blocking).
-pub fn create_tun(pid: i32) -> io::Result<OwnedFd> {
+/// the gateway with link MTU `mtu`, and returns the daemon's end (non-blocking).
+pub fn create_tun(pid: i32, mtu: u16) -> io::Result<OwnedFd> {
     let ns = File::open(format!("/proc/{pid}/ns/net"))?;
     // setns changes only the calling thread's network namespace: do it on a throwaway thread.
     std::thread::spawn(move || -> io::Result<OwnedFd> {
@@ -85,7 +83,7 @@ pub fn create_tun(pid: i32) -> io::Result<OwnedFd> {
         r.ifr_ifru.ifru_netmask = sockaddr(Ipv4Addr::new(255, 255, 255, 252));
         // SAFETY: as above.
         check(unsafe { libc::ioctl(fd, libc::SIOCSIFNETMASK, &r) }, "SIOCSIFNETMASK")?;
-        r.ifr_ifru.ifru_mtu = MTU as libc::c_int;
+        r.ifr_ifru.ifru_mtu = mtu as libc::c_int;
         // SAFETY: as above.
         check(unsafe { libc::ioctl(fd, libc::SIOCSIFMTU, &r) }, "SIOCSIFMTU")?;
         r.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
