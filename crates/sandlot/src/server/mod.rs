@@ -149,7 +149,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // so it never shows on the host and vanishes with the daemon, however it ends.
     sandlot_linux::volume::enter_private_mount_namespace().context("creating the daemon's mount namespace")?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(serve(args, state_dir))
+    let r = runtime.block_on(serve(args, state_dir));
+    // Sandboxes are gone by now; a proxied connection whose teardown is still waiting on a TCP timer
+    // (the network stack blocks on it when a stream is dropped) must not hold the exit.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    r
 }
 
 async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
