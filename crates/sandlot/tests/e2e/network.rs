@@ -10,7 +10,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandlot_client::api::{CreateSandbox, Mode, NetworkSpec};
+use sandlot_client::api::{CreateSandbox, ExecRequest, Mode, NetworkSpec};
 use sandlot_client::Client;
 
 use crate::harness::{sh, Server};
@@ -391,4 +391,81 @@ fn tls_without_a_rule_is_not_intercepted() {
     r.stdout.as_bytes().read_to_string(&mut out).unwrap();
     // The sandbox verified the upstream's own certificate (no interception), and no header was added.
     assert_eq!(out, "missing credential\nrc=0\n", "{r:?}");
+}
+
+/// A wheel with one module, `sandlot_probe`, whose `VALUE` is 42.
+fn probe_wheel() -> Vec<u8> {
+    let script = r#"
+import io, sys, zipfile
+b = io.BytesIO()
+with zipfile.ZipFile(b, "w") as z:
+    files = {
+        "sandlot_probe/__init__.py": "VALUE = 42\n",
+        "sandlot_probe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: sandlot-probe\nVersion: 1.0\n",
+        "sandlot_probe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: sandlot-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    for name, body in files.items():
+        z.writestr(name, body)
+    z.writestr("sandlot_probe-1.0.dist-info/RECORD", "".join(f"{n},,\n" for n in files) + "sandlot_probe-1.0.dist-info/RECORD,,\n")
+sys.stdout.buffer.write(b.getvalue())
+"#;
+    let out = Command::new("python3").arg("-c").arg(script).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    out.stdout
+}
+
+/// A package index (PEP 503 "simple") on loopback serving the probe wheel.
+fn package_index() -> u16 {
+    let wheel = probe_wheel();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut first = String::new();
+            let _ = r.read_line(&mut first);
+            let mut line = String::new();
+            while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line != "\r\n" {
+                line.clear();
+            }
+            let path = first.split_whitespace().nth(1).unwrap_or("/").to_string();
+            let name = "sandlot_probe-1.0-py3-none-any.whl";
+            let (status, ctype, body): (&str, &str, Vec<u8>) = if path.ends_with(".whl") {
+                ("200 OK", "application/octet-stream", wheel.clone())
+            } else if path.starts_with("/simple/sandlot-probe") {
+                let html = format!("<!DOCTYPE html><html><body><a href=\"/files/{name}\">{name}</a></body></html>");
+                ("200 OK", "text/html", html.into_bytes())
+            } else {
+                ("404 Not Found", "text/plain", b"not found".to_vec())
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(&body);
+        }
+    });
+    port
+}
+
+/// A real client end to end: pip installs a package from an index allowlisted by name, and the same
+/// pip cannot reach an index that is not on the list.
+#[test]
+fn pip_installs_from_an_allowlisted_index() {
+    let port = package_index();
+    let srv = server(&["pypi.test=127.0.0.1", "other-index.test=127.0.0.1"], &[]);
+    let sb = with_net(&srv.client(), net(r#"{"mode":"allowlist","allow":["pypi.test"]}"#));
+    let pip = |host: &str| {
+        format!(
+            "python3 -m pip install --quiet --no-cache-dir --user --break-system-packages --disable-pip-version-check \
+             --retries 0 --timeout 5 --trusted-host {host} --index-url http://{host}:{port}/simple/ sandlot-probe"
+        )
+    };
+    let refused = sb.exec(&ExecRequest { timeout_s: Some(60.0), ..sh(&pip("other-index.test")) }).unwrap();
+    assert_ne!(refused.exit_code, 0, "an index off the list must be unreachable: {refused:?}");
+    let ok = sb.exec(&ExecRequest { timeout_s: Some(60.0), ..sh(&pip("pypi.test")) }).unwrap();
+    assert_eq!(ok.exit_code, 0, "{ok:?}");
+    let out = sb.shell("python3 -c 'import sandlot_probe; print(sandlot_probe.VALUE)'").unwrap();
+    assert_eq!(out.stdout, "42\n", "{out:?}");
 }
