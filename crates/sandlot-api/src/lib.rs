@@ -671,6 +671,25 @@ pub struct WriteResult {
     pub entries: Option<u64>,
 }
 
+/// Body of `POST /v1/sandboxes/{id}/ports`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ExposePort {
+    /// Port a server listens on inside the sandbox (on its loopback or any address).
+    pub port: u16,
+}
+
+/// An exposed port: its preview URL works without an API key (the token is in it).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PortInfo {
+    /// The port.
+    pub port: u16,
+    /// Preview URL (HTTP and WebSocket-free HTTP/1.1 proxying; the token becomes a cookie).
+    pub url: String,
+    /// The per-port token (a bearer for this port of this sandbox only).
+    pub token: String,
+}
+
 /// Body of `POST /v1/keys` (admin only).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]

@@ -104,6 +104,14 @@ impl Sandbox {
         Ok(result.sandboxes.into_iter().map(|info| Sandbox::with_info(self.client.clone(), info)).collect())
     }
 
+    /// Exposes a server listening on `port` inside the sandbox; the answer's `url` reaches it over HTTP
+    /// without an API key (a per-port token is in the URL).
+    pub fn expose_port(&self, port: u16) -> Result<sandlot_api::PortInfo> {
+        let http = self.client.request("POST", &self.path("/ports"));
+        let response = self.client.send_json(http, &sandlot_api::ExposePort { port })?;
+        json(response, "the exposed port")
+    }
+
     /// Same as [`Sandbox::delete`] (the name other sandbox SDKs use).
     pub fn kill(&self) -> Result<()> {
         self.delete()

@@ -83,6 +83,9 @@ pub enum EngineError {
     /// The sandbox could not be started; the reason names the failed step.
     #[error("sandbox failed to start: {0}")]
     StartFailed(String),
+    /// Nothing accepts connections on the asked port inside the sandbox.
+    #[error("{0}")]
+    PortUnreachable(String),
     /// Unknown image.
     #[error("unknown image {0:?}; available: host")]
     UnknownImage(String),

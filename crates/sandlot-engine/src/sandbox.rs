@@ -69,7 +69,14 @@ impl FileStream {
     }
 }
 
+/// An inbound connection being set up or open.
+struct Conn {
+    ready: Option<oneshot::Sender<Result<(), String>>>,
+    data: mpsc::Sender<Option<Vec<u8>>>,
+}
+
 struct Shared {
+    conns: Mutex<HashMap<u64, Conn>>,
     procs: Mutex<HashMap<u64, (Arc<Process>, u64)>>,
     order: Mutex<Vec<u64>>,
     files: Mutex<HashMap<u64, mpsc::Sender<FileMsg>>>,
@@ -124,6 +131,7 @@ impl Sandbox {
             }
         });
         let shared = Arc::new(Shared {
+            conns: Mutex::default(),
             procs: Mutex::default(),
             order: Mutex::default(),
             files: Mutex::default(),
@@ -392,6 +400,55 @@ impl Sandbox {
         }
     }
 
+    /// Opens a TCP connection to a server listening on `port` of the sandbox's loopback; the returned
+    /// stream carries its bytes (through the supervisor, over the control socket).
+    pub async fn connect(&self, port: u16) -> Result<tokio::io::DuplexStream, EngineError> {
+        let conn = self.next.fetch_add(1, Ordering::SeqCst);
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (data_tx, mut data_rx) = mpsc::channel::<Option<Vec<u8>>>(64);
+        self.shared
+            .conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(conn, Conn { ready: Some(ready_tx), data: data_tx });
+        self.send(&Request::Connect { conn, port }, &[]).await?;
+        match ready_rx.await {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => return Err(EngineError::PortUnreachable(message)),
+            Err(_) => return Err(EngineError::Gone(self.id.clone())),
+        }
+        let (ours, theirs) = tokio::io::duplex(256 << 10);
+        let (mut rd, mut wr) = tokio::io::split(theirs);
+        tokio::spawn(async move {
+            while let Some(Some(chunk)) = data_rx.recv().await {
+                if wr.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+            let _ = wr.shutdown().await;
+        });
+        let out = self.out.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; MAX_PAYLOAD];
+            loop {
+                let n = match rd.read(&mut buf).await {
+                    Ok(0) | Err(_) => 0,
+                    Ok(n) => n,
+                };
+                let frame = if n == 0 {
+                    encode(&Request::StreamClose { conn }, &[])
+                } else {
+                    encode(&Request::StreamData { conn }, &buf[..n])
+                };
+                let Ok(frame) = frame else { break };
+                if out.send(frame).await.is_err() || n == 0 {
+                    break;
+                }
+            }
+        });
+        Ok(ours)
+    }
+
     /// The sandbox's cgroup.
     pub(crate) fn cgroup(&self) -> &SandboxCgroup {
         &self.shared.cgroup
@@ -457,6 +514,7 @@ impl Shared {
             p.on_exit(None, oom_now > before);
         }
         self.files.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.conns.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 }
 
@@ -534,6 +592,31 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     } else {
                         p.on_exit(Some(end), shared.cgroup.oom_kills() > before);
                     }
+                }
+            }
+            Event::Connected { conn } => {
+                let ready =
+                    shared.conns.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&conn).and_then(|c| c.ready.take());
+                if let Some(tx) = ready {
+                    let _ = tx.send(Ok(()));
+                }
+            }
+            Event::ConnectFailed { conn, message } => {
+                let c = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+                if let Some(tx) = c.and_then(|mut c| c.ready.take()) {
+                    let _ = tx.send(Err(message));
+                }
+            }
+            Event::StreamData { conn } => {
+                let tx = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).get(&conn).map(|c| c.data.clone());
+                if let Some(tx) = tx {
+                    let _ = tx.send(Some(payload)).await;
+                }
+            }
+            Event::StreamClose { conn } => {
+                let c = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+                if let Some(c) = c {
+                    let _ = c.data.send(None).await;
                 }
             }
             Event::Chunk { req } => {

@@ -64,6 +64,24 @@ pub enum Request {
         /// Request id of the upload.
         req: u64,
     },
+    /// Open a TCP connection to `127.0.0.1:port` inside the sandbox (inbound traffic to a server the
+    /// sandbox runs); answered by `Connected` or `ConnectFailed`.
+    Connect {
+        /// Connection id chosen by the daemon.
+        conn: u64,
+        /// Port inside the sandbox.
+        port: u16,
+    },
+    /// Bytes for an open connection (in the payload).
+    StreamData {
+        /// Connection id.
+        conn: u64,
+    },
+    /// The daemon's side is done sending (the supervisor shuts down its write half).
+    StreamClose {
+        /// Connection id.
+        conn: u64,
+    },
 }
 
 /// A process to start.
@@ -202,6 +220,28 @@ pub enum Event {
         req: u64,
         /// Result.
         value: serde_json::Value,
+    },
+    /// A `Connect` succeeded.
+    Connected {
+        /// Connection id.
+        conn: u64,
+    },
+    /// A `Connect` failed (nothing listens there, …).
+    ConnectFailed {
+        /// Connection id.
+        conn: u64,
+        /// Why.
+        message: String,
+    },
+    /// Bytes from the sandbox side of a connection (in the payload).
+    StreamData {
+        /// Connection id.
+        conn: u64,
+    },
+    /// The sandbox side closed (EOF or error); nothing more comes for `conn`.
+    StreamClose {
+        /// Connection id.
+        conn: u64,
     },
     /// A file operation failed.
     Failed {

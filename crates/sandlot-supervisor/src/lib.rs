@@ -12,6 +12,7 @@
 
 mod files;
 mod harden;
+mod ports;
 mod process;
 pub mod seccomp;
 
@@ -80,6 +81,7 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
     );
     procs.start_reaper();
     let uploads = files::Uploads::default();
+    let ports = ports::Ports::default();
 
     outbox.send(&Event::Ready { version: sandlot_protocol::VERSION }, &[]);
     let mut reader = BufReader::with_capacity(256 << 10, sock);
@@ -97,6 +99,9 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
             Request::Data { req } => uploads.data(req, frame.payload),
             Request::End { req } => uploads.end(req),
             Request::Abort { req } => uploads.abort(req),
+            Request::Connect { conn, port } => ports.connect(&outbox, conn, port),
+            Request::StreamData { conn } => ports.data(conn, frame.payload),
+            Request::StreamClose { conn } => ports.close(conn),
         }
     }
 }

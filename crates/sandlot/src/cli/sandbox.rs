@@ -102,6 +102,11 @@ sandboxes from it with `sandlot sandbox create --snapshot ID`.\n\nExample:\n  sa
     #[command(long_about = "Make COUNT new running sandboxes, each with a copy-on-write copy of this one's \
 files, and print their ids.\n\nExample:\n  sandlot sandbox fork sb_abc123 --count 4")]
     Fork(ForkArgs),
+    /// Expose a server listening inside a sandbox; prints its preview URL.
+    #[command(long_about = "Expose a server listening on PORT inside a sandbox and print its preview URL, \
+which works over HTTP without an API key (a per-port token is part of it).\n\nExample:\n  \
+sandlot sandbox expose sb_abc123 8000")]
+    Expose(ExposeArgs),
     /// List snapshots.
     #[command(
         long_about = "List the snapshots of your tenant, newest first.\n\nExample:\n  sandlot sandbox snapshots --json"
@@ -140,6 +145,20 @@ pub struct SnapshotArgs {
     conn: Conn,
 }
 
+/// Arguments of `sandlot sandbox expose`.
+#[derive(clap::Args, Debug)]
+pub struct ExposeArgs {
+    /// Sandbox id.
+    id: String,
+    /// Port the server listens on inside the sandbox.
+    port: u16,
+    /// Print JSON (url, token) instead of the URL.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
 /// Arguments of `sandlot sandbox fork`.
 #[derive(clap::Args, Debug)]
 pub struct ForkArgs {
@@ -164,6 +183,7 @@ impl SandboxCmd {
             SandboxCmd::Stop(args) | SandboxCmd::Resume(args) | SandboxCmd::Pause(args) => &args.conn,
             SandboxCmd::Snapshot(args) => &args.conn,
             SandboxCmd::Fork(args) => &args.conn,
+            SandboxCmd::Expose(args) => &args.conn,
             SandboxCmd::Snapshots(args) => &args.conn,
         }
     }
@@ -268,6 +288,7 @@ pub(super) fn execute(cmd: SandboxCmd) -> anyhow::Result<i32> {
         SandboxCmd::Pause(args) => transition(args, "pause"),
         SandboxCmd::Snapshot(args) => snapshot(args),
         SandboxCmd::Fork(args) => fork(args),
+        SandboxCmd::Expose(args) => expose(args),
         SandboxCmd::Snapshots(args) => snapshots(args),
         SandboxCmd::RmSnapshot(args) => rm_snapshots(args),
     }
@@ -323,6 +344,17 @@ fn fork(args: ForkArgs) -> anyhow::Result<i32> {
     let sandbox = args.conn.client()?.sandbox(&args.id);
     for copy in sandbox.fork(args.count).doing(&format!("forking sandbox {}", args.id))? {
         println!("{}", copy.id());
+    }
+    Ok(0)
+}
+
+fn expose(args: ExposeArgs) -> anyhow::Result<i32> {
+    let sandbox = args.conn.client()?.sandbox(&args.id);
+    let port = sandbox.expose_port(args.port).doing(&format!("exposing port {} of {}", args.port, args.id))?;
+    if args.json {
+        print_json(&port)?;
+    } else {
+        println!("{}", port.url);
     }
     Ok(0)
 }

@@ -54,6 +54,7 @@ impl From<EngineError> for ApiError {
                 ApiError::conflict(format!("{e}; its processes are gone. Delete it and create a new one"))
             }
             EngineError::UnknownImage(_) => ApiError::invalid(e.to_string()),
+            EngineError::PortUnreachable(m) => ApiError::new(StatusCode::BAD_GATEWAY, "port_unreachable", m),
             EngineError::StartFailed(_) | EngineError::Host(_) => ApiError::internal(e.to_string()),
             EngineError::File { kind, message } => {
                 let (status, code) = match kind {

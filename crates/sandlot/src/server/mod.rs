@@ -5,6 +5,7 @@ mod exec;
 mod extract;
 mod files;
 mod lifecycle;
+mod ports;
 mod sandboxes;
 
 use std::collections::HashSet;
@@ -96,6 +97,9 @@ pub struct App {
     /// Last API activity per sandbox (Unix ms), kept in memory: idle timeouts do not survive a restart
     /// (sandboxes do not run across one), so it needs no write per call.
     pub activity: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+    /// Per-port tokens of preview URLs, `(sandbox, port) → token` (a restart invalidates them, as it
+    /// stops every sandbox).
+    pub port_tokens: std::sync::Mutex<std::collections::HashMap<(String, u16), String>>,
     /// Per-sandbox transition locks.
     pub locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub engine: Arc<Engine>,
@@ -201,6 +205,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
         engine: Arc::clone(&engine),
         cfg: args.clone(),
         activity: Default::default(),
+        port_tokens: Default::default(),
         locks: Default::default(),
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -396,6 +401,10 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes/{id}/snapshot", post(lifecycle::snapshot))
         .route("/v1/sandboxes/{id}/fork", post(lifecycle::fork))
         .route("/v1/sandboxes/{id}/network", axum::routing::patch(sandboxes::set_network))
+        .route("/v1/sandboxes/{id}/ports", post(ports::expose))
+        .route("/v1/sandboxes/{id}/ports/{port}", axum::routing::any(ports::proxy_root))
+        .route("/v1/sandboxes/{id}/ports/{port}/", axum::routing::any(ports::proxy_root))
+        .route("/v1/sandboxes/{id}/ports/{port}/{*rest}", axum::routing::any(ports::proxy))
         .route("/v1/snapshots", get(lifecycle::list_snapshots))
         .route("/v1/snapshots/{id}", axum::routing::delete(lifecycle::delete_snapshot))
         .route("/v1/sandboxes/{id}/processes", get(exec::list))

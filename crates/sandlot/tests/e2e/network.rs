@@ -469,3 +469,39 @@ fn pip_installs_from_an_allowlisted_index() {
     let out = sb.shell("python3 -c 'import sandlot_probe; print(sandlot_probe.VALUE)'").unwrap();
     assert_eq!(out.stdout, "42\n", "{out:?}");
 }
+
+/// Inbound: a server inside the sandbox is reachable through its preview URL (token, then cookie) and
+/// with the owner's API key; without either it is not found, and a closed port is a 502.
+#[test]
+fn exposed_port_is_reachable_with_its_token_or_the_key_only() {
+    let srv = server(&[], &[]);
+    let sb = srv.sandbox();
+    sb.spawn(&sh("mkdir -p ~/www && echo 'served from inside' > ~/www/index.html && cd ~/www && exec python3 -m http.server 8000"))
+        .unwrap();
+    let port = sb.expose_port(8000).unwrap();
+    assert!(port.url.contains(&port.token), "{port:?}");
+    let path = port.url.split_once("127.0.0.1").map(|(_, rest)| rest.split_once('/').unwrap().1.to_string()).unwrap();
+    let get = |path: &str, headers: &[(&str, &str)]| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = srv.raw("GET", &format!("/{path}"), None, headers, b"");
+            if r.status != 502 || Instant::now() > deadline {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(100)); // the server inside is still starting
+        }
+    };
+    let with_token = get(&path, &[]);
+    assert_eq!((with_token.status, with_token.body.as_str()), (200, "served from inside\n"), "{with_token:?}");
+    let cookie = with_token.head.lines().find_map(|l| l.strip_prefix("set-cookie: ")).expect("a cookie").to_string();
+    let base = format!("v1/sandboxes/{}/ports/8000/index.html", sb.id());
+    let cookie_pair = cookie.split(';').next().unwrap().to_string();
+    assert_eq!(get(&base, &[("cookie", &cookie_pair)]).status, 200);
+    let key = format!("Bearer {}", srv.admin_key());
+    assert_eq!(get(&base, &[("authorization", &key)]).status, 200);
+    let none = get(&base, &[]);
+    assert_eq!((none.status, none.body.contains("not_found")), (404, true), "{none:?}");
+    let closed =
+        srv.raw("GET", &format!("/v1/sandboxes/{}/ports/9999/", sb.id()), None, &[("authorization", &key)], b"");
+    assert_eq!(closed.status, 502, "{closed:?}");
+}
