@@ -684,7 +684,7 @@ pub struct ExposePort {
 pub struct PortInfo {
     /// The port.
     pub port: u16,
-    /// Preview URL (HTTP and WebSocket-free HTTP/1.1 proxying; the token becomes a cookie).
+    /// Preview URL (HTTP/1.1 and WebSocket upgrades are proxied; the token becomes a cookie).
     pub url: String,
     /// The per-port token (a bearer for this port of this sandbox only).
     pub token: String,

@@ -116,6 +116,10 @@ async fn proxy_inner(State(app): State<AppState>, id: String, port: u16, req: Re
     let (_, sb) = running(&app, &caller, &id).await?;
     let (token, from_query) = token_from(&req);
     let prefix = format!("/v1/sandboxes/{id}/ports/{port}");
+    let mut req = req;
+    // A protocol upgrade (WebSocket) is spliced byte for byte once the server inside answers 101.
+    let wants_upgrade = req.headers().contains_key(header::UPGRADE);
+    let client_upgrade = wants_upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     parts.uri = inner_uri(&parts.uri, &prefix).parse().map_err(|_| ApiError::invalid("bad path"))?;
     // The sandbox's server sees its own request, not our key.
@@ -125,12 +129,22 @@ async fn proxy_inner(State(app): State<AppState>, id: String, port: u16, req: Re
         .await
         .map_err(|e| ApiError::internal(format!("talking to port {port}: {e}")))?;
     tokio::spawn(async move {
-        let _ = conn.await;
+        let _ = conn.with_upgrades().await;
     });
-    let resp = sender
+    let mut resp = sender
         .send_request(hyper::Request::from_parts(parts, body))
         .await
         .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "port_unreachable", format!("port {port}: {e}")))?;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_upgrade) = client_upgrade {
+            let server_upgrade = hyper::upgrade::on(&mut resp);
+            tokio::spawn(async move {
+                if let (Ok(c), Ok(s)) = (client_upgrade.await, server_upgrade.await) {
+                    let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(c), &mut TokioIo::new(s)).await;
+                }
+            });
+        }
+    }
     let (mut rparts, rbody) = resp.into_parts();
     if let (true, Some(t)) = (from_query, token) {
         let cookie = format!("{TOKEN_PARAM}={t}; Path={prefix}/; HttpOnly; SameSite=Lax");

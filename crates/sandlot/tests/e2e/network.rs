@@ -505,3 +505,51 @@ fn exposed_port_is_reachable_with_its_token_or_the_key_only() {
         srv.raw("GET", &format!("/v1/sandboxes/{}/ports/9999/", sb.id()), None, &[("authorization", &key)], b"");
     assert_eq!(closed.status, 502, "{closed:?}");
 }
+
+/// Inbound protocol upgrades (the WebSocket handshake): after the server inside answers 101, bytes flow
+/// both ways through the preview URL.
+#[test]
+fn exposed_port_passes_protocol_upgrades() {
+    let srv = server(&[], &[]);
+    let sb = srv.sandbox();
+    // A server that upgrades every request to an echo protocol.
+    let echo = r#"
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 8001)); s.listen(4)
+while True:
+    c, _ = s.accept(); data = b""
+    while b"\r\n\r\n" not in data:
+        data += c.recv(4096)
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+    while True:
+        b = c.recv(4096)
+        if not b: break
+        c.sendall(b.upper())
+    c.close()
+"#;
+    sb.write_file("/home/user/echo.py", echo.as_bytes()).unwrap();
+    sb.spawn(&sh("exec python3 /home/user/echo.py")).unwrap();
+    let port = sb.expose_port(8001).unwrap();
+    let path = port.url.split_once("127.0.0.1").map(|(_, rest)| rest.split_once('/').unwrap().1.to_string()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut stream = loop {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", srv.port())).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(s, "GET /{path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n").unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap_or(0) == 1 {
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).to_string();
+        if head.starts_with("HTTP/1.1 101") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no upgrade: {head}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    stream.write_all(b"hello through the tunnel").unwrap();
+    let mut buf = [0u8; 64];
+    let n = stream.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"HELLO THROUGH THE TUNNEL");
+}
