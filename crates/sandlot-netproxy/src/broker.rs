@@ -180,6 +180,7 @@ impl Broker {
     {
         let Brokered { tls, host, addr: upstream, rule } = to;
         let client = Prefixed { head, pos: 0, inner: client };
+        let t0 = std::time::Instant::now();
         // Upstream first: a sandbox must not get a TLS session from us for a host we cannot reach.
         let tcp = dialer.dial(upstream).await?;
         let _ = tcp.set_nodelay(true);
@@ -190,6 +191,7 @@ impl Broker {
         } else {
             http1_client(tcp).await?
         };
+        let t_upstream = t0.elapsed();
         let sender = Arc::new(tokio::sync::Mutex::new(sender));
         let headers: Vec<(HeaderName, HeaderValue)> = rule
             .headers
@@ -210,6 +212,7 @@ impl Broker {
         let http = hyper::server::conn::http1::Builder::new();
         if tls {
             let stream = tokio_rustls::TlsAcceptor::from(Arc::clone(&self.server)).accept(client).await?;
+            tracing::debug!(host = %host, ?t_upstream, accepted = ?t0.elapsed(), "brokered TLS session up");
             http.serve_connection(TokioIo::new(stream), service).await.map_err(other)
         } else {
             http.serve_connection(TokioIo::new(client), service).await.map_err(other)
