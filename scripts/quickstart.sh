@@ -4,13 +4,7 @@
 # Needs root (namespaces, cgroups, per-sandbox uid ranges) and a Rust toolchain (cargo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# btrfs-progs: the layers volume (per-sandbox disk limits); bubblewrap: the benchmark's baseline.
-need=()
-command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
-command -v bwrap >/dev/null || need+=(bubblewrap)
-if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+. scripts/deps.sh
 [ "$(id -u)" = 0 ] || { echo "quickstart: run as root (sudo $0): sandlot creates namespaces and cgroups" >&2; exit 1; }
 command -v cargo >/dev/null || { echo "quickstart: cargo not found; install Rust from https://rustup.rs" >&2; exit 1; }
 

@@ -92,6 +92,15 @@ fn check_length(headers: &HeaderMap, max: u64) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// What an upload carries.
+#[derive(Clone, Copy)]
+enum Upload {
+    /// One file (`PUT …/files`).
+    File,
+    /// A tar archive unpacked into a directory (`PUT …/files/tar`).
+    Tar,
+}
+
 pub async fn write(
     State(app): State<AppState>,
     caller: Caller,
@@ -100,46 +109,77 @@ pub async fn write(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    upload(&app, &caller, &id, q, &headers, body, Upload::File).await
+}
+
+pub async fn upload_tar(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<PathQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    upload(&app, &caller, &id, q, &headers, body, Upload::Tar).await
+}
+
+/// Any refusal, early or mid-transfer, drains the rest of the body first: a client still sending then
+/// reads the error instead of a broken pipe.
+async fn upload(
+    app: &AppState,
+    caller: &Caller,
+    id: &str,
+    q: PathQuery,
+    headers: &HeaderMap,
+    body: Body,
+    kind: Upload,
+) -> Result<Response, ApiError> {
     let mut reader = body_reader(body);
-    let r = write_inner(&app, &caller, &id, q, &headers, &mut reader).await;
+    let r = upload_inner(app, caller, id, q, headers, &mut reader, kind).await;
     if r.is_err() {
         drain(&mut reader).await;
     }
     r
 }
 
-async fn write_inner(
+async fn upload_inner(
     app: &AppState,
     caller: &Caller,
     id: &str,
     q: PathQuery,
     headers: &HeaderMap,
     reader: &mut (impl tokio::io::AsyncRead + Unpin),
+    kind: Upload,
 ) -> Result<Response, ApiError> {
-    let app = app.clone();
-    let id = id.to_string();
-    let (rec, sb) = running(&app, caller, &id).await?;
+    let (rec, sb) = running(app, caller, id).await?;
     let path = sandbox_path(&q.path, q.user)?;
-    let mode = match q.mode.as_deref() {
-        None => 0o644,
-        Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
-            .ok()
-            .filter(|m| *m <= 0o7777)
-            .ok_or_else(|| ApiError::invalid(format!("mode must be octal permission bits like 0644, got {m:?}")))?,
-    };
     let max = app.cfg.max_upload_mb << 20;
     check_length(headers, max)?;
-    let r = sb.upload(q.user.uid(), FileOp::Write { path: path.clone(), mode, max_bytes: max }, reader).await;
-    let v = match r {
+    let (op, action) = match kind {
+        Upload::File => {
+            let mode = match q.mode.as_deref() {
+                None => 0o644,
+                Some(m) => {
+                    u32::from_str_radix(m.trim_start_matches("0o"), 8).ok().filter(|m| *m <= 0o7777).ok_or_else(
+                        || ApiError::invalid(format!("mode must be octal permission bits like 0644, got {m:?}")),
+                    )?
+                }
+            };
+            (FileOp::Write { path: path.clone(), mode, max_bytes: max }, "file.write")
+        }
+        Upload::Tar => (FileOp::Untar { path: path.clone(), max_bytes: max }, "file.untar"),
+    };
+    let v = match sb.upload(q.user.uid(), op, reader).await {
         Ok(v) => v,
         Err(e) => {
-            audit(&app, &rec.tenant, &id, "file.write", json!({"path": path, "user": q.user, "error": e.to_string()}));
+            audit(app, &rec.tenant, id, action, json!({"path": path, "user": q.user, "error": e.to_string()}));
             return Err(e.into());
         }
     };
     let bytes = v["bytes"].as_u64().unwrap_or(0);
-    audit(&app, &rec.tenant, &id, "file.write", json!({"path": path, "user": q.user, "bytes": bytes, "mode": mode}));
-    Ok((StatusCode::CREATED, Json(WriteResult { path, bytes, entries: None })).into_response())
+    let entries = v["entries"].as_u64();
+    audit(app, &rec.tenant, id, action, json!({"path": path, "user": q.user, "bytes": bytes, "entries": entries}));
+    Ok((StatusCode::CREATED, Json(WriteResult { path, bytes, entries })).into_response())
 }
 
 pub async fn read(
@@ -238,53 +278,6 @@ pub async fn rename(
     r?;
     let v = sb.file_op(req.user.uid(), FileOp::Stat { path: to }).await?;
     Ok(Json(serde_json::from_value(v).map_err(|e| ApiError::internal(format!("supervisor answer: {e}")))?))
-}
-
-pub async fn upload_tar(
-    State(app): State<AppState>,
-    caller: Caller,
-    ApiPath(id): ApiPath<String>,
-    ApiQuery(q): ApiQuery<PathQuery>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let mut reader = body_reader(body);
-    let r = upload_tar_inner(&app, &caller, &id, q, &headers, &mut reader).await;
-    if r.is_err() {
-        drain(&mut reader).await;
-    }
-    r
-}
-
-async fn upload_tar_inner(
-    app: &AppState,
-    caller: &Caller,
-    id: &str,
-    q: PathQuery,
-    headers: &HeaderMap,
-    reader: &mut (impl tokio::io::AsyncRead + Unpin),
-) -> Result<Response, ApiError> {
-    let (rec, sb) = running(app, caller, id).await?;
-    let path = sandbox_path(&q.path, q.user)?;
-    let max = app.cfg.max_upload_mb << 20;
-    check_length(headers, max)?;
-    let r = sb.upload(q.user.uid(), FileOp::Untar { path: path.clone(), max_bytes: max }, reader).await;
-    let v = match r {
-        Ok(v) => v,
-        Err(e) => {
-            audit(app, &rec.tenant, id, "file.untar", json!({"path": path, "user": q.user, "error": e.to_string()}));
-            return Err(e.into());
-        }
-    };
-    let (bytes, entries) = (v["bytes"].as_u64().unwrap_or(0), v["entries"].as_u64().unwrap_or(0));
-    audit(
-        app,
-        &rec.tenant,
-        id,
-        "file.untar",
-        json!({"path": path, "user": q.user, "bytes": bytes, "entries": entries}),
-    );
-    Ok((StatusCode::CREATED, Json(WriteResult { path, bytes, entries: Some(entries) })).into_response())
 }
 
 pub async fn download_tar(
