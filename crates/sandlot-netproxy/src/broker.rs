@@ -181,17 +181,52 @@ impl Broker {
         let Brokered { tls, host, addr: upstream, rule } = to;
         let client = Prefixed { head, pos: 0, inner: client };
         let t0 = std::time::Instant::now();
-        // Upstream first: a sandbox must not get a TLS session from us for a host we cannot reach.
-        let tcp = dialer.dial(upstream).await?;
-        let _ = tcp.set_nodelay(true);
-        let sender = if tls {
-            let name = ServerName::try_from(host.clone()).map_err(other)?;
-            let conn = tokio_rustls::TlsConnector::from(Arc::clone(&self.client)).connect(name, tcp).await?;
-            http1_client(conn).await?
-        } else {
-            http1_client(tcp).await?
+        // The upstream connection and the sandbox's TLS handshake proceed together (each is a network
+        // round trip or two); if the upstream fails, the sandbox gets a 502 that says why, over its
+        // session, rather than a bare reset.
+        let upstream_side = async {
+            let tcp = dialer.dial(upstream).await?;
+            let _ = tcp.set_nodelay(true);
+            if tls {
+                let name = ServerName::try_from(host.clone()).map_err(other)?;
+                let conn = tokio_rustls::TlsConnector::from(Arc::clone(&self.client)).connect(name, tcp).await?;
+                http1_client(conn).await
+            } else {
+                http1_client(tcp).await
+            }
         };
-        let t_upstream = t0.elapsed();
+        let http = hyper::server::conn::http1::Builder::new();
+        let (sender, client) = if tls {
+            let accept = tokio_rustls::TlsAcceptor::from(Arc::clone(&self.server)).accept(client);
+            let (up, acc) = tokio::join!(upstream_side, accept);
+            (up, Either::Tls(acc?))
+        } else {
+            (upstream_side.await, Either::Plain(client))
+        };
+        tracing::debug!(host = %host, ready = ?t0.elapsed(), "brokered session up");
+        let sender = match sender {
+            Ok(s) => s,
+            Err(e) => {
+                let message = format!("sandlot: upstream {host} ({upstream}) unreachable: {e}\n");
+                let bad_gateway = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                    let body = message.clone();
+                    async move {
+                        hyper::Response::builder()
+                            .status(hyper::StatusCode::BAD_GATEWAY)
+                            .header(hyper::header::CONNECTION, "close")
+                            .body(body)
+                    }
+                });
+                return match client {
+                    Either::Tls(stream) => {
+                        http.serve_connection(TokioIo::new(stream), bad_gateway).await.map_err(other)
+                    }
+                    Either::Plain(plain) => {
+                        http.serve_connection(TokioIo::new(plain), bad_gateway).await.map_err(other)
+                    }
+                };
+            }
+        };
         let sender = Arc::new(tokio::sync::Mutex::new(sender));
         let headers: Vec<(HeaderName, HeaderValue)> = rule
             .headers
@@ -209,13 +244,9 @@ impl Broker {
                 s.send_request(req).await
             }
         });
-        let http = hyper::server::conn::http1::Builder::new();
-        if tls {
-            let stream = tokio_rustls::TlsAcceptor::from(Arc::clone(&self.server)).accept(client).await?;
-            tracing::debug!(host = %host, ?t_upstream, accepted = ?t0.elapsed(), "brokered TLS session up");
-            http.serve_connection(TokioIo::new(stream), service).await.map_err(other)
-        } else {
-            http.serve_connection(TokioIo::new(client), service).await.map_err(other)
+        match client {
+            Either::Tls(stream) => http.serve_connection(TokioIo::new(stream), service).await.map_err(other),
+            Either::Plain(plain) => http.serve_connection(TokioIo::new(plain), service).await.map_err(other),
         }
     }
 }
@@ -229,6 +260,11 @@ where
         let _ = conn.await;
     });
     Ok(sender)
+}
+
+enum Either<T, P> {
+    Tls(T),
+    Plain(P),
 }
 
 /// A stream whose first bytes were already read (while sniffing) and are replayed first.

@@ -553,3 +553,15 @@ while True:
     let n = stream.read(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"HELLO THROUGH THE TUNNEL");
 }
+
+/// A brokered host that cannot be reached answers the sandbox with a 502 that says so (over the
+/// session the sandbox trusts), not with a bare reset.
+#[test]
+fn unreachable_brokered_host_is_a_502_with_a_reason() {
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let srv = server(&["down.test=127.0.0.1"], &[]);
+    let spec = net(r#"{"mode":"allowlist","allow":["down.test"],"rules":{"down.test":{"headers":{"x-key":"v"}}}}"#);
+    let sb = with_net(&srv.client(), spec);
+    let out = sb.shell(&format!("curl -sS -m 10 -w ' status=%{{http_code}}' https://down.test:{closed}/")).unwrap();
+    assert!(out.stdout.contains("status=502") && out.stdout.contains("down.test"), "{out:?}");
+}
