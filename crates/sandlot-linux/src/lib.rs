@@ -69,6 +69,11 @@ impl Default for Layers {
     }
 }
 
+/// Whether this process runs as the host's root (the driver needs it).
+pub fn running_as_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
 /// A contiguous host uid/gid range that a sandbox's ids 0..[`UID_RANGE`] map onto.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdRange {

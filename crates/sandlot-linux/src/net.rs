@@ -4,7 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
@@ -104,4 +104,36 @@ pub fn create_tun(pid: i32, mtu: u16) -> io::Result<OwnedFd> {
     })
     .join()
     .map_err(|_| io::Error::other("the TUN setup thread panicked"))?
+}
+
+/// Every address of this host's interfaces (sandboxes may never connect to them).
+pub fn host_addresses() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates a list we walk read-only and free below.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return out;
+    }
+    let mut cur = ifap;
+    while !cur.is_null() {
+        // SAFETY: cur is a valid node of the list returned by getifaddrs.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points at a sockaddr whose family says which struct it is.
+            let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+            if family == libc::AF_INET {
+                // SAFETY: AF_INET means sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
+            } else if family == libc::AF_INET6 {
+                // SAFETY: AF_INET6 means sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                out.push(IpAddr::V6(std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: frees the list getifaddrs allocated.
+    unsafe { libc::freeifaddrs(ifap) };
+    out
 }

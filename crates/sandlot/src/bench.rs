@@ -44,8 +44,10 @@ struct PrivateServer {
 
 impl Drop for PrivateServer {
     fn drop(&mut self) {
-        // SAFETY: plain kill(2) on the server we spawned.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }

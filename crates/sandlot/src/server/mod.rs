@@ -121,8 +121,7 @@ impl App {
 }
 
 fn default_state_dir() -> PathBuf {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if sandlot_linux::running_as_root() {
         return PathBuf::from("/var/lib/sandlot");
     }
     std::env::var_os("XDG_DATA_HOME")
@@ -138,8 +137,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SANDLOT_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !sandlot_linux::running_as_root() {
         bail!(
             "must run as root: each sandbox gets its own namespaces, cgroup and host uid range. \
              Start it with `sudo sandlot serve`"
@@ -184,7 +182,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     let net = Arc::new(sandlot_netproxy::stack::Shared {
         broker: Some(Arc::new(broker)),
         overrides: parse_resolve(&args.resolve)?,
-        host_addrs: host_addresses(),
+        host_addrs: sandlot_linux::net::host_addresses(),
         dialer: Arc::new(sandlot_netproxy::stack::TcpDialer { loopback_only: args.test_loopback_only }),
     });
     let engine = Engine::new(EngineConfig {
@@ -273,38 +271,6 @@ fn parse_resolve(pairs: &[String]) -> anyhow::Result<std::collections::HashMap<S
         map.entry(name.trim_end_matches('.').to_ascii_lowercase()).or_default().push(ip);
     }
     Ok(map)
-}
-
-/// Every address of this host's interfaces (sandboxes may never connect to them).
-fn host_addresses() -> Vec<std::net::IpAddr> {
-    let mut out = Vec::new();
-    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs allocates a list we walk read-only and free below.
-    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
-        return out;
-    }
-    let mut cur = ifap;
-    while !cur.is_null() {
-        // SAFETY: cur is a valid node of the list returned by getifaddrs.
-        let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() {
-            // SAFETY: ifa_addr points at a sockaddr whose family says which struct it is.
-            let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
-            if family == libc::AF_INET {
-                // SAFETY: AF_INET means sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                out.push(std::net::IpAddr::V4(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
-            } else if family == libc::AF_INET6 {
-                // SAFETY: AF_INET6 means sockaddr_in6.
-                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                out.push(std::net::IpAddr::V6(std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
-            }
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: frees the list getifaddrs allocated.
-    unsafe { libc::freeifaddrs(ifap) };
-    out
 }
 
 /// Creates the bootstrap admin key on first start and writes it where the operator can find it.
