@@ -1,5 +1,6 @@
 //! What every spawned process goes through between fork and exec, in this order: capability bounding
-//! set, groups, gid, uid, capabilities, working directory, OOM score, no_new_privs, rlimits, seccomp.
+//! set, groups, gid, uid, capabilities, working directory, OOM score, no_new_privs, rlimits. (The seccomp
+//! filter is inherited from the supervisor, which installs it on itself at start.)
 //!
 //! Everything is prepared before the fork ([`Hardening::new`]); the child only makes raw syscalls.
 //! Landlock is not here: the supervisor restricts itself once at start-up, and every process inherits
@@ -7,8 +8,6 @@
 
 use std::ffi::CString;
 use std::io;
-
-use crate::seccomp::Filter;
 
 /// Capabilities sandbox `root` keeps (inside its own user namespace). Docker's default set minus
 /// CAP_NET_RAW (raw and packet sockets), CAP_MKNOD and CAP_AUDIT_WRITE. Notably absent: SYS_ADMIN,
@@ -31,7 +30,6 @@ const NOFILE: u64 = 65_536;
 
 /// Prepared once per supervisor.
 pub struct Hardening {
-    filter: Option<Filter>,
     work_cgroup_fds: Vec<i32>,
     max_file_bytes: u64,
     cap_last: u32,
@@ -56,10 +54,8 @@ struct CapData {
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
 impl Hardening {
-    /// Compiles the seccomp profile and reads the kernel's capability count. `seccomp = false` is the
-    /// test-only switch that shows what the other layers stop on their own.
-    pub fn new(seccomp: bool, work_cgroup_fds: Vec<i32>, max_file_bytes: u64) -> io::Result<Self> {
-        let filter = if seccomp { Some(Filter::sandbox().map_err(|e| io::Error::other(e.to_string()))?) } else { None };
+    /// Reads the kernel's capability count and the limits to apply.
+    pub fn new(work_cgroup_fds: Vec<i32>, max_file_bytes: u64) -> io::Result<Self> {
         let cap_last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
             .ok()
             .and_then(|s| s.trim().parse().ok())
@@ -71,7 +67,6 @@ impl Hardening {
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut cur) };
         let nofile = NOFILE.min(cur.rlim_max);
         Ok(Hardening {
-            filter,
             work_cgroup_fds,
             max_file_bytes,
             cap_last,
@@ -83,7 +78,7 @@ impl Hardening {
     /// Applies everything to the calling (forked, not yet exec'd) process.
     ///
     /// # Safety
-    /// Call only between fork and exec: it changes the process's credentials and installs a seccomp filter.
+    /// Call only between fork and exec: it changes the process's credentials.
     pub unsafe fn apply(&self, uid: u32, cwd: &CString) -> io::Result<()> {
         let check = |rc: libc::c_long| if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) };
         let keep: &[u32] = if uid == 0 { &ROOT_CAPS } else { &[] };
@@ -139,9 +134,6 @@ impl Hardening {
             if self.max_file_bytes > 0 {
                 let fsize = libc::rlimit { rlim_cur: self.max_file_bytes, rlim_max: self.max_file_bytes };
                 check(libc::setrlimit(libc::RLIMIT_FSIZE, &fsize) as libc::c_long)?;
-            }
-            if let Some(f) = &self.filter {
-                check(f.install() as libc::c_long)?;
             }
         }
         Ok(())
