@@ -82,7 +82,8 @@ impl Layer {
         file("etc/shadow", "root:*:19000:0:99999:7:::\nuser:*:19000:0:99999:7:::\n", 0o640)?;
         // The gateway's DNS server is the daemon: it answers allowed names and NXDOMAIN for the rest. A
         // sandbox without network has no route to it, so lookups fail at once instead of hanging.
-        file("etc/resolv.conf", "nameserver 10.200.0.1\noptions timeout:2 attempts:1\n", 0o644)?;
+        let resolv = format!("nameserver {}\noptions timeout:2 attempts:1\n", crate::net::GATEWAY_ADDR);
+        file("etc/resolv.conf", &resolv, 0o644)?;
         Ok(())
     }
 

@@ -63,6 +63,8 @@ pub struct Shared {
     pub host_addrs: Vec<IpAddr>,
     /// Upstream dialer.
     pub dialer: Arc<dyn Dial>,
+    /// The sandbox side's gateway address, where DNS is answered.
+    pub gateway: Ipv4Addr,
     /// TLS terminator for hosts with header rules (credential brokering).
     pub broker: Option<Arc<crate::broker::Broker>>,
 }
@@ -174,7 +176,7 @@ impl SandboxNet {
     pub fn start(self: &Arc<Self>, tun: OwnedFd) -> io::Result<tokio::task::JoinHandle<()>> {
         let device = TunDevice::new(tun)?;
         let mut cfg = IpStackConfig::default();
-        cfg.mtu_unchecked(sandlot_mtu());
+        cfg.mtu_unchecked(LINK_MTU);
         cfg.udp_timeout(Duration::from_secs(30));
         // ipstack's defaults (16 KiB in flight, 16 KiB read buffer) cap a download at a few hundred MB/s
         // on this link. (Its idle timeout stays at the default 60 s: dropping a stream waits for the
@@ -245,7 +247,7 @@ impl SandboxNet {
 
     async fn udp(&self, mut udp: ipstack::IpStackUdpStream) {
         let dst = udp.peer_addr();
-        if dst != SocketAddr::from((sandlot_gateway(), 53)) {
+        if dst != SocketAddr::from((self.shared.gateway, 53)) {
             // No UDP leaves the sandbox: DNS tunnelling to a resolver of its choosing fails.
             self.record(
                 "udp",
@@ -293,7 +295,7 @@ impl SandboxNet {
 
     async fn tcp(&self, mut tcp: ipstack::IpStackTcpStream) {
         let dst = tcp.peer_addr();
-        if dst == SocketAddr::from((sandlot_gateway(), 53)) {
+        if dst == SocketAddr::from((self.shared.gateway, 53)) {
             return self.dns_tcp(tcp).await;
         }
         // A virtual address stands for the name it was answered for; anything else is a bare IP.
@@ -385,15 +387,7 @@ impl SandboxNet {
     }
 }
 
-fn sandlot_gateway() -> IpAddr {
-    IpAddr::V4(std::net::Ipv4Addr::new(10, 200, 0, 1))
-}
-
 /// MTU of the sandbox's TUN link. Large: the link exists only between the sandbox's kernel and this
 /// stack, so big segments cost no fragmentation anywhere and cut the per-packet work (a syscall and a
 /// stack pass per packet on each side) by ~40×.
 pub const LINK_MTU: u16 = 65000;
-
-fn sandlot_mtu() -> u16 {
-    LINK_MTU
-}

@@ -25,25 +25,41 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
-        let unauth = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, codes::UNAUTHENTICATED, m);
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .ok_or_else(|| unauth("missing Authorization header; send `Authorization: Bearer <API key>`"))?;
-        let key = header
+        match bearer_key(&parts.headers) {
+            None => Err(unauthenticated("missing Authorization header; send `Authorization: Bearer <API key>`")),
+            Some(None) => Err(unauthenticated("malformed Authorization header; expected `Bearer <API key>`")),
+            Some(Some(key)) => Caller::with_key(app, key),
+        }
+    }
+}
+
+impl Caller {
+    /// The caller an API key stands for; an unknown key is a 401.
+    pub fn with_key(app: &AppState, key: &str) -> Result<Caller, ApiError> {
+        match app.store.authenticate(key)? {
+            Some(p) => Ok(Caller { tenant: p.tenant, admin: p.admin }),
+            None => Err(unauthenticated("unknown API key")),
+        }
+    }
+}
+
+fn unauthenticated(message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, codes::UNAUTHENTICATED, message)
+}
+
+/// The key of an `Authorization: Bearer <key>` header (scheme case-insensitive): `None` without the
+/// header, `Some(None)` when it is not a bearer key.
+pub fn bearer_key(headers: &axum::http::HeaderMap) -> Option<Option<&str>> {
+    let header = headers.get(axum::http::header::AUTHORIZATION)?;
+    Some(
+        header
             .to_str()
             .ok()
             .and_then(|h| h.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, key)| key)
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| unauth("malformed Authorization header; expected `Bearer <API key>`"))?;
-        match app.store.authenticate(key)? {
-            Some(p) => Ok(Caller { tenant: p.tenant, admin: p.admin }),
-            None => Err(unauth("unknown API key")),
-        }
-    }
+            .map(|(_, key)| key.trim())
+            .filter(|k| !k.is_empty()),
+    )
 }
 
 /// A JSON body; unknown fields and type errors are a 400 that names the problem.

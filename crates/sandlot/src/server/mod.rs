@@ -181,6 +181,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
         sandlot_netproxy::broker::Broker::new(Arc::new(ca), &args.extra_ca).context("setting up TLS brokering")?;
     let net = Arc::new(sandlot_netproxy::stack::Shared {
         broker: Some(Arc::new(broker)),
+        gateway: sandlot_linux::net::GATEWAY_ADDR,
         overrides: parse_resolve(&args.resolve)?,
         host_addrs: sandlot_linux::net::host_addresses(),
         dialer: Arc::new(sandlot_netproxy::stack::TcpDialer { loopback_only: args.test_loopback_only }),

@@ -11,7 +11,7 @@ use hyper_util::rt::TokioIo;
 use sandlot_api::{ExposePort, PortInfo};
 use serde_json::json;
 
-use super::extract::{record, running, ApiJson, ApiPath, Caller};
+use super::extract::{bearer_key, record, running, ApiJson, ApiPath, Caller};
 use super::{ApiError, AppState};
 
 const TOKEN_PARAM: &str = "sandlot_token";
@@ -82,24 +82,9 @@ pub async fn proxy(
 
 async fn proxy_inner(State(app): State<AppState>, id: String, port: u16, req: Request) -> Result<Response, ApiError> {
     // Who may pass: the owner's API key, or this port's token.
-    let bearer = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.split_once(' '))
-        .filter(|(s, _)| s.eq_ignore_ascii_case("bearer"))
-        .map(|(_, k)| k.trim().to_string());
-    let caller = match bearer {
-        Some(key) => match app.store.authenticate(&key)? {
-            Some(p) => Caller { tenant: p.tenant, admin: p.admin },
-            None => {
-                return Err(ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    sandlot_api::codes::UNAUTHENTICATED,
-                    "unknown API key",
-                ))
-            }
-        },
+    // A malformed Authorization header is no key: the port token may still admit the request.
+    let caller = match bearer_key(req.headers()).flatten() {
+        Some(key) => Caller::with_key(&app, key)?,
         None => {
             let (token, _) = token_from(&req);
             let expected = app.port_tokens.lock().unwrap_or_else(|p| p.into_inner()).get(&(id.clone(), port)).cloned();
