@@ -129,6 +129,15 @@ fn audit_end(app: &AppState, rec: &SandboxRecord, proc: &Process, user: &str, r:
     );
 }
 
+/// Writes the exec's audit row once it ends, for calls that answer before that.
+fn audit_when_done(app: &AppState, rec: SandboxRecord, proc: &Arc<Process>, user: &'static str) {
+    let (app, proc) = (Arc::clone(app), Arc::clone(proc));
+    tokio::spawn(async move {
+        let r = proc.wait().await;
+        audit_end(&app, &rec, &proc, user, &r);
+    });
+}
+
 pub async fn exec(
     State(app): State<AppState>,
     caller: Caller,
@@ -148,20 +157,11 @@ pub async fn exec(
             "exec.start",
             &json!({"pid": proc.id, "argv": proc.argv, "user": user, "background": true}),
         );
-        let (app2, proc2) = (Arc::clone(&app), Arc::clone(&proc));
-        tokio::spawn(async move {
-            let r = proc2.wait().await;
-            audit_end(&app2, &rec, &proc2, user, &r);
-        });
+        audit_when_done(&app, rec, &proc, user);
         return Ok((StatusCode::ACCEPTED, Json(ProcessStarted { pid: proc.id })).into_response());
     }
     if wants_ndjson(&headers) {
-        let app2 = Arc::clone(&app);
-        let proc2 = Arc::clone(&proc);
-        tokio::spawn(async move {
-            let r = proc2.wait().await;
-            audit_end(&app2, &rec, &proc2, user, &r);
-        });
+        audit_when_done(&app, rec, &proc, user);
         return Ok(ndjson(proc));
     }
     let r = proc.wait().await;
