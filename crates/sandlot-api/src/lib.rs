@@ -707,6 +707,17 @@ pub struct KeyCreated {
     pub key: String,
 }
 
+/// `GET`/`PUT /v1/tenants/{tenant}/network` (admin only): what of the always-deny list a tenant's
+/// sandboxes may reach. An exemption only lifts the always-deny list; each sandbox's own policy must
+/// still allow the destination (an `allow` CIDR or `allow-all`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantNetwork {
+    /// CIDRs (private ranges, metadata, the host's own addresses …) the tenant is opted into.
+    #[serde(default)]
+    pub exempt: Vec<String>,
+}
+
 /// One audit record.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AuditEntry {

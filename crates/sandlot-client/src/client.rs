@@ -90,6 +90,24 @@ impl Client {
         json(response, "the created key")
     }
 
+    /// The always-denied ranges `tenant`'s sandboxes are opted into (admin key only).
+    pub fn tenant_network(&self, tenant: &str) -> Result<sandlot_api::TenantNetwork> {
+        let response = self.send(self.request("GET", &format!("/v1/tenants/{}/network", url::segment(tenant))))?;
+        json(response, "the tenant's network settings")
+    }
+
+    /// Opts `tenant`'s sandboxes into reaching these always-denied ranges (replacing the previous
+    /// list; an empty list withdraws every exemption). Admin key only. Running sandboxes follow at once.
+    pub fn set_tenant_network(
+        &self,
+        tenant: &str,
+        network: &sandlot_api::TenantNetwork,
+    ) -> Result<sandlot_api::TenantNetwork> {
+        let http = self.request("PUT", &format!("/v1/tenants/{}/network", url::segment(tenant)));
+        let response = self.send_json(http, network)?;
+        json(response, "the tenant's network settings")
+    }
+
     /// Creates a sandbox and returns a handle to it; [`Sandbox::created`] holds the server's answer.
     pub fn create(&self, spec: &CreateSandbox) -> Result<Sandbox> {
         let response = self.send_json(self.request("POST", "/v1/sandboxes"), spec)?;

@@ -172,9 +172,14 @@ impl Engine {
         self.net_rx.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
-    /// Compiles a network spec against this host (its own addresses are always denied).
-    pub fn compile_network(&self, spec: &sandlot_api::NetworkSpec) -> Result<sandlot_netproxy::policy::Policy, String> {
-        sandlot_netproxy::policy::Policy::compile(spec, &self.cfg.net.host_addrs)
+    /// Compiles a network spec against this host (its own addresses are always denied), with the
+    /// always-denied ranges `exempt` lifted (an admin's opt-in for the sandbox's tenant).
+    pub fn compile_network(
+        &self,
+        spec: &sandlot_api::NetworkSpec,
+        exempt: &[String],
+    ) -> Result<sandlot_netproxy::policy::Policy, String> {
+        sandlot_netproxy::policy::Policy::compile(spec, &self.cfg.net.host_addrs, exempt)
     }
 
     /// Applies `policy` to running sandbox `id` (new connections and lookups), creating its network
@@ -194,13 +199,14 @@ impl Engine {
             return Ok(());
         }
         let pid = sb.pid();
-        let tun =
-            tokio::task::spawn_blocking(move || sandlot_linux::net::create_tun(pid, sandlot_netproxy::stack::LINK_MTU))
-                .await
-                .map_err(|e| EngineError::Host(e.to_string()))??;
+        let egress = tokio::task::spawn_blocking(move || sandlot_linux::net::attach_egress(pid))
+            .await
+            .map_err(|e| EngineError::Host(e.to_string()))??;
+        let sandlot_linux::net::EgressSockets { tcp4, tcp6, udp4, udp6, steering } = egress;
+        let fds = sandlot_netproxy::stack::EgressFds { tcp4, tcp6, udp4, udp6 };
         let net =
             sandlot_netproxy::stack::SandboxNet::new(&sb.id, policy, Arc::clone(&self.cfg.net), self.net_tx.clone());
-        let task = net.start(tun)?;
+        let task = net.start(fds, steering)?;
         sb.set_net(net, task);
         Ok(())
     }

@@ -17,6 +17,7 @@ pub mod landlock;
 pub mod launch;
 pub mod layers;
 pub mod net;
+pub mod steer;
 pub mod volume;
 
 use std::path::PathBuf;

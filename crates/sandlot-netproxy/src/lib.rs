@@ -9,5 +9,5 @@ pub mod cidr;
 pub mod dns;
 pub mod policy;
 pub mod sniff;
+pub mod splice;
 pub mod stack;
-pub mod tun;

@@ -85,6 +85,8 @@ pub struct Policy {
     cidrs: Vec<Cidr>,
     deny: Vec<Cidr>,
     always_deny: Vec<Cidr>,
+    /// Parts of the always-deny list the sandbox's tenant was opted into by an admin.
+    exempt: Vec<Cidr>,
     rules: Vec<(Pattern, HostRule)>,
 }
 
@@ -123,8 +125,9 @@ fn allow(rule: impl Into<String>, reason: impl Into<String>) -> Decision {
 }
 
 impl Policy {
-    /// Compiles `spec`; `host_addrs` are the host's own addresses (always denied).
-    pub fn compile(spec: &NetworkSpec, host_addrs: &[IpAddr]) -> Result<Policy, String> {
+    /// Compiles `spec`; `host_addrs` are the host's own addresses (always denied); `exempt` are the
+    /// always-denied ranges an admin opted the sandbox's tenant into (reachable when `spec` allows).
+    pub fn compile(spec: &NetworkSpec, host_addrs: &[IpAddr], exempt: &[String]) -> Result<Policy, String> {
         let mut names = Vec::new();
         let mut cidrs = Vec::new();
         for a in &spec.allow {
@@ -154,7 +157,11 @@ impl Policy {
             }
             rules.push((p, rule.clone()));
         }
-        Ok(Policy { mode: spec.mode, names, cidrs, deny, always_deny, rules })
+        let exempt = exempt
+            .iter()
+            .map(|c| c.parse::<Cidr>().map_err(|e| format!("tenant exemption {c:?}: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Policy { mode: spec.mode, names, cidrs, deny, always_deny, exempt, rules })
     }
 
     /// Whether the policy refuses everything (no network link is needed at all).
@@ -186,7 +193,7 @@ impl Policy {
         if let Some(c) = self.deny.iter().find(|c| c.contains(a.ip)) {
             return deny(format!("deny {c}"), format!("{} is in a denied range", a.ip));
         }
-        if !a.admin_mapped {
+        if !a.admin_mapped && !self.exempt.iter().any(|c| c.contains(a.ip)) {
             if let Some(c) = self.always_deny.iter().find(|c| c.contains(a.ip)) {
                 return deny(
                     format!("always-deny {c}"),
@@ -229,7 +236,22 @@ mod tests {
     use super::*;
 
     fn policy(json: &str) -> Policy {
-        Policy::compile(&serde_json::from_str(json).unwrap(), &["192.0.2.10".parse().unwrap()]).unwrap()
+        Policy::compile(&serde_json::from_str(json).unwrap(), &["192.0.2.10".parse().unwrap()], &[]).unwrap()
+    }
+
+    #[test]
+    fn a_tenant_exemption_lifts_only_its_own_range_and_only_where_the_policy_allows() {
+        let spec: NetworkSpec = serde_json::from_str(r#"{"mode":"allowlist","allow":["10.20.0.0/16"]}"#).unwrap();
+        let p = Policy::compile(&spec, &[], &["10.20.30.0/24".into()]).unwrap();
+        assert!(p.decide(&attempt("10.20.30.4", 5432, &[], None)).allow);
+        // Allowed by the sandbox's CIDR but not exempt: the always-deny list still wins.
+        let d = p.decide(&attempt("10.20.31.4", 5432, &[], None));
+        assert!(!d.allow && d.rule == "always-deny 10.0.0.0/8", "{d:?}");
+        // Exempt but not allowed by the sandbox's own policy.
+        let strict: NetworkSpec = serde_json::from_str(r#"{"mode":"allowlist","allow":["pypi.org"]}"#).unwrap();
+        let p = Policy::compile(&strict, &[], &["10.20.30.0/24".into()]).unwrap();
+        assert!(!p.decide(&attempt("10.20.30.4", 5432, &[], None)).allow);
+        assert!(Policy::compile(&strict, &[], &["not-a-cidr".into()]).unwrap_err().contains("tenant exemption"));
     }
 
     fn attempt<'a>(ip: &str, port: u16, names: &'a [String], sn: Option<&'a str>) -> Attempt<'a> {
@@ -305,7 +327,7 @@ mod tests {
             r#"{"mode":"allowlist","allow":["a.com"],"rules":{"a.com":{"headers":{"x":"y\r\nz: w"}}}}"#,
         ] {
             let spec: NetworkSpec = serde_json::from_str(bad).unwrap();
-            assert!(Policy::compile(&spec, &[]).is_err(), "{bad}");
+            assert!(Policy::compile(&spec, &[], &[]).is_err(), "{bad}");
         }
         assert!(serde_json::from_str::<NetworkSpec>(r#"{"mode":"open"}"#).is_err());
     }

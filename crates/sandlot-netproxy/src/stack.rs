@@ -1,26 +1,26 @@
-//! One sandbox's network, running in the daemon: a userspace TCP/IP stack on the sandbox's TUN device,
-//! a DNS server on the gateway address, and a policy-checked TCP proxy for everything else.
+//! One sandbox's network, running in the daemon: a DNS server on the gateway address and a
+//! policy-checked TCP proxy for every connection the sandbox opens, fed by the daemon's sockets inside
+//! the sandbox's network namespace (the driver steers all of the sandbox's traffic to them).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use ipstack::{IpStack, IpStackConfig, IpStackStream};
 use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
 use crate::dns::{self, Rcode};
 use crate::policy::{Attempt, Decision, Policy};
 use crate::sniff::{self, Sniff};
-use crate::tun::TunDevice;
 
 /// How long the proxy waits for a ClientHello or request head before deciding without a name.
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(5);
@@ -143,6 +143,8 @@ pub struct SandboxNet {
     pub bytes_out: AtomicU64,
     /// Bytes from the outside to the sandbox.
     pub bytes_in: AtomicU64,
+    /// When a refused UDP destination was last recorded.
+    udp_seen: Mutex<HashMap<SocketAddr, tokio::time::Instant>>,
 }
 
 impl SandboxNet {
@@ -156,6 +158,7 @@ impl SandboxNet {
             events,
             bytes_out: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
+            udp_seen: Mutex::default(),
         })
     }
 
@@ -172,35 +175,73 @@ impl SandboxNet {
         let _ = self.events.send(NetEvent { sandbox: self.id.clone(), kind, dst, name, decision });
     }
 
-    /// Runs the stack on `tun` until the device goes away.
-    pub fn start(self: &Arc<Self>, tun: OwnedFd) -> io::Result<tokio::task::JoinHandle<()>> {
-        let device = TunDevice::new(tun)?;
-        let mut cfg = IpStackConfig::default();
-        cfg.mtu_unchecked(LINK_MTU);
-        cfg.udp_timeout(Duration::from_secs(30));
-        // ipstack's defaults (16 KiB in flight, 16 KiB read buffer) cap a download at a few hundred MB/s
-        // on this link. (Its idle timeout stays at the default 60 s: dropping a stream waits for the
-        // stream's task, and a longer timeout makes a sandbox's teardown wait that long.)
-        let mut tcp = ipstack::TcpConfig::default();
-        tcp.max_unacked_bytes = 4 << 20;
-        tcp.read_buffer_size = 1 << 20;
-        cfg.with_tcp_config(tcp);
-        let mut stack = IpStack::new(cfg, device);
+    /// Serves the sandbox's traffic from the daemon's sockets in its network namespace (see
+    /// [`EgressFds`]) until the returned task is aborted; aborting it also ends every connection it
+    /// proxies. `keep` (the steering program's handle) lives exactly as long.
+    pub fn start(
+        self: &Arc<Self>,
+        fds: EgressFds,
+        keep: impl Send + 'static,
+    ) -> io::Result<tokio::task::JoinHandle<()>> {
+        let tcp4 = TcpListener::from_std(std::net::TcpListener::from(fds.tcp4))?;
+        let tcp6 = TcpListener::from_std(std::net::TcpListener::from(fds.tcp6))?;
+        let udp4 = UdpSocket::from_std(std::net::UdpSocket::from(fds.udp4))?;
+        let udp6 = UdpSocket::from_std(std::net::UdpSocket::from(fds.udp6))?;
         let net = Arc::clone(self);
         Ok(tokio::spawn(async move {
-            while let Ok(stream) = stack.accept().await {
-                let net = Arc::clone(&net);
-                match stream {
-                    IpStackStream::Tcp(tcp) => {
-                        tokio::spawn(async move { net.tcp(tcp).await });
-                    }
-                    IpStackStream::Udp(udp) => {
-                        tokio::spawn(async move { net.udp(udp).await });
-                    }
-                    _ => {}
+            let _keep = keep;
+            let mut conns = JoinSet::new();
+            let mut udp4 = Datagrams::new(udp4);
+            let mut udp6 = Datagrams::new(udp6);
+            loop {
+                tokio::select! {
+                    Ok((s, _)) = tcp4.accept() => net.spawn_tcp(&mut conns, s),
+                    Ok((s, _)) = tcp6.accept() => net.spawn_tcp(&mut conns, s),
+                    Some(d) = udp4.next() => net.datagram(&mut conns, &udp4, d),
+                    Some(d) = udp6.next() => net.datagram(&mut conns, &udp6, d),
+                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
                 }
             }
         }))
+    }
+
+    fn spawn_tcp(self: &Arc<Self>, conns: &mut JoinSet<()>, stream: TcpStream) {
+        let net = Arc::clone(self);
+        conns.spawn(async move { net.tcp(stream).await });
+    }
+
+    /// One UDP datagram from the sandbox: a DNS query to the gateway is answered; anything else is
+    /// dropped and recorded (once a minute per destination, so a flood does not flood the audit log).
+    fn datagram(self: &Arc<Self>, conns: &mut JoinSet<()>, sock: &Datagrams, d: Datagram) {
+        if d.dst == SocketAddr::from((self.shared.gateway, 53)) {
+            let net = Arc::clone(self);
+            let reply_to = Arc::clone(&sock.sock);
+            conns.spawn(async move {
+                if let Some(reply) = net.dns(&d.payload).await {
+                    let _ = reply_to.send_to(&reply, d.src).await;
+                }
+            });
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        let mut seen = self.udp_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.len() > 1024 {
+            seen.retain(|_, t| now.duration_since(*t) < Duration::from_secs(60));
+        }
+        match seen.get(&d.dst) {
+            Some(t) if now.duration_since(*t) < Duration::from_secs(60) => return,
+            _ => {
+                seen.insert(d.dst, now);
+            }
+        }
+        drop(seen);
+        // No UDP leaves the sandbox: DNS tunnelling to a resolver of its choosing fails.
+        self.record(
+            "udp",
+            d.dst.to_string(),
+            None,
+            Decision { allow: false, rule: "udp".into(), reason: "only DNS to the gateway is answered".into() },
+        );
     }
 
     async fn resolve(&self, name: &str) -> Result<(Vec<IpAddr>, bool), Rcode> {
@@ -245,31 +286,6 @@ impl SandboxNet {
         }
     }
 
-    async fn udp(&self, mut udp: ipstack::IpStackUdpStream) {
-        let dst = udp.peer_addr();
-        if dst != SocketAddr::from((self.shared.gateway, 53)) {
-            // No UDP leaves the sandbox: DNS tunnelling to a resolver of its choosing fails.
-            self.record(
-                "udp",
-                dst.to_string(),
-                None,
-                Decision { allow: false, rule: "udp".into(), reason: "only DNS to the gateway is answered".into() },
-            );
-            return;
-        }
-        let mut buf = vec![0u8; 1500];
-        while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(30), udp.read(&mut buf)).await {
-            if n == 0 {
-                break;
-            }
-            if let Some(reply) = self.dns(&buf[..n]).await {
-                if udp.write_all(&reply).await.is_err() {
-                    break;
-                }
-            }
-        }
-    }
-
     async fn dns_tcp<S: AsyncRead + AsyncWrite + Unpin>(&self, mut s: S) {
         loop {
             let mut len = [0u8; 2];
@@ -293,8 +309,10 @@ impl SandboxNet {
         }
     }
 
-    async fn tcp(&self, mut tcp: ipstack::IpStackTcpStream) {
-        let dst = tcp.peer_addr();
+    async fn tcp(&self, mut tcp: TcpStream) {
+        // The steering program delivered the connection here whatever its destination: the accepted
+        // socket's local address is where the sandbox meant to go.
+        let Ok(dst) = tcp.local_addr().map(unmap) else { return };
         if dst == SocketAddr::from((self.shared.gateway, 53)) {
             return self.dns_tcp(tcp).await;
         }
@@ -306,10 +324,11 @@ impl SandboxNet {
         let (real, names, admin_mapped) = match &target {
             Some(t) => match t.addrs.first() {
                 Some(ip) => (SocketAddr::new(*ip, dst.port()), vec![t.name.clone()], t.admin_mapped),
-                None => return,
+                None => return reset(tcp),
             },
             None => (dst, Vec::new(), false),
         };
+        let _ = tcp.set_nodelay(true);
         // Read the ClientHello / request head first when the policy needs the name.
         let mut head = Vec::new();
         let mut server_name = None;
@@ -349,9 +368,8 @@ impl SandboxNet {
         let shown = server_name.clone().or_else(|| names.first().cloned());
         self.record("tcp", real.to_string(), shown, decision.clone());
         if !decision.allow {
-            // Close at once, so the client fails now rather than waiting for a timeout.
-            let _ = tokio::time::timeout(Duration::from_secs(1), tcp.shutdown()).await;
-            return;
+            // Reset at once, so the client fails now ("connection refused" or "reset by peer").
+            return reset(tcp);
         }
         if let (Some(broker), Some(name)) = (&self.shared.broker, &server_name) {
             if let Some(rule) = policy.rule_for(name).filter(|r| !r.headers.is_empty()) {
@@ -369,8 +387,7 @@ impl SandboxNet {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!(sandbox = %self.id, "upstream {real}: {e}");
-                let _ = tokio::time::timeout(Duration::from_secs(1), tcp.shutdown()).await;
-                return;
+                return reset(tcp);
             }
         };
         let _ = upstream.set_nodelay(true);
@@ -378,16 +395,120 @@ impl SandboxNet {
             return;
         }
         self.bytes_out.fetch_add(head.len() as u64, Ordering::Relaxed);
-        if let Ok((out, inn)) =
-            tokio::io::copy_bidirectional_with_sizes(&mut tcp, &mut upstream, 1 << 20, 1 << 20).await
-        {
-            self.bytes_out.fetch_add(out, Ordering::Relaxed);
-            self.bytes_in.fetch_add(inn, Ordering::Relaxed);
+        if let Err(e) = crate::splice::bidirectional(&tcp, &upstream, &self.bytes_out, &self.bytes_in).await {
+            tracing::debug!(sandbox = %self.id, "connection to {real}: {e}");
         }
     }
 }
 
-/// MTU of the sandbox's TUN link. Large: the link exists only between the sandbox's kernel and this
-/// stack, so big segments cost no fragmentation anywhere and cut the per-packet work (a syscall and a
-/// stack pass per packet on each side) by ~40×.
-pub const LINK_MTU: u16 = 65000;
+/// The daemon's sockets in one sandbox's network namespace, all non-blocking: the TCP listeners and
+/// UDP sockets every connection and datagram of the sandbox is steered to (IPv4 and IPv6). The UDP
+/// sockets must report each datagram's original destination (`IP_RECVORIGDSTADDR`), and `udp4` must be
+/// bound to the gateway's port 53, so DNS replies come from where the query went.
+#[derive(Debug)]
+pub struct EgressFds {
+    /// TCP listener, IPv4.
+    pub tcp4: OwnedFd,
+    /// TCP listener, IPv6.
+    pub tcp6: OwnedFd,
+    /// UDP, IPv4, bound to gateway:53.
+    pub udp4: OwnedFd,
+    /// UDP, IPv6.
+    pub udp6: OwnedFd,
+}
+
+/// Closes a sandbox connection with a reset, so its client fails at once.
+fn reset(tcp: TcpStream) {
+    // A zero linger time makes close send RST and discard unsent data; it never blocks (tokio's
+    // set_linger is deprecated for the blocking non-zero case only).
+    let abort = libc::linger { l_onoff: 1, l_linger: 0 };
+    let _ = nix::sys::socket::setsockopt(&tcp, nix::sys::socket::sockopt::Linger, &abort);
+    drop(tcp);
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn unmap(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::from((v4, v6.port())),
+            None => a,
+        },
+        v4 => v4,
+    }
+}
+
+/// One datagram the sandbox sent: where from, where to, what.
+struct Datagram {
+    src: SocketAddr,
+    dst: SocketAddr,
+    payload: Vec<u8>,
+}
+
+/// A steered UDP socket read together with each datagram's original destination.
+struct Datagrams {
+    sock: Arc<UdpSocket>,
+    buf: Vec<u8>,
+}
+
+impl Datagrams {
+    fn new(sock: UdpSocket) -> Self {
+        Datagrams { sock: Arc::new(sock), buf: vec![0u8; 65536] }
+    }
+
+    /// The next datagram; `None` only if the socket fails (then this arm of the loop stays idle).
+    async fn next(&mut self) -> Option<Datagram> {
+        loop {
+            let sock = Arc::clone(&self.sock);
+            let buf = &mut self.buf;
+            let r = sock.async_io(Interest::READABLE, || recv_with_destination(sock.as_raw_fd(), buf)).await;
+            match r {
+                Ok(Some(d)) => return Some(d),
+                Ok(None) => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!("sandbox UDP socket failed: {e}");
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+}
+
+/// `recvmsg` with the `IP(V6)_ORIGDSTADDR` control message; `Ok(None)` for a datagram without one.
+fn recv_with_destination(fd: std::os::fd::RawFd, buf: &mut [u8]) -> io::Result<Option<Datagram>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrLike, SockaddrStorage};
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!(libc::sockaddr_in6);
+    let msg =
+        recvmsg::<SockaddrStorage>(fd, &mut iov, Some(&mut space), MsgFlags::MSG_DONTWAIT).map_err(io::Error::from)?;
+    let mut dst = None;
+    for c in msg.cmsgs().map_err(io::Error::from)? {
+        match c {
+            ControlMessageOwned::Ipv4OrigDstAddr(sin) => {
+                dst = Some(SocketAddr::from((
+                    Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                    u16::from_be(sin.sin_port),
+                )))
+            }
+            ControlMessageOwned::Ipv6OrigDstAddr(sin6) => {
+                dst = Some(SocketAddr::from((
+                    std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                    u16::from_be(sin6.sin6_port),
+                )))
+            }
+            _ => {}
+        }
+    }
+    let src = msg.address.and_then(|a| match a.family() {
+        Some(nix::sys::socket::AddressFamily::Inet) => a.as_sockaddr_in().map(|s| SocketAddr::from((s.ip(), s.port()))),
+        Some(nix::sys::socket::AddressFamily::Inet6) => {
+            a.as_sockaddr_in6().map(|s| SocketAddr::from((s.ip(), s.port())))
+        }
+        _ => None,
+    });
+    let n = msg.bytes;
+    Ok(match (src, dst) {
+        (Some(src), Some(dst)) => Some(Datagram { src, dst: unmap(dst), payload: buf[..n].to_vec() }),
+        _ => None,
+    })
+}

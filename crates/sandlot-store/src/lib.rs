@@ -56,7 +56,8 @@ pub struct SandboxRecord {
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS tenants (
     name        TEXT PRIMARY KEY,
-    created_ms  INTEGER NOT NULL
+    created_ms  INTEGER NOT NULL,
+    network_exempt TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS api_keys (
     digest      TEXT PRIMARY KEY,
@@ -112,18 +113,19 @@ CREATE INDEX IF NOT EXISTS audit_sandbox ON audit(sandbox_id, seq);
 PRAGMA user_version = 1;
 ";
 
-/// Columns added to `sandboxes` after its first release, with their definitions: a database made by an
+/// Columns added to tables after their first release, with their definitions: a database made by an
 /// older server gains them on open (SQLite's ADD COLUMN keeps every row).
-const ADDED_COLUMNS: &[(&str, &str)] = &[
-    ("name", "TEXT"),
-    ("persistent", "INTEGER NOT NULL DEFAULT 0"),
-    ("auto_resume", "INTEGER NOT NULL DEFAULT 0"),
-    ("idle_s", "INTEGER"),
-    ("on_timeout", "TEXT NOT NULL DEFAULT 'delete'"),
-    ("stop_after_s", "INTEGER NOT NULL DEFAULT 600"),
-    ("active_ms", "INTEGER NOT NULL DEFAULT 0"),
-    ("snapshot", "TEXT"),
-    ("network", "TEXT NOT NULL DEFAULT '{}'"),
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    ("sandboxes", "name", "TEXT"),
+    ("sandboxes", "persistent", "INTEGER NOT NULL DEFAULT 0"),
+    ("sandboxes", "auto_resume", "INTEGER NOT NULL DEFAULT 0"),
+    ("sandboxes", "idle_s", "INTEGER"),
+    ("sandboxes", "on_timeout", "TEXT NOT NULL DEFAULT 'delete'"),
+    ("sandboxes", "stop_after_s", "INTEGER NOT NULL DEFAULT 600"),
+    ("sandboxes", "active_ms", "INTEGER NOT NULL DEFAULT 0"),
+    ("sandboxes", "snapshot", "TEXT"),
+    ("sandboxes", "network", "TEXT NOT NULL DEFAULT '{}'"),
+    ("tenants", "network_exempt", "TEXT NOT NULL DEFAULT '[]'"),
 ];
 
 fn migrate(conn: &Connection) -> Result<()> {
@@ -135,11 +137,11 @@ fn migrate(conn: &Connection) -> Result<()> {
     if !exists {
         return Ok(());
     }
-    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('sandboxes')")?;
-    let have: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
-    for (col, def) in ADDED_COLUMNS {
+    for (table, col, def) in ADDED_COLUMNS {
+        let mut stmt = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
+        let have: Vec<String> = stmt.query_map([table], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
         if !have.iter().any(|h| h == col) {
-            conn.execute_batch(&format!("ALTER TABLE sandboxes ADD COLUMN {col} {def}"))?;
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {col} {def}"))?;
         }
     }
     Ok(())
@@ -265,6 +267,27 @@ impl Store {
             ],
         )?;
         Ok(())
+    }
+
+    /// The always-denied ranges an admin opted `tenant` into; `None` if there is no such tenant.
+    pub fn tenant_exemptions(&self, tenant: &str) -> Result<Option<Vec<String>>> {
+        let text: Option<String> = self
+            .conn()
+            .query_row("SELECT network_exempt FROM tenants WHERE name = ?1", params![tenant], |r| r.get(0))
+            .optional()?;
+        Ok(match text {
+            Some(t) => Some(serde_json::from_str(&t)?),
+            None => None,
+        })
+    }
+
+    /// Replaces `tenant`'s exemptions; false if there is no such tenant.
+    pub fn set_tenant_exemptions(&self, tenant: &str, cidrs: &[String]) -> Result<bool> {
+        let n = self.conn().execute(
+            "UPDATE tenants SET network_exempt = ?2 WHERE name = ?1",
+            params![tenant, serde_json::to_string(cidrs)?],
+        )?;
+        Ok(n == 1)
     }
 
     /// The tenant that owns sandbox `id`.

@@ -35,11 +35,21 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Measure only these groups, comma separated: start, exec, lifecycle, network, baseline.
+    #[arg(long, value_delimiter = ',', value_parser = ["start", "exec", "lifecycle", "network", "baseline"])]
+    only: Vec<String>,
+}
+
+impl BenchArgs {
+    fn wants(&self, group: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|g| g == group)
+    }
 }
 
 struct PrivateServer {
     child: Child,
     dir: PathBuf,
+    tls: HttpsServer,
 }
 
 impl Drop for PrivateServer {
@@ -57,16 +67,19 @@ fn start_private_server() -> anyhow::Result<(PrivateServer, Client)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let dir = std::env::temp_dir().join(format!("sandlot-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    let tls = bench_https_server(&dir)?;
     let child = Command::new(std::env::current_exe()?)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--state-dir"])
         .arg(dir.join("state"))
-        // The network figures fetch from a server on this host's loopback under this name.
-        .args(["--resolve", "bench.test=127.0.0.1"])
+        // The network figures fetch from servers on this host's loopback under these names; the HTTPS
+        // one has a certificate of the bench's own CA.
+        .args(["--resolve", "bench.test=127.0.0.1", "--resolve", "tls.bench.test=127.0.0.1", "--extra-ca"])
+        .arg(&tls.ca_file)
         .env("SANDLOT_LOG", "warn")
         .stdin(Stdio::null())
         .spawn()
         .context("starting a private server")?;
-    let server = PrivateServer { child, dir: dir.clone() };
+    let server = PrivateServer { child, dir: dir.clone(), tls };
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -250,15 +263,15 @@ fn lifecycle(client: &Client, n: usize) -> anyhow::Result<Vec<Figure>> {
     ])
 }
 
-/// A loopback HTTP server: `/big` answers 64 MiB, anything else 2 bytes.
+/// A loopback HTTP server: `/big` answers 256 MiB, anything else 2 bytes.
 fn bench_http_server() -> anyhow::Result<u16> {
     use std::io::{BufRead, BufReader, Write as _};
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = l.local_addr()?.port();
     std::thread::spawn(move || {
-        let big = vec![b'x'; 64 << 20];
+        let big: Arc<[u8]> = vec![b'x'; 256 << 20].into();
         for s in l.incoming().flatten() {
-            let big = big.clone();
+            let big = Arc::clone(&big);
             std::thread::spawn(move || {
                 let mut s = s;
                 let mut r = BufReader::new(match s.try_clone() {
@@ -290,44 +303,133 @@ fn bench_http_server() -> anyhow::Result<u16> {
     Ok(port)
 }
 
-/// curl's own timers (process start excluded): `(connect s, total s, bytes/s)`.
-fn curl_times(out: &str) -> anyhow::Result<(f64, f64, f64)> {
+/// A loopback HTTPS server for `tls.bench.test`, with a certificate of a CA made for this run.
+struct HttpsServer {
+    port: u16,
+    ca_file: PathBuf,
+}
+
+fn bench_https_server(dir: &std::path::Path) -> anyhow::Result<HttpsServer> {
+    use std::io::Write as _;
+    let ca_key = rcgen::KeyPair::generate()?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "sandlot bench CA");
+    let ca = ca_params.self_signed(&ca_key)?;
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate()?;
+    let leaf = rcgen::CertificateParams::new(vec!["tls.bench.test".to_string()])?.signed_by(&key, &issuer)?;
+    let ca_file = dir.join("bench-ca.pem");
+    std::fs::write(&ca_file, ca.pem())?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )?;
+    let config = Arc::new(config);
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = l.local_addr()?.port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let config = Arc::clone(&config);
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                let _ = s.set_nodelay(true);
+                let conn = rustls::ServerConnection::new(config)?;
+                let mut tls = rustls::StreamOwned::new(conn, s);
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = tls.read(&mut buf)?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    head.extend_from_slice(&buf[..n]);
+                }
+                tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")?;
+                tls.conn.send_close_notify();
+                tls.flush()?;
+                Ok(())
+            });
+        }
+    });
+    Ok(HttpsServer { port, ca_file })
+}
+
+/// Where a sandbox finds the daemon's egress CA (alone, so curl loads one certificate, as on the host).
+const CA_IN_SANDBOX: &str = "/etc/sandlot/ca.pem";
+
+/// curl's own timers (process start excluded).
+struct CurlTimes {
+    /// Name lookup, seconds.
+    lookup: f64,
+    /// From the end of the name lookup to the end of the transfer, seconds.
+    after_lookup: f64,
+    /// Download speed, bytes per second.
+    speed: f64,
+}
+
+const CURL_FORMAT: &str = "%{time_namelookup} %{time_total} %{speed_download}";
+
+fn curl_times(out: &str) -> anyhow::Result<CurlTimes> {
     let v: Vec<f64> = out.split_whitespace().filter_map(|x| x.parse().ok()).collect();
     match v[..] {
-        [c, t, s] => Ok((c, t, s)),
+        [lookup, total, speed] => Ok(CurlTimes { lookup, after_lookup: total - lookup, speed }),
         _ => bail!("unexpected curl output {out:?}"),
     }
 }
 
 /// Throughput and request latency through a sandbox's network stack, beside curl on the host itself.
-fn network(client: &Client, n: usize) -> anyhow::Result<Vec<Figure>> {
+fn network(client: &Client, server: &PrivateServer, n: usize) -> anyhow::Result<Vec<Figure>> {
     let port = bench_http_server()?;
-    let fmt = "%{time_connect} %{time_total} %{speed_download}";
+    let fmt = CURL_FORMAT;
+    // tls.bench.test has a header rule: its connections are TLS-terminated and re-originated.
     let spec = CreateSandbox {
-        network: Some(serde_json::from_str(r#"{"mode":"allowlist","allow":["bench.test"]}"#)?),
+        network: Some(serde_json::from_str(
+            r#"{"mode":"allowlist","allow":["bench.test","tls.bench.test"],
+                "rules":{"tls.bench.test":{"headers":{"authorization":"Bearer bench-secret"}}}}"#,
+        )?),
         ..Default::default()
     };
     let sb = client.create(&spec)?;
-    let run_in = |url: &str| -> anyhow::Result<(f64, f64, f64)> {
+    let run_in = |url: &str| -> anyhow::Result<CurlTimes> {
         let r = sb.exec(&ExecRequest {
             shell: Some(format!("curl -s -o /dev/null -w '{fmt}' {url}")),
             ..Default::default()
         })?;
         curl_times(&r.stdout)
     };
-    let run_host = |url: &str| -> anyhow::Result<(f64, f64, f64)> {
-        let out = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", fmt, url]).output()?;
+    let run_host = |args: &[&str]| -> anyhow::Result<CurlTimes> {
+        let out = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", fmt]).args(args).output()?;
         curl_times(&String::from_utf8_lossy(&out.stdout))
     };
+    // Request latency is taken after the name lookup: the host side asks for an address, not a name.
+    // The sandbox's lookups (through the daemon's DNS) are a figure of their own.
+    let secs = Duration::from_secs_f64;
     let mut small = (Vec::new(), Vec::new());
+    let mut lookups = Vec::new();
     for _ in 0..n {
-        small.0.push(Duration::from_secs_f64(run_in(&format!("http://bench.test:{port}/small"))?.1));
-        small.1.push(Duration::from_secs_f64(run_host(&format!("http://127.0.0.1:{port}/small"))?.1));
+        let t = run_in(&format!("http://bench.test:{port}/small"))?;
+        small.0.push(secs(t.after_lookup));
+        lookups.push(secs(t.lookup));
+        small.1.push(secs(run_host(&[&format!("http://127.0.0.1:{port}/small")])?.after_lookup));
+    }
+    let tls_port = server.tls.port;
+    let ca = server.tls.ca_file.display().to_string();
+    let mut tls = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let url = format!("https://tls.bench.test:{tls_port}/small");
+        tls.0.push(secs(run_in(&format!("--cacert {} {url}", CA_IN_SANDBOX))?.after_lookup));
+        let resolve = format!("tls.bench.test:{tls_port}:127.0.0.1");
+        tls.1.push(secs(run_host(&["--cacert", &ca, "--resolve", &resolve, &url])?.after_lookup));
     }
     let mut speed = (Vec::new(), Vec::new());
-    for _ in 0..5 {
-        speed.0.push(run_in(&format!("http://bench.test:{port}/big"))?.2);
-        speed.1.push(run_host(&format!("http://127.0.0.1:{port}/big"))?.2);
+    // Interleaved, so a busy moment of the machine costs both sides alike.
+    for _ in 0..9 {
+        speed.0.push(run_in(&format!("http://bench.test:{port}/big"))?.speed);
+        speed.1.push(run_host(&[&format!("http://127.0.0.1:{port}/big")])?.speed);
     }
     sb.delete()?;
     let mbps = |v: &[f64]| {
@@ -336,12 +438,15 @@ fn network(client: &Client, n: usize) -> anyhow::Result<Vec<Figure>> {
         v[v.len() / 2] / 1e6
     };
     let mut figs = vec![
+        figure("sandlot net: DNS lookup (curl)", 1, lookups),
         figure("sandlot net: HTTP request (connect+reply)", 1, small.0),
         figure("host loopback: HTTP request", 1, small.1),
+        figure("sandlot net: brokered HTTPS request", 1, tls.0),
+        figure("host loopback: HTTPS request", 1, tls.1),
     ];
     // Throughput is reported in the mean/p50 columns as MB/s, in a figure of its own.
     for (name, v) in
-        [("sandlot net: 64 MiB download MB/s", &speed.0), ("host loopback: 64 MiB download MB/s", &speed.1)]
+        [("sandlot net: 256 MiB download MB/s", &speed.0), ("host loopback: 256 MiB download MB/s", &speed.1)]
     {
         let m = mbps(v);
         figs.push(Figure { name: name.into(), concurrency: 1, samples: v.len(), p50_ms: m, p99_ms: m, mean_ms: m });
@@ -351,7 +456,7 @@ fn network(client: &Client, n: usize) -> anyhow::Result<Vec<Figure>> {
 
 /// Runs the benchmark and prints the figures.
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
-    let (_server, client) = match &args.url {
+    let (server, client) = match &args.url {
         Some(url) => {
             let key = args.api_key.clone().context("--url needs --api-key or SANDLOT_API_KEY")?;
             (None, Client::new(url.clone(), key))
@@ -367,38 +472,53 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     for _ in 0..3 {
         create_to_first_output(&client)?;
     }
-    for &c in &args.concurrency {
-        let cl = client.clone();
-        figures.push(figure("sandlot create→first output", c, parallel(n, c, move || create_to_first_output(&cl))?));
-    }
-    let sb = client.create(&CreateSandbox::default())?;
-    let t = ExecRequest { argv: Some(vec!["/bin/true".into()]), ..Default::default() };
-    let samples = (0..n)
-        .map(|_| {
-            let t0 = Instant::now();
-            sb.exec(&t).map(|_| t0.elapsed())
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    figures.push(figure("sandlot exec round trip (/bin/true)", 1, samples));
-    sb.delete()?;
-    let deletes = (0..n.min(50))
-        .map(|_| {
-            let sb = client.create(&CreateSandbox::default())?;
-            let t0 = Instant::now();
-            sb.delete().map(|_| t0.elapsed()).map_err(anyhow::Error::from)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    figures.push(figure("sandlot delete", 1, deletes));
-    figures.extend(lifecycle(&client, n.min(50))?);
-    if args.url.is_none() {
-        figures.extend(network(&client, n.min(30))?);
-    }
-    if bwrap_available() {
+    if args.wants("start") {
         for &c in &args.concurrency {
-            figures.push(figure("bwrap spawn→first output", c, parallel(n, c, bwrap_first_output)?));
+            let cl = client.clone();
+            figures.push(figure(
+                "sandlot create→first output",
+                c,
+                parallel(n, c, move || create_to_first_output(&cl))?,
+            ));
         }
-    } else {
-        eprintln!("bwrap not found: install Debian's bubblewrap for the baseline (apt-get install bubblewrap)");
+    }
+    if args.wants("exec") {
+        let sb = client.create(&CreateSandbox::default())?;
+        let t = ExecRequest { argv: Some(vec!["/bin/true".into()]), ..Default::default() };
+        let samples = (0..n)
+            .map(|_| {
+                let t0 = Instant::now();
+                sb.exec(&t).map(|_| t0.elapsed())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        figures.push(figure("sandlot exec round trip (/bin/true)", 1, samples));
+        sb.delete()?;
+    }
+    if args.wants("lifecycle") {
+        let deletes = (0..n.min(50))
+            .map(|_| {
+                let sb = client.create(&CreateSandbox::default())?;
+                let t0 = Instant::now();
+                sb.delete().map(|_| t0.elapsed()).map_err(anyhow::Error::from)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        figures.push(figure("sandlot delete", 1, deletes));
+        figures.extend(lifecycle(&client, n.min(50))?);
+    }
+    if args.wants("network") {
+        match &server {
+            Some(server) => figures.extend(network(&client, server, n.min(30))?),
+            None => eprintln!("network figures skipped: they need the private server (no --url)"),
+        }
+    }
+    if args.wants("baseline") {
+        if bwrap_available() {
+            for &c in &args.concurrency {
+                figures.push(figure("bwrap spawn→first output", c, parallel(n, c, bwrap_first_output)?));
+            }
+        } else {
+            eprintln!("bwrap not found: install Debian's bubblewrap for the baseline (apt-get install bubblewrap)");
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&figures)?);

@@ -41,7 +41,7 @@ pub async fn boot(app: &App, rec: &SandboxRecord, source: LayerSource) -> Result
         preferred_slot: (source == LayerSource::Existing).then_some(rec.slot),
         disk_bytes: l.disk_mb.unwrap_or(0) << 20,
         source,
-        network: Some(app.engine.compile_network(&rec.network).map_err(ApiError::invalid)?),
+        network: Some(super::tenants::policy_for(app, &rec.tenant, &rec.network)?),
     };
     let sb = app.engine.start(&rec.info.id, spec).await?;
     app.store.set_slot(&rec.info.id, sb.slot())?;

@@ -7,6 +7,7 @@ mod files;
 mod lifecycle;
 mod ports;
 mod sandboxes;
+mod tenants;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -210,7 +211,11 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(sandboxes::expiry_loop(Arc::clone(&app), shutdown_rx.clone()));
     if let Some(events) = engine.take_net_events() {
-        tokio::spawn(sandboxes::net_audit_loop(Arc::clone(&app), events));
+        let app = Arc::clone(&app);
+        std::thread::Builder::new()
+            .name("net-audit".into())
+            .spawn(move || sandboxes::net_audit_loop(app, events))
+            .context("starting the network audit thread")?;
     }
     if let Some(deaths) = engine.take_deaths() {
         tokio::spawn(sandboxes::death_loop(Arc::clone(&app), deaths));
@@ -357,6 +362,7 @@ fn router(app: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/keys", post(sandboxes::create_key))
+        .route("/v1/tenants/{tenant}/network", get(tenants::get_network).put(tenants::set_network))
         .route("/v1/audit", get(sandboxes::audit))
         .route("/v1/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route("/v1/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::delete))

@@ -268,7 +268,7 @@ async fn create_new(app: &AppState, caller: &Caller, req: CreateSandbox) -> Resu
         req.on_timeout.unwrap_or(if persistent { TimeoutAction::Pause } else { TimeoutAction::Delete });
     rec.info.stop_after_s = req.stop_after_s.unwrap_or(DEFAULT_STOP_AFTER_S);
     if let Some(net) = &req.network {
-        app.engine.compile_network(net).map_err(|e| ApiError::invalid(format!("network: {e}")))?;
+        super::tenants::policy_for(app, &caller.tenant, net)?;
         rec.network = net.clone();
         rec.info.network = net.info(0, 0);
     }
@@ -458,7 +458,7 @@ pub async fn set_network(
     ApiJson(spec): ApiJson<sandlot_api::NetworkSpec>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     let rec = record(&app, &caller, &id)?;
-    let policy = app.engine.compile_network(&spec).map_err(|e| ApiError::invalid(format!("network: {e}")))?;
+    let policy = super::tenants::policy_for(&app, &rec.tenant, &spec)?;
     let _g = super::lifecycle::lock(&app, &id).await;
     app.store.set_network(&id, &spec)?;
     if app.engine.get(&id).is_some() {
@@ -471,12 +471,13 @@ pub async fn set_network(
     Ok(Json(info))
 }
 
-/// Writes every network decision to the audit log.
-pub async fn net_audit_loop(
+/// Writes every network decision to the audit log. Runs on a thread of its own: the SQLite writes
+/// block, and on a runtime worker they would stall the DNS answers and connections that produce them.
+pub fn net_audit_loop(
     app: AppState,
     mut events: tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::stack::NetEvent>,
 ) {
-    while let Some(ev) = events.recv().await {
+    while let Some(ev) = events.blocking_recv() {
         let tenant = app.store.tenant_of(&ev.sandbox).ok().flatten().unwrap_or_default();
         let action = if ev.decision.allow { "net.allow" } else { "net.deny" };
         let _ = app.store.audit(&tenant, Some(&ev.sandbox), action, &json!(ev));

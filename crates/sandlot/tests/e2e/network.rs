@@ -174,6 +174,49 @@ fn metadata_and_private_ranges_are_refused_in_allow_all() {
     assert_no_dial_bug(&srv);
 }
 
+/// A refused connection is reset at once, over IPv4 and IPv6 alike, and audited; the sandbox's own
+/// loopback servers stay reachable (steering leaves loopback and the sandbox's address alone).
+#[test]
+fn refused_connections_are_reset_at_once_over_ipv4_and_ipv6() {
+    let srv = server(&["closed.test=127.0.0.1"], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["closed.test"]}"#));
+    // An allowed name whose upstream refuses the connection: the sandbox sees that as a reset too.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let probe = r#"
+import socket, time
+for fam, addr in ((socket.AF_INET, ("169.254.169.254", 80)), (socket.AF_INET6, ("fd00:ec2::254", 80)), (socket.AF_INET, ("closed.test", CLOSED))):
+    t = time.monotonic(); s = socket.socket(fam); s.settimeout(5)
+    try:
+        s.connect(addr); s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"); print(addr[0], "got", s.recv(1))
+    except OSError as e:
+        print(addr[0], "errno", e.errno, "%.3f" % (time.monotonic() - t))
+"#
+    .replace("CLOSED", &closed.to_string());
+    let out = sb.shell(&format!("python3 -c '{probe}'")).unwrap();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out:?}");
+    for line in lines {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f[1], "errno", "{out:?}");
+        assert!(["104", "111", "32"].contains(&f[2]), "not a reset or refusal: {out:?}");
+        assert!(f[3].parse::<f64>().unwrap() < 1.0, "not at once: {out:?}");
+    }
+    let rows = audit_actions(&client, sb.id());
+    let v6 = rows
+        .iter()
+        .find(|(a, d)| a == "net.deny" && d["dst"] == "[fd00:ec2::254]:80")
+        .unwrap_or_else(|| panic!("IPv6 metadata decision audited: {rows:?}"));
+    assert!(v6.1["rule"].as_str().unwrap().starts_with("always-deny"), "{v6:?}");
+    assert_no_dial_bug(&srv);
+    let local = sb
+        .shell(
+            "python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1 &              for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:8000/ && break; sleep 0.1; done;              curl -s -o /dev/null -w 'lo=%{http_code} ' http://127.0.0.1:8000/;              curl -s -o /dev/null -w 'own=%{http_code}' http://10.200.0.2:8000/; kill %1",
+        )
+        .unwrap();
+    assert_eq!(local.stdout, "lo=200 own=200", "{local:?}");
+}
+
 /// A `deny` CIDR wins over an allowed CIDR.
 #[test]
 fn deny_cidr_beats_allow() {
@@ -564,4 +607,98 @@ fn unreachable_brokered_host_is_a_502_with_a_reason() {
     let sb = with_net(&srv.client(), spec);
     let out = sb.shell(&format!("curl -sS -m 10 -w ' status=%{{http_code}}' https://down.test:{closed}/")).unwrap();
     assert!(out.stdout.contains("status=502") && out.stdout.contains("down.test"), "{out:?}");
+}
+
+/// An always-denied range opens to a tenant only when an admin opts that tenant in, only where the
+/// sandbox's own policy allows it too, and running sandboxes follow at once. (The test dialer refuses
+/// every non-loopback address, so the allowed attempt is seen as the policy's decision and one refused
+/// dial of exactly that address: nothing leaves the machine.)
+#[test]
+fn an_admin_exemption_opens_an_always_denied_range_to_one_tenant() {
+    let srv = server(&[], &[]);
+    let admin = srv.client();
+    let alice = srv.tenant_client("alice");
+    let bob = srv.tenant_client("bob");
+    let spec = r#"{"mode":"allowlist","allow":["10.20.30.0/24"]}"#;
+    let a = with_net(&alice, net(spec));
+    let b = with_net(&bob, net(spec));
+    let probe = "curl -sS -m 3 http://10.20.30.40:8080/ >/dev/null 2>&1; echo rc=$?";
+    assert!(!a.shell(probe).unwrap().stdout.contains("rc=0"));
+    let rows = audit_actions(&alice, a.id());
+    assert!(
+        rows.iter().any(|(act, d)| act == "net.deny" && d["rule"] == "always-deny 10.0.0.0/8"),
+        "before the exemption: {rows:?}"
+    );
+
+    // A tenant cannot opt itself in; bad ranges and unknown tenants are refused with a reason.
+    let exempt = sandlot_client::api::TenantNetwork { exempt: vec!["10.20.30.0/24".into()] };
+    crate::harness::expect_error(alice.set_tenant_network("alice", &exempt), 403, "forbidden");
+    let bad = sandlot_client::api::TenantNetwork { exempt: vec!["10.20.30.0/33".into()] };
+    crate::harness::expect_error(admin.set_tenant_network("alice", &bad), 400, "invalid_request");
+    crate::harness::expect_error(admin.set_tenant_network("nobody", &exempt), 404, "not_found");
+
+    assert_eq!(admin.set_tenant_network("alice", &exempt).unwrap(), exempt);
+    assert_eq!(admin.tenant_network("alice").unwrap(), exempt);
+    a.shell(probe).unwrap();
+    b.shell(probe).unwrap();
+    let rows = audit_actions(&alice, a.id());
+    assert!(
+        rows.iter()
+            .any(|(act, d)| act == "net.allow" && d["dst"] == "10.20.30.40:8080" && d["rule"] == "10.20.30.0/24"),
+        "after the exemption, alice's running sandbox is allowed: {rows:?}"
+    );
+    let rows = audit_actions(&bob, b.id());
+    assert!(!rows.iter().any(|(act, _)| act == "net.allow"), "bob was not opted in: {rows:?}");
+    let log = srv.log_text();
+    let dials: Vec<&str> = log.lines().filter(|l| l.contains("BUG: the proxy tried to dial")).collect();
+    assert!(!dials.is_empty() && dials.iter().all(|l| l.contains("10.20.30.40:8080")), "{dials:?}");
+
+    // Withdrawn: denied again.
+    admin.set_tenant_network("alice", &Default::default()).unwrap();
+    a.shell(probe).unwrap();
+    let rows = audit_actions(&alice, a.id());
+    let last = rows.iter().find(|(act, d)| act.starts_with("net.") && d["dst"] == "10.20.30.40:8080").unwrap();
+    assert_eq!(last.0, "net.deny", "newest first: {rows:?}");
+}
+
+/// The CLI sets a policy at create and replaces it later; injected values are never printed.
+#[test]
+fn cli_sets_and_replaces_the_network_policy() {
+    let srv = server(&[], &[]);
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+            .args(args)
+            .env("SANDLOT_URL", srv.url())
+            .env("SANDLOT_API_KEY", srv.admin_key())
+            .env("CLI_TEST_TOKEN", SECRET)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "sandlot {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let id = cli(&["sandbox", "create", "--allow", "*.pypi.test", "--deny", "203.0.113.0/24"]);
+    let id = id.trim();
+    let shown: serde_json::Value = serde_json::from_str(&cli(&["sandbox", "network", id, "--json"])).unwrap();
+    assert_eq!(shown["mode"], "allowlist");
+    assert_eq!(shown["allow"], serde_json::json!(["*.pypi.test"]));
+    assert_eq!(shown["deny"], serde_json::json!(["203.0.113.0/24"]));
+
+    let text = cli(&["sandbox", "network", id, "--inject", "api.test:authorization=env:CLI_TEST_TOKEN"]);
+    assert!(text.contains("inject:    api.test: authorization (values hidden)"), "{text}");
+    assert!(!text.contains(SECRET), "{text}");
+    let shown: serde_json::Value = serde_json::from_str(&cli(&["sandbox", "network", id, "--json"])).unwrap();
+    assert_eq!(shown["allow"], serde_json::json!(["api.test"]), "an injected host is allowed: {shown}");
+    assert!(!shown.to_string().contains(SECRET));
+
+    let text = cli(&["sandbox", "network", id, "--deny-all"]);
+    assert!(text.starts_with("mode:      deny"), "{text}");
+    // A bad flag says what shape it wants, without contacting the server.
+    let out = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+        .args(["sandbox", "network", id, "--inject", "authorization=x"])
+        .env("SANDLOT_URL", srv.url())
+        .env("SANDLOT_API_KEY", srv.admin_key())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("HOST:HEADER=VALUE"));
 }

@@ -1,0 +1,75 @@
+//! Tenant settings an admin controls: which always-denied network ranges a tenant's sandboxes may reach.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use sandlot_api::{NetworkSpec, TenantNetwork};
+use sandlot_netproxy::policy::Policy;
+use serde_json::json;
+
+use super::extract::{ApiJson, ApiPath, Caller};
+use super::{ApiError, App, AppState};
+
+/// Most exemptions one tenant may hold (each is checked on every connection its sandboxes open).
+const MAX_EXEMPT: usize = 64;
+
+/// Compiles a sandbox's network spec for `tenant`, with the exemptions an admin gave the tenant.
+pub fn policy_for(app: &App, tenant: &str, spec: &NetworkSpec) -> Result<Policy, ApiError> {
+    let exempt = app.store.tenant_exemptions(tenant)?.unwrap_or_default();
+    app.engine.compile_network(spec, &exempt).map_err(|e| ApiError::invalid(format!("network: {e}")))
+}
+
+fn admin_only(caller: &Caller) -> Result<(), ApiError> {
+    if caller.admin {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        sandlot_api::codes::FORBIDDEN,
+        "only an admin key may read or change a tenant's network exemptions (see <state-dir>/admin.key)",
+    ))
+}
+
+pub async fn get_network(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(tenant): ApiPath<String>,
+) -> Result<Json<TenantNetwork>, ApiError> {
+    admin_only(&caller)?;
+    let exempt = app.store.tenant_exemptions(&tenant)?.ok_or_else(|| ApiError::not_found("tenant"))?;
+    Ok(Json(TenantNetwork { exempt }))
+}
+
+/// Replaces a tenant's exemptions; its running sandboxes apply them to new connections at once.
+pub async fn set_network(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(tenant): ApiPath<String>,
+    ApiJson(req): ApiJson<TenantNetwork>,
+) -> Result<Json<TenantNetwork>, ApiError> {
+    admin_only(&caller)?;
+    if req.exempt.len() > MAX_EXEMPT {
+        return Err(ApiError::invalid(format!("exempt: at most {MAX_EXEMPT} ranges")));
+    }
+    // Validate before storing: a bad entry would make every later policy of the tenant fail to compile.
+    app.engine
+        .compile_network(&NetworkSpec::default(), &req.exempt)
+        .map_err(|e| ApiError::invalid(format!("exempt: {e}")))?;
+    if !app.store.set_tenant_exemptions(&tenant, &req.exempt)? {
+        return Err(ApiError::not_found("tenant"));
+    }
+    app.store.audit(&caller.tenant, None, "tenant.network", &json!({"tenant": tenant, "exempt": req.exempt}))?;
+    for listed in app.store.list_sandboxes(&tenant)? {
+        let id = listed.info.id;
+        // Under the sandbox's lock, with its policy re-read: a concurrent PATCH is not undone.
+        let _g = super::lifecycle::lock(&app, &id).await;
+        let Some(rec) = app.store.get_sandbox(&tenant, &id)? else { continue };
+        let Some(running) = app.engine.get(&id) else { continue };
+        if running.net().is_none() {
+            continue; // no network link (deny): nothing to update until a PATCH gives it one
+        }
+        let policy = policy_for(&app, &tenant, &rec.network)?;
+        app.engine.set_network(&id, policy).await?;
+    }
+    Ok(Json(req))
+}
