@@ -112,6 +112,15 @@ impl Sandbox {
         json(response, "the exposed port")
     }
 
+    /// Replaces the sandbox's network policy; new connections and DNS lookups follow it at once
+    /// (open connections are left alone). Header values of `rules` are write-only: the returned
+    /// description names the headers, never their values.
+    pub fn set_network(&self, network: &sandlot_api::NetworkSpec) -> Result<SandboxInfo> {
+        let http = self.client.request("PATCH", &self.path("/network"));
+        let response = self.client.send_json(http, network)?;
+        json(response, "the sandbox")
+    }
+
     /// Same as [`Sandbox::delete`] (the name other sandbox SDKs use).
     pub fn kill(&self) -> Result<()> {
         self.delete()

@@ -5,6 +5,7 @@
 
 mod admin;
 mod cp;
+mod network;
 mod output;
 mod run;
 mod sandbox;
@@ -15,7 +16,7 @@ use std::io;
 use anyhow::{bail, Context};
 use sandlot_client::{Client, ErrorKind};
 
-use admin::{AuditArgs, KeysCmd};
+use admin::{AuditArgs, KeysCmd, TenantsCmd};
 use run::RunArgs;
 use sandbox::SandboxCmd;
 
@@ -55,6 +56,16 @@ the admin key that `sandlot serve` writes to <state-dir>/admin.key.
 Example:
   sudo sandlot keys create --tenant alice";
 
+const TENANTS_LONG: &str = "\
+Admin settings of a tenant. `network` opts a tenant's sandboxes into reaching ranges that are \
+otherwise always denied (private networks, cloud metadata, this host's addresses): an internal \
+database at 10.20.0.5, say. Each sandbox must still allow the destination itself. Needs the admin key.
+
+Examples:
+  sudo sandlot tenants network alice --exempt 10.20.0.0/16
+  sudo sandlot tenants network alice
+  sudo sandlot tenants network alice --clear";
+
 const AUDIT_LONG: &str = "\
 Show the audit log of the key's tenant, newest first: sandbox creation and deletion, commands, file \
 writes.
@@ -75,6 +86,9 @@ pub enum ClientCommand {
     /// Create API keys (needs the admin key).
     #[command(subcommand, long_about = KEYS_LONG)]
     Keys(KeysCmd),
+    /// Admin settings of tenants (needs the admin key).
+    #[command(subcommand, long_about = TENANTS_LONG)]
+    Tenants(TenantsCmd),
     /// Show the audit log.
     #[command(long_about = AUDIT_LONG)]
     Audit(AuditArgs),
@@ -86,6 +100,7 @@ impl ClientCommand {
             ClientCommand::Run(args) => &args.conn,
             ClientCommand::Sandbox(cmd) => cmd.conn(),
             ClientCommand::Keys(cmd) => cmd.conn(),
+            ClientCommand::Tenants(cmd) => cmd.conn(),
             ClientCommand::Audit(args) => &args.conn,
         }
     }
@@ -140,6 +155,7 @@ pub fn execute(cmd: ClientCommand) -> anyhow::Result<i32> {
         ClientCommand::Run(args) => run::run(args),
         ClientCommand::Sandbox(cmd) => sandbox::execute(cmd),
         ClientCommand::Keys(cmd) => admin::keys(cmd),
+        ClientCommand::Tenants(cmd) => admin::tenants(cmd),
         ClientCommand::Audit(args) => admin::audit(args),
     };
     match result {

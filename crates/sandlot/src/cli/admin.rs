@@ -1,4 +1,4 @@
-//! `sandlot keys create` and `sandlot audit`.
+//! `sandlot keys create`, `sandlot tenants network` and `sandlot audit`.
 
 use sandlot_client::api::AuditList;
 
@@ -42,6 +42,44 @@ pub struct KeyCreateArgs {
     conn: Conn,
 }
 
+/// `sandlot tenants …` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum TenantsCmd {
+    /// Show or set the always-denied ranges a tenant's sandboxes may reach.
+    #[command(long_about = "Show the always-denied ranges (private networks, cloud metadata, this host's \
+addresses) a tenant's sandboxes are opted into, or replace them with --exempt (repeatable) or --clear. \
+Running sandboxes follow at once. An exemption only lifts the always-deny list: each sandbox's own \
+policy must still allow the destination (an --allow CIDR, or --allow-all).\n\nExample:\n  \
+sudo sandlot tenants network alice --exempt 10.20.0.0/16")]
+    Network(TenantNetworkArgs),
+}
+
+impl TenantsCmd {
+    pub(super) fn conn(&self) -> &Conn {
+        match self {
+            TenantsCmd::Network(args) => &args.conn,
+        }
+    }
+}
+
+/// Arguments of `sandlot tenants network`.
+#[derive(clap::Args, Debug)]
+pub struct TenantNetworkArgs {
+    /// Tenant name.
+    tenant: String,
+    /// CIDR the tenant's sandboxes may reach although it is always denied otherwise (repeatable).
+    #[arg(long, value_name = "CIDR")]
+    exempt: Vec<String>,
+    /// Withdraw every exemption.
+    #[arg(long, conflicts_with = "exempt")]
+    clear: bool,
+    /// Print JSON (`{"exempt": [...]}`).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
 /// Arguments of `sandlot audit`.
 #[derive(clap::Args, Debug)]
 pub struct AuditArgs {
@@ -69,6 +107,31 @@ pub(super) fn keys(cmd: KeysCmd) -> anyhow::Result<i32> {
             } else {
                 println!("{}", created.key);
                 eprintln!("sandlot: key for tenant {} (shown once; store it now)", created.tenant);
+            }
+            Ok(0)
+        }
+    }
+}
+
+pub(super) fn tenants(cmd: TenantsCmd) -> anyhow::Result<i32> {
+    match cmd {
+        TenantsCmd::Network(args) => {
+            let client = args.conn.client()?;
+            let doing = format!("the network exemptions of tenant {}", args.tenant);
+            let current = if args.clear || !args.exempt.is_empty() {
+                let new = sandlot_client::api::TenantNetwork { exempt: args.exempt.clone() };
+                client.set_tenant_network(&args.tenant, &new).doing(&format!("setting {doing}"))?
+            } else {
+                client.tenant_network(&args.tenant).doing(&format!("reading {doing}"))?
+            };
+            if args.json {
+                print_json(&current)?;
+            } else if current.exempt.is_empty() {
+                println!("no exemptions: tenant {}'s sandboxes never reach always-denied ranges", args.tenant);
+            } else {
+                for cidr in &current.exempt {
+                    println!("{cidr}");
+                }
             }
             Ok(0)
         }

@@ -31,6 +31,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub(super) limits: LimitArgs,
     #[command(flatten)]
+    pub(super) net: super::network::NetworkArgs,
+    #[command(flatten)]
     pub(super) exec: CommandArgs,
     #[command(flatten)]
     pub(super) conn: Conn,
@@ -124,6 +126,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<i32> {
     let client = args.conn.client()?;
     let request = args.exec.request(&args.command)?;
     let mut spec = args.limits.spec();
+    spec.network = args.net.spec()?;
     if let Some(timeout) = args.exec.timeout {
         if !(timeout.is_finite() && timeout > 0.0) {
             bail!("--timeout must be a positive number of seconds");

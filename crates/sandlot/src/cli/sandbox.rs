@@ -6,6 +6,7 @@ use sandlot_client::api::{SandboxInfo, SandboxList};
 use sandlot_client::ErrorKind;
 
 use super::cp::{self, CpArgs};
+use super::network::{network, NetworkArgs, NetworkCmdArgs, NETWORK_LONG};
 use super::output::{now_ms, print_json, print_table, short_duration, utc_time};
 use super::run::{self, CommandArgs, LimitArgs};
 use super::{client_error_kind, parse_key_value, Conn, Doing};
@@ -14,8 +15,9 @@ const CREATE_LONG: &str = "\
 Create a sandbox and print its id on stdout (the full description with --json). It lives until \
 `sandlot sandbox rm` or until its --timeout passes.
 
-Example:
-  id=$(sandlot sandbox create --memory 512 --timeout 3600 --meta owner=ci)";
+Examples:
+  id=$(sandlot sandbox create --memory 512 --timeout 3600 --meta owner=ci)
+  id=$(sandlot sandbox create --allow pypi.org --allow files.pythonhosted.org)";
 
 const LS_LONG: &str = "\
 List the sandboxes of the key's tenant, newest first.
@@ -107,6 +109,9 @@ files, and print their ids.\n\nExample:\n  sandlot sandbox fork sb_abc123 --coun
 which works over HTTP without an API key (a per-port token is part of it).\n\nExample:\n  \
 sandlot sandbox expose sb_abc123 8000")]
     Expose(ExposeArgs),
+    /// Show or replace a sandbox's network policy.
+    #[command(long_about = NETWORK_LONG)]
+    Network(NetworkCmdArgs),
     /// List snapshots.
     #[command(
         long_about = "List the snapshots of your tenant, newest first.\n\nExample:\n  sandlot sandbox snapshots --json"
@@ -184,6 +189,7 @@ impl SandboxCmd {
             SandboxCmd::Snapshot(args) => &args.conn,
             SandboxCmd::Fork(args) => &args.conn,
             SandboxCmd::Expose(args) => &args.conn,
+            SandboxCmd::Network(args) => &args.conn,
             SandboxCmd::Snapshots(args) => &args.conn,
         }
     }
@@ -222,6 +228,8 @@ pub struct CreateArgs {
     /// End the sandbox after this many seconds without API calls or process output.
     #[arg(long, value_name = "S", help_heading = "Sandbox")]
     idle_timeout: Option<u64>,
+    #[command(flatten)]
+    net: NetworkArgs,
     #[command(flatten)]
     conn: Conn,
 }
@@ -289,6 +297,7 @@ pub(super) fn execute(cmd: SandboxCmd) -> anyhow::Result<i32> {
         SandboxCmd::Snapshot(args) => snapshot(args),
         SandboxCmd::Fork(args) => fork(args),
         SandboxCmd::Expose(args) => expose(args),
+        SandboxCmd::Network(args) => network(args),
         SandboxCmd::Snapshots(args) => snapshots(args),
         SandboxCmd::RmSnapshot(args) => rm_snapshots(args),
     }
@@ -305,6 +314,7 @@ fn create(args: CreateArgs) -> anyhow::Result<i32> {
     spec.get_or_create = args.get_or_create;
     spec.snapshot = args.snapshot;
     spec.idle_timeout_s = args.idle_timeout;
+    spec.network = args.net.spec()?;
     let sandbox = client.create(&spec).doing("creating a sandbox")?;
     match sandbox.created() {
         Some(info) if args.json => print_json(info)?,
