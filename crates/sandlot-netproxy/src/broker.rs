@@ -173,18 +173,32 @@ impl Broker {
 
     /// Serves one sandbox connection: HTTP over TLS (`tls`) or plain HTTP, requests forwarded to
     /// `upstream` (as `host`) with `rule`'s headers. `head` holds bytes already read from `client`.
-    /// Returns `(bytes to upstream, bytes to the sandbox)` as far as bodies are counted.
-    pub async fn serve<S>(&self, client: S, head: Vec<u8>, to: Brokered, dialer: Arc<dyn Dial>) -> io::Result<()>
+    /// An idle upstream connection of the same sandbox is reused from `pool` when there is one, and the
+    /// upstream connection is left there afterwards if it is still good for another request.
+    pub async fn serve<S>(
+        &self,
+        client: S,
+        head: Vec<u8>,
+        to: Brokered,
+        dialer: Arc<dyn Dial>,
+        pool: &UpstreamPool,
+    ) -> io::Result<()>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let Brokered { tls, host, addr: upstream, rule } = to;
+        let key = (tls, host.clone(), upstream);
         let client = Prefixed { head, pos: 0, inner: client };
         let t0 = std::time::Instant::now();
+        let pooled = pool.take(&key);
+        let reused = pooled.is_some();
         // The upstream connection and the sandbox's TLS handshake proceed together (each is a network
         // round trip or two); if the upstream fails, the sandbox gets a 502 that says why, over its
         // session, rather than a bare reset.
         let upstream_side = async {
+            if let Some(sender) = pooled {
+                return Ok(sender);
+            }
             let tcp = dialer.dial(upstream).await?;
             let _ = tcp.set_nodelay(true);
             if tls {
@@ -203,7 +217,7 @@ impl Broker {
         } else {
             (upstream_side.await, Either::Plain(client))
         };
-        tracing::debug!(host = %host, ready = ?t0.elapsed(), "brokered session up");
+        tracing::debug!(host = %host, ready = ?t0.elapsed(), reused, "brokered session up");
         let sender = match sender {
             Ok(s) => s,
             Err(e) => {
@@ -228,6 +242,7 @@ impl Broker {
             }
         };
         let sender = Arc::new(tokio::sync::Mutex::new(sender));
+        let kept = Arc::clone(&sender);
         let headers: Vec<(HeaderName, HeaderValue)> = rule
             .headers
             .iter()
@@ -244,9 +259,60 @@ impl Broker {
                 s.send_request(req).await
             }
         });
-        match client {
+        let served = match client {
             Either::Tls(stream) => http.serve_connection(TokioIo::new(stream), service).await.map_err(other),
             Either::Plain(plain) => http.serve_connection(TokioIo::new(plain), service).await.map_err(other),
+        };
+        // Back to the pool only if no request holds it and its last exchange completed (a response the
+        // sandbox stopped reading leaves the connection unusable).
+        if let Ok(sender) = Arc::try_unwrap(kept).map(tokio::sync::Mutex::into_inner) {
+            pool.put(key, sender);
+        }
+        served
+    }
+}
+
+type UpstreamKey = (bool, String, SocketAddr);
+type Upstream = hyper::client::conn::http1::SendRequest<Incoming>;
+
+/// One sandbox's idle upstream connections to brokered hosts, kept briefly so that a client opening a
+/// new connection per request (most scripts) does not pay a TCP and TLS handshake upstream each time.
+/// Never shared between sandboxes: an upstream connection carries one sandbox's requests only.
+#[derive(Default)]
+pub struct UpstreamPool {
+    idle: Mutex<HashMap<UpstreamKey, Vec<(std::time::Instant, Upstream)>>>,
+}
+
+/// How long an idle upstream connection is reused: shorter than common server keep-alive timeouts
+/// (5 s and up), so a reused connection is rarely one the server is closing.
+const POOL_IDLE: std::time::Duration = std::time::Duration::from_secs(4);
+/// Idle connections kept per upstream.
+const POOL_PER_KEY: usize = 4;
+
+impl UpstreamPool {
+    fn take(&self, key: &UpstreamKey) -> Option<Upstream> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.get_mut(key)?;
+        while let Some((since, sender)) = list.pop() {
+            if since.elapsed() < POOL_IDLE && sender.is_ready() && !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    fn put(&self, key: UpstreamKey, sender: Upstream) {
+        if !sender.is_ready() || sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.retain(|_, list| {
+            list.retain(|(since, s)| since.elapsed() < POOL_IDLE && !s.is_closed());
+            !list.is_empty()
+        });
+        let list = idle.entry(key).or_default();
+        if list.len() < POOL_PER_KEY {
+            list.push((std::time::Instant::now(), sender));
         }
     }
 }

@@ -145,6 +145,8 @@ pub struct SandboxNet {
     pub bytes_in: AtomicU64,
     /// When a refused UDP destination was last recorded.
     udp_seen: Mutex<HashMap<SocketAddr, tokio::time::Instant>>,
+    /// Idle upstream connections of brokered hosts.
+    upstreams: crate::broker::UpstreamPool,
 }
 
 impl SandboxNet {
@@ -159,6 +161,7 @@ impl SandboxNet {
             bytes_out: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
             udp_seen: Mutex::default(),
+            upstreams: Default::default(),
         })
     }
 
@@ -376,7 +379,7 @@ impl SandboxNet {
                 let dialer = Arc::clone(&self.shared.dialer);
                 let tls = head.first() == Some(&22);
                 let to = crate::broker::Brokered { tls, host: name.clone(), addr: real, rule: rule.clone() };
-                let r = broker.serve(tcp, head, to, dialer).await;
+                let r = broker.serve(tcp, head, to, dialer, &self.upstreams).await;
                 if let Err(e) = r {
                     tracing::debug!(sandbox = %self.id, "brokered connection to {name}: {e}");
                 }

@@ -73,7 +73,8 @@ fn start_private_server() -> anyhow::Result<(PrivateServer, Client)> {
         .arg(dir.join("state"))
         // The network figures fetch from servers on this host's loopback under these names; the HTTPS
         // one has a certificate of the bench's own CA.
-        .args(["--resolve", "bench.test=127.0.0.1", "--resolve", "tls.bench.test=127.0.0.1", "--extra-ca"])
+        .args(["--resolve", "bench.test=127.0.0.1", "--resolve", "tls.bench.test=127.0.0.1"])
+        .args(["--resolve", "pass.bench.test=127.0.0.1", "--extra-ca"])
         .arg(&tls.ca_file)
         .env("SANDLOT_LOG", "warn")
         .stdin(Stdio::null())
@@ -268,8 +269,9 @@ fn bench_http_server() -> anyhow::Result<u16> {
     use std::io::{BufRead, BufReader, Write as _};
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = l.local_addr()?.port();
+    // Filled before the first request can arrive: writing 256 MiB takes longer than a request.
+    let big: Arc<[u8]> = vec![b'x'; 256 << 20].into();
     std::thread::spawn(move || {
-        let big: Arc<[u8]> = vec![b'x'; 256 << 20].into();
         for s in l.incoming().flatten() {
             let big = Arc::clone(&big);
             std::thread::spawn(move || {
@@ -303,7 +305,8 @@ fn bench_http_server() -> anyhow::Result<u16> {
     Ok(port)
 }
 
-/// A loopback HTTPS server for `tls.bench.test`, with a certificate of a CA made for this run.
+/// A loopback HTTPS server for `tls.bench.test` (HTTP/1.1 keep-alive), with a certificate of a CA made
+/// for this run.
 struct HttpsServer {
     port: u16,
     ca_file: PathBuf,
@@ -318,7 +321,8 @@ fn bench_https_server(dir: &std::path::Path) -> anyhow::Result<HttpsServer> {
     let ca = ca_params.self_signed(&ca_key)?;
     let issuer = rcgen::Issuer::new(ca_params, ca_key);
     let key = rcgen::KeyPair::generate()?;
-    let leaf = rcgen::CertificateParams::new(vec!["tls.bench.test".to_string()])?.signed_by(&key, &issuer)?;
+    let leaf = rcgen::CertificateParams::new(vec!["tls.bench.test".to_string(), "pass.bench.test".to_string()])?
+        .signed_by(&key, &issuer)?;
     let ca_file = dir.join("bench-ca.pem");
     std::fs::write(&ca_file, ca.pem())?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -339,18 +343,21 @@ fn bench_https_server(dir: &std::path::Path) -> anyhow::Result<HttpsServer> {
                 let _ = s.set_nodelay(true);
                 let conn = rustls::ServerConnection::new(config)?;
                 let mut tls = rustls::StreamOwned::new(conn, s);
-                let mut head = Vec::new();
+                // Keep-alive, as API servers are: requests are answered until the client closes.
+                let mut pending = Vec::new();
                 let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                loop {
+                    while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                        pending.drain(..end + 4);
+                        tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")?;
+                        tls.flush()?;
+                    }
                     let n = tls.read(&mut buf)?;
                     if n == 0 {
-                        return Ok(());
+                        break;
                     }
-                    head.extend_from_slice(&buf[..n]);
+                    pending.extend_from_slice(&buf[..n]);
                 }
-                tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")?;
-                tls.conn.send_close_notify();
-                tls.flush()?;
                 Ok(())
             });
         }
@@ -388,7 +395,7 @@ fn network(client: &Client, server: &PrivateServer, n: usize) -> anyhow::Result<
     // tls.bench.test has a header rule: its connections are TLS-terminated and re-originated.
     let spec = CreateSandbox {
         network: Some(serde_json::from_str(
-            r#"{"mode":"allowlist","allow":["bench.test","tls.bench.test"],
+            r#"{"mode":"allowlist","allow":["bench.test","tls.bench.test","pass.bench.test"],
                 "rules":{"tls.bench.test":{"headers":{"authorization":"Bearer bench-secret"}}}}"#,
         )?),
         ..Default::default()
@@ -418,18 +425,26 @@ fn network(client: &Client, server: &PrivateServer, n: usize) -> anyhow::Result<
     }
     let tls_port = server.tls.port;
     let ca = server.tls.ca_file.display().to_string();
+    // pass.bench.test is the same server without a rule: TLS passes through the proxy untouched, so
+    // brokered minus passthrough is what terminating and re-originating TLS costs.
+    sb.write_file("/tmp/bench-ca.pem", &std::fs::read(&server.tls.ca_file)?)?;
     let mut tls = (Vec::new(), Vec::new());
+    let mut passthrough = Vec::new();
     for _ in 0..n {
+        let url = format!("https://pass.bench.test:{tls_port}/small");
+        passthrough.push(secs(run_in(&format!("--cacert /tmp/bench-ca.pem {url}"))?.after_lookup));
         let url = format!("https://tls.bench.test:{tls_port}/small");
         tls.0.push(secs(run_in(&format!("--cacert {} {url}", CA_IN_SANDBOX))?.after_lookup));
         let resolve = format!("tls.bench.test:{tls_port}:127.0.0.1");
         tls.1.push(secs(run_host(&["--cacert", &ca, "--resolve", &resolve, &url])?.after_lookup));
     }
-    let mut speed = (Vec::new(), Vec::new());
-    // Interleaved, so a busy moment of the machine costs both sides alike.
+    let relay = splice_relay(port)?;
+    let mut speed = (Vec::new(), Vec::new(), Vec::new());
+    // Interleaved, so a busy moment of the machine costs every side alike.
     for _ in 0..9 {
         speed.0.push(run_in(&format!("http://bench.test:{port}/big"))?.speed);
         speed.1.push(run_host(&[&format!("http://127.0.0.1:{port}/big")])?.speed);
+        speed.2.push(run_host(&[&format!("http://127.0.0.1:{relay}/big")])?.speed);
     }
     sb.delete()?;
     let mbps = |v: &[f64]| {
@@ -442,16 +457,41 @@ fn network(client: &Client, server: &PrivateServer, n: usize) -> anyhow::Result<
         figure("sandlot net: HTTP request (connect+reply)", 1, small.0),
         figure("host loopback: HTTP request", 1, small.1),
         figure("sandlot net: brokered HTTPS request", 1, tls.0),
+        figure("sandlot net: HTTPS, TLS passed through", 1, passthrough),
         figure("host loopback: HTTPS request", 1, tls.1),
     ];
     // Throughput is reported in the mean/p50 columns as MB/s, in a figure of its own.
-    for (name, v) in
-        [("sandlot net: 256 MiB download MB/s", &speed.0), ("host loopback: 256 MiB download MB/s", &speed.1)]
-    {
+    for (name, v) in [
+        ("sandlot net: 256 MiB download MB/s", &speed.0),
+        ("host loopback: 256 MiB download MB/s", &speed.1),
+        ("host via a splice relay: 256 MiB MB/s", &speed.2),
+    ] {
         let m = mbps(v);
         figs.push(Figure { name: name.into(), concurrency: 1, samples: v.len(), p50_ms: m, p99_ms: m, mean_ms: m });
     }
     Ok(figs)
+}
+
+/// A bare TCP relay on the host (127.0.0.1:returned port → 127.0.0.1:`to`) moving bytes the way the
+/// sandbox proxy does (splice), without any sandbox: the cost of one proxy hop on its own.
+fn splice_relay(to: u16) -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = l.local_addr()?.port();
+    l.set_nonblocking(true)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    std::thread::spawn(move || {
+        rt.block_on(async move {
+            let Ok(l) = tokio::net::TcpListener::from_std(l) else { return };
+            while let Ok((a, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let Ok(b) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else { return };
+                    let (x, y) = (std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0));
+                    let _ = sandlot_netproxy::splice::bidirectional(&a, &b, &x, &y).await;
+                });
+            }
+        })
+    });
+    Ok(port)
 }
 
 /// Runs the benchmark and prints the figures.

@@ -702,3 +702,52 @@ fn cli_sets_and_replaces_the_network_policy() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("HOST:HEADER=VALUE"));
 }
+
+/// A brokered upstream connection is kept for the next connection of the same sandbox (a client
+/// opening one connection per request pays no upstream handshake), and never serves another sandbox.
+#[test]
+fn brokered_upstream_connections_are_reused_within_a_sandbox_only() {
+    // A keep-alive HTTP upstream that counts its connections and says whether the header arrived.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = std::sync::Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut w = s.try_clone().unwrap();
+                let mut r = BufReader::new(s);
+                loop {
+                    let (mut line, mut authorized, mut any) = (String::new(), false, false);
+                    while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line != "\r\n" {
+                        any = true;
+                        authorized |= line.eq_ignore_ascii_case(&format!("authorization: Bearer {SECRET}\r\n"));
+                        line.clear();
+                    }
+                    if !any {
+                        return;
+                    }
+                    let body = if authorized { "authorized\n" } else { "missing credential\n" };
+                    if write!(w, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let srv = server(&["kept.test=127.0.0.1"], &[]);
+    let client = srv.client();
+    let spec = format!(
+        r#"{{"mode":"allowlist","allow":["kept.test"],"rules":{{"kept.test":{{"headers":{{"authorization":"Bearer {SECRET}"}}}}}}}}"#
+    );
+    let a = with_net(&client, net(&spec));
+    let b = with_net(&client, net(&spec));
+    let get = format!("curl -sS -m 5 http://kept.test:{port}/");
+    let out = a.shell(&format!("{get}; {get}; {get}")).unwrap();
+    assert_eq!(out.stdout, "authorized\n".repeat(3), "{out:?}");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "three sandbox connections, one upstream");
+    let out = b.shell(&get).unwrap();
+    assert_eq!(out.stdout, "authorized\n", "{out:?}");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2, "another sandbox gets its own upstream");
+}
