@@ -233,6 +233,48 @@ fn host_netlink_changes_are_refused() {
     assert_lines(&r, &["RTNETLINK answers: Operation not permitted"; 4]);
 }
 
+/// With a network policy, sandbox root can neither undo the steering of its traffic to the daemon
+/// (routes, addresses) nor capture it: a listener of its own on port 80 does not receive its outgoing
+/// connections, the DNS socket cannot be taken over, and the daemon's own listener refuses it.
+#[test]
+fn host_network_steering_cannot_be_undone_or_captured() {
+    let server = Server::start();
+    let spec = sandlot_client::api::CreateSandbox {
+        network: Some(serde_json::from_str(r#"{"mode":"allow-all"}"#).unwrap()),
+        ..Default::default()
+    };
+    let sb = server.create(&spec);
+    let r = sh(
+        &sb,
+        User::Root,
+        "ip route del local 0.0.0.0/0 dev lo table local 2>&1; ip -6 route del local ::/0 dev lo table local 2>&1; \
+         ip addr del 10.200.0.2/32 dev lo 2>&1; true",
+    );
+    assert_lines(&r, &["RTNETLINK answers: Operation not permitted"; 3]);
+    let body = r#"
+own = socket.socket(); own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+own.bind(("0.0.0.0", 80)); own.listen(8); own.setblocking(False)
+def fetch(addr):
+    s = socket.create_connection(addr, timeout=5)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    if s.recv(1) == b"":
+        raise OSError(errno.ECONNRESET, "closed")
+op("connect 192.168.7.7:80", lambda: fetch(("192.168.7.7", 80)))
+op("own listener got it", lambda: own.accept())
+op("connect the daemon listener 10.200.0.1:1", lambda: fetch(("10.200.0.1", 1)))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+op("bind 10.200.0.1:53", lambda: u.bind(("10.200.0.1", 53)))
+"#;
+    let expected = [
+        "connect 192.168.7.7:80: errno=104 ECONNRESET",
+        "own listener got it: errno=11 EAGAIN",
+        "connect the daemon listener 10.200.0.1:1: errno=104 ECONNRESET",
+        "bind 10.200.0.1:53: errno=98 EADDRINUSE",
+    ];
+    assert_lines(&python(&sb, User::Root, body), &expected);
+    assert!(!server.log().contains("BUG: the proxy tried to dial"), "{}", server.log());
+}
+
 /// The cgroup tree is absent (no /sys content) and cannot be mounted; /proc/self/cgroup shows only `/`.
 #[test]
 fn host_cgroup_tree_is_absent() {

@@ -105,6 +105,8 @@ impl Server {
             .arg(self.state_dir())
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
+            // No attack needs to reach anything: the proxy refuses (and logs) any non-loopback dial.
+            .arg("--test-loopback-only")
             .env("SANDLOT_LOG", "info")
             .env_remove("SANDLOT_STATE_DIR")
             .env_remove("SANDLOT_LISTEN")
