@@ -36,12 +36,13 @@ const LISTEN_PORT: u16 = 1;
 pub struct EgressSockets {
     /// Listening TCP socket (IPv4), non-blocking.
     pub tcp4: OwnedFd,
-    /// Listening TCP socket (IPv6 only), non-blocking.
-    pub tcp6: OwnedFd,
+    /// Listening TCP socket (IPv6 only), non-blocking; `None` on a host without IPv6 (the sandbox then
+    /// has none either).
+    pub tcp6: Option<OwnedFd>,
     /// UDP socket (IPv4) bound to the gateway's port 53, reporting each datagram's original destination.
     pub udp4: OwnedFd,
-    /// UDP socket (IPv6 only), reporting each datagram's original destination.
-    pub udp6: OwnedFd,
+    /// UDP socket (IPv6 only), reporting each datagram's original destination; `None` without IPv6.
+    pub udp6: Option<OwnedFd>,
     /// The attached socket-lookup program; detached when dropped.
     pub steering: Steering,
 }
@@ -66,20 +67,34 @@ pub fn attach_egress(pid: i32) -> io::Result<EgressSockets> {
         rtnl.loopback_up()?;
         rtnl.add_address(SANDBOX_ADDR)?;
         rtnl.add_anyip_route(libc::AF_INET)?;
-        rtnl.add_anyip_route(libc::AF_INET6)?;
-        let tcp4 = socket_bound(SocketAddr::from((GATEWAY_ADDR, LISTEN_PORT)), libc::SOCK_STREAM)?;
-        let tcp6 = socket_bound(SocketAddr::from((GATEWAY_ADDR6, LISTEN_PORT)), libc::SOCK_STREAM)?;
-        for l in [&tcp4, &tcp6] {
-            // SAFETY: listen on a bound socket we own.
-            check(unsafe { libc::listen(l.as_raw_fd(), 1024) }, "listen")?;
-        }
+        let tcp4 = listener(SocketAddr::from((GATEWAY_ADDR, LISTEN_PORT)))?;
         let udp4 = socket_bound(SocketAddr::from((GATEWAY_ADDR, 53)), libc::SOCK_DGRAM)?;
-        let udp6 = socket_bound(SocketAddr::from((GATEWAY_ADDR6, 53)), libc::SOCK_DGRAM)?;
-        let steering = Steering::attach(&ns, [&tcp4, &tcp6, &udp4, &udp6], SANDBOX_ADDR)?;
+        // IPv6 is steered too where the host has it; a host booted without it (ipv6.disable=1, or
+        // disable_ipv6 inherited by new namespaces) gives sandboxes IPv4 only rather than no network.
+        let v6 = rtnl.add_anyip_route(libc::AF_INET6).and_then(|()| {
+            let tcp6 = listener(SocketAddr::from((GATEWAY_ADDR6, LISTEN_PORT)))?;
+            let udp6 = socket_bound(SocketAddr::from((GATEWAY_ADDR6, 53)), libc::SOCK_DGRAM)?;
+            Ok((tcp6, udp6))
+        });
+        let (tcp6, udp6) = match v6 {
+            Ok((t, u)) => (Some(t), Some(u)),
+            Err(e) => {
+                tracing::warn!("sandbox network without IPv6: {e}");
+                (None, None)
+            }
+        };
+        let steering = Steering::attach(&ns, [Some(&tcp4), tcp6.as_ref(), Some(&udp4), udp6.as_ref()], SANDBOX_ADDR)?;
         Ok(EgressSockets { tcp4, tcp6, udp4, udp6, steering })
     })
     .join()
     .map_err(|_| io::Error::other("the network setup thread panicked"))?
+}
+
+fn listener(addr: SocketAddr) -> io::Result<OwnedFd> {
+    let sock = socket_bound(addr, libc::SOCK_STREAM)?;
+    // SAFETY: listen on a bound socket we own.
+    check(unsafe { libc::listen(sock.as_raw_fd(), 1024) }, "listen")?;
+    Ok(sock)
 }
 
 fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, what: &str) -> io::Result<()> {
@@ -334,7 +349,7 @@ mod tests {
         let egress = attach_egress(pid).unwrap();
         // Duplicates (try_clone), so `egress` and these std views each close their own fd.
         let tcp4 = std::net::TcpListener::from(egress.tcp4.try_clone().unwrap());
-        let tcp6 = std::net::TcpListener::from(egress.tcp6.try_clone().unwrap());
+        let tcp6 = std::net::TcpListener::from(egress.tcp6.as_ref().unwrap().try_clone().unwrap());
         let udp4 = std::net::UdpSocket::from(egress.udp4.try_clone().unwrap());
         tcp4.set_nonblocking(false).unwrap();
         tcp6.set_nonblocking(false).unwrap();

@@ -47,11 +47,13 @@ pub struct Steering {
 }
 
 impl Steering {
-    /// Loads the program with `sockets` (in key order, see the module docs) and attaches it to the
-    /// network namespace `netns`. `own` is the sandbox's own address, which is not steered.
-    pub fn attach(netns: &File, sockets: [&OwnedFd; 4], own: Ipv4Addr) -> io::Result<Steering> {
+    /// Loads the program with `sockets` (in key order, see the module docs; a missing one leaves its
+    /// traffic to the usual lookup, which finds nothing) and attaches it to the network namespace
+    /// `netns`. `own` is the sandbox's own address, which is not steered.
+    pub fn attach(netns: &File, sockets: [Option<&OwnedFd>; 4], own: Ipv4Addr) -> io::Result<Steering> {
         let map = create_sockmap(sockets.len() as u32)?;
         for (key, sock) in sockets.iter().enumerate() {
+            let Some(sock) = sock else { continue };
             update(&map, key as u32, sock.as_raw_fd() as u64)
                 .map_err(|e| io::Error::new(e.kind(), format!("adding socket {key} to the steering map: {e}")))?;
         }

@@ -187,21 +187,21 @@ impl SandboxNet {
         keep: impl Send + 'static,
     ) -> io::Result<tokio::task::JoinHandle<()>> {
         let tcp4 = TcpListener::from_std(std::net::TcpListener::from(fds.tcp4))?;
-        let tcp6 = TcpListener::from_std(std::net::TcpListener::from(fds.tcp6))?;
         let udp4 = UdpSocket::from_std(std::net::UdpSocket::from(fds.udp4))?;
-        let udp6 = UdpSocket::from_std(std::net::UdpSocket::from(fds.udp6))?;
+        let tcp6 = fds.tcp6.map(|fd| TcpListener::from_std(std::net::TcpListener::from(fd))).transpose()?;
+        let udp6 = fds.udp6.map(|fd| UdpSocket::from_std(std::net::UdpSocket::from(fd))).transpose()?;
         let net = Arc::clone(self);
         Ok(tokio::spawn(async move {
             let _keep = keep;
             let mut conns = JoinSet::new();
             let mut udp4 = Datagrams::new(udp4);
-            let mut udp6 = Datagrams::new(udp6);
+            let mut udp6 = udp6.map(Datagrams::new);
             loop {
                 tokio::select! {
                     Ok((s, _)) = tcp4.accept() => net.spawn_tcp(&mut conns, s),
-                    Ok((s, _)) = tcp6.accept() => net.spawn_tcp(&mut conns, s),
-                    Some(d) = udp4.next() => net.datagram(&mut conns, &udp4, d),
-                    Some(d) = udp6.next() => net.datagram(&mut conns, &udp6, d),
+                    Some(Ok((s, _))) = accept_opt(tcp6.as_ref()) => net.spawn_tcp(&mut conns, s),
+                    Some(d) = udp4.next() => net.datagram(&mut conns, &udp4.sock, d),
+                    Some((sock, d)) = next_opt(udp6.as_mut()) => net.datagram(&mut conns, &sock, d),
                     Some(_) = conns.join_next(), if !conns.is_empty() => {}
                 }
             }
@@ -215,10 +215,10 @@ impl SandboxNet {
 
     /// One UDP datagram from the sandbox: a DNS query to the gateway is answered; anything else is
     /// dropped and recorded (once a minute per destination, so a flood does not flood the audit log).
-    fn datagram(self: &Arc<Self>, conns: &mut JoinSet<()>, sock: &Datagrams, d: Datagram) {
+    fn datagram(self: &Arc<Self>, conns: &mut JoinSet<()>, sock: &Arc<UdpSocket>, d: Datagram) {
         if d.dst == SocketAddr::from((self.shared.gateway, 53)) {
             let net = Arc::clone(self);
-            let reply_to = Arc::clone(&sock.sock);
+            let reply_to = Arc::clone(sock);
             conns.spawn(async move {
                 if let Some(reply) = net.dns(&d.payload).await {
                     let _ = reply_to.send_to(&reply, d.src).await;
@@ -412,12 +412,31 @@ impl SandboxNet {
 pub struct EgressFds {
     /// TCP listener, IPv4.
     pub tcp4: OwnedFd,
-    /// TCP listener, IPv6.
-    pub tcp6: OwnedFd,
+    /// TCP listener, IPv6 (absent on a host without IPv6).
+    pub tcp6: Option<OwnedFd>,
     /// UDP, IPv4, bound to gateway:53.
     pub udp4: OwnedFd,
-    /// UDP, IPv6.
-    pub udp6: OwnedFd,
+    /// UDP, IPv6 (absent on a host without IPv6).
+    pub udp6: Option<OwnedFd>,
+}
+
+/// Accepts on an optional listener (a missing one never yields).
+async fn accept_opt(l: Option<&TcpListener>) -> Option<io::Result<(TcpStream, SocketAddr)>> {
+    match l {
+        Some(l) => Some(l.accept().await),
+        None => std::future::pending().await,
+    }
+}
+
+/// The next datagram of an optional socket (a missing one never yields), with a handle to answer on.
+async fn next_opt(d: Option<&mut Datagrams>) -> Option<(Arc<UdpSocket>, Datagram)> {
+    match d {
+        Some(d) => {
+            let datagram = d.next().await?;
+            Some((Arc::clone(&d.sock), datagram))
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// Closes a sandbox connection with a reset, so its client fails at once.

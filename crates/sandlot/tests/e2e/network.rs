@@ -751,3 +751,28 @@ fn brokered_upstream_connections_are_reused_within_a_sandbox_only() {
     assert_eq!(out.stdout, "authorized\n", "{out:?}");
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2, "another sandbox gets its own upstream");
 }
+
+/// A name the admin maps to an IPv6 address is dialled over IPv6 (the sandbox sees the name's virtual
+/// IPv4 address; the daemon connects to the real one).
+#[test]
+fn an_ipv6_upstream_is_reached_through_its_name() {
+    let l = TcpListener::bind("[::1]:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line != "\r\n" {
+                line.clear();
+            }
+            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nover6");
+        }
+    });
+    let srv = server(&["six.test=::1"], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["six.test"]}"#));
+    let out = sb.shell(&format!("curl -sS -m 5 http://six.test:{port}/")).unwrap();
+    assert_eq!(out.stdout, "over6", "{out:?}");
+    let rows = audit_actions(&client, sb.id());
+    assert!(rows.iter().any(|(a, d)| a == "net.allow" && d["dst"] == format!("[::1]:{port}")), "{rows:?}");
+}
