@@ -4,7 +4,7 @@ mod bench;
 mod cli;
 mod server;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Self-hosted sandboxes for untrusted code.
 ///
@@ -21,6 +21,8 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the sandlot server: HTTP API, sandbox engine and state store.
+    // A later occurrence of an option replaces an earlier one: the command line overrides --config.
+    #[command(args_override_self = true)]
     Serve(server::ServeArgs),
     /// Measure create, exec and delete latency through the API, beside bubblewrap.
     Bench(bench::BenchArgs),
@@ -34,7 +36,7 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some(sandlot_linux::launch::SUPERVISOR_ARG) {
         supervisor_main();
     }
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(with_serve_config());
     let code = match cli.command {
         Command::Serve(args) => match server::run(args) {
             Ok(()) => 0,
@@ -61,6 +63,22 @@ fn main() {
     std::process::exit(code);
 }
 
+/// The process's arguments, with the options of `sandlot serve`'s config file (if any) spliced in.
+fn with_serve_config() -> Vec<std::ffi::OsString> {
+    let serve = Cli::command();
+    let known: Vec<String> = serve
+        .find_subcommand("serve")
+        .map(|s| s.get_arguments().filter_map(|a| a.get_long().map(str::to_string)).collect())
+        .unwrap_or_default();
+    match server::config::with_config_file(std::env::args_os().collect(), &known) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("sandlot serve: config file {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn supervisor_main() -> ! {
     let spec = match sandlot_linux::container::read_spec() {
         Ok(s) => s,
@@ -79,4 +97,32 @@ fn supervisor_main() -> ! {
         work_cgroup_fds,
         max_file_bytes: spec.max_file_bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_overrides_the_config_file_and_lists_add_up() {
+        let cli = Cli::try_parse_from([
+            "sandlot",
+            "serve",
+            "--listen",
+            "127.0.0.1:9",
+            "--resolve",
+            "a.test=10.0.0.1",
+            "--no-disk-quota",
+            "--listen",
+            "127.0.0.1:10",
+            "--resolve",
+            "b.test=10.0.0.2",
+            "--no-disk-quota",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else { panic!("not serve") };
+        assert_eq!(args.listen, "127.0.0.1:10".parse().unwrap());
+        assert_eq!(args.resolve, ["a.test=10.0.0.1", "b.test=10.0.0.2"]);
+        assert!(args.no_disk_quota);
+    }
 }

@@ -1,5 +1,6 @@
 //! `sandlot serve`: configuration, start-up recovery, the HTTP router and graceful shutdown.
 
+pub mod config;
 mod error;
 mod exec;
 mod extract;
@@ -33,6 +34,10 @@ process. It must run as root: it creates namespaces, cgroups and a host uid rang
 On first start it creates an admin API key and writes it to <state-dir>/admin.key (mode 0600).\n\n\
 Example:\n  sudo sandlot serve --listen 127.0.0.1:7423\n  export SANDLOT_API_KEY=$(sudo cat /var/lib/sandlot/admin.key)\n  sandlot run -- echo hello")]
 pub struct ServeArgs {
+    /// Read options from this TOML file first: keys are the long option names (`listen = "…"`,
+    /// `resolve = ["db.internal=10.20.0.5"]`, `no-disk-quota = true`); the command line wins.
+    #[arg(long, env = "SANDLOT_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Address to listen on. Keep it on loopback unless a TLS-terminating proxy is in front.
     #[arg(long, default_value = sandlot_api::DEFAULT_LISTEN, env = "SANDLOT_LISTEN")]
     pub listen: SocketAddr,

@@ -776,3 +776,17 @@ fn an_ipv6_upstream_is_reached_through_its_name() {
     let rows = audit_actions(&client, sb.id());
     assert!(rows.iter().any(|(a, d)| a == "net.allow" && d["dst"] == format!("[::1]:{port}")), "{rows:?}");
 }
+
+/// `--resolve` mappings (like every `serve` option) can come from the config file.
+#[test]
+fn resolve_mappings_can_come_from_the_config_file() {
+    let port = http_server("from config");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sandlot.toml");
+    std::fs::write(&config, "resolve = [\"cfg.test=127.0.0.1\"]\ntest-loopback-only = true\n").unwrap();
+    let srv = crate::harness::Server::start_with(&["--config", config.to_str().unwrap()]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["cfg.test"]}"#));
+    let out = sb.shell(&format!("curl -sS -m 5 http://cfg.test:{port}/")).unwrap();
+    assert_eq!(out.stdout, "from config", "{out:?}");
+}
