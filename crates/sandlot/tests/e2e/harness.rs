@@ -11,23 +11,25 @@
 //! Once the daemon has exited that volume is out of sight, so a clean shutdown is checked by restarting on
 //! the same state dir and finding that the start-up sweep has nothing to remove.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use sandlot_client::api::{CreateSandbox, ExecRequest};
 use sandlot_client::{Client, Error, Sandbox};
 
+pub use crate::common::{alive, eventually, signal};
+use crate::common::{free_port, kill9_daemon, serve_command, stop_daemon};
+
 /// Controllers the daemon uses on a v1 (or hybrid) host; mirrors `sandlot_linux::cgroup`.
 const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
 const START_TIMEOUT: Duration = Duration::from_secs(10);
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Test cgroups made by this process so far.
 static CGROUPS: AtomicU32 = AtomicU32::new(0);
@@ -314,26 +316,13 @@ impl Server {
 
     /// Sends SIGTERM and waits (up to 10 s) for the server to exit; panics if it does not.
     pub fn terminate(&mut self) -> ExitStatus {
-        let mut child = self.child.take().expect("server is running");
-        signal(child.id() as i32, libc::SIGTERM);
-        match wait_timeout(&mut child, STOP_TIMEOUT) {
-            Some(status) => status,
-            None => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "the server did not exit within {STOP_TIMEOUT:?} of SIGTERM\n--- server log ---\n{}",
-                    self.log_text()
-                );
-            }
-        }
+        let child = self.child.take().expect("server is running");
+        stop_daemon(child).unwrap_or_else(|why| panic!("{why}\n--- server log ---\n{}", self.log_text()))
     }
 
     /// Kills the server with SIGKILL (a crash) and reaps it.
     pub fn kill9(&mut self) {
-        let mut child = self.child.take().expect("server is running");
-        signal(child.id() as i32, libc::SIGKILL);
-        child.wait().expect("reaping the killed server");
+        kill9_daemon(self.child.take().expect("server is running"));
     }
 
     /// Sends a raw HTTP/1.1 request; `key` becomes a Bearer header.
@@ -401,15 +390,7 @@ impl Drop for Server {
         if self.parts.is_none() {
             return; // handed over to a restart
         }
-        let mut failure = None;
-        if let Some(mut child) = self.child.take() {
-            signal(child.id() as i32, libc::SIGTERM);
-            if wait_timeout(&mut child, STOP_TIMEOUT).is_none() {
-                let _ = child.kill();
-                let _ = child.wait();
-                failure = Some(format!("the server did not exit within {STOP_TIMEOUT:?} of SIGTERM"));
-            }
-        }
+        let mut failure = self.child.take().and_then(|child| stop_daemon(child).err());
         let left = self.leftovers();
         if failure.is_none() && !left.is_empty() {
             failure = Some(format!("leftovers on the host after shutdown: {left:#?}"));
@@ -562,27 +543,10 @@ fn subdirs(dir: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("binding a loopback port").port()
-}
-
 fn spawn_daemon(parts: &Parts, port: u16) -> Child {
-    let (state, log, procs) = (&parts.state, &parts.log, parts.join.clone());
-    let out = File::options().create(true).append(true).open(log).expect("opening the server log");
-    let err = out.try_clone().expect("cloning the log handle");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandlot"));
-    cmd.arg("serve")
-        .arg("--state-dir")
-        .arg(state)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .args(&parts.args)
-        .env("SANDLOT_LOG", "info")
-        .env_remove("SANDLOT_STATE_DIR")
-        .env_remove("SANDLOT_LISTEN")
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
+    let procs = parts.join.clone();
+    let mut cmd = serve_command(&parts.state, port, &parts.log);
+    cmd.args(&parts.args);
     // SAFETY: between fork and exec the closure only calls open/write/close on paths prepared before
     // the fork, and builds an io::Error from errno; none of these allocate or take locks.
     unsafe {
@@ -603,52 +567,6 @@ fn spawn_daemon(parts: &Parts, port: u16) -> Child {
         });
     }
     cmd.spawn().expect("spawning sandlot serve")
-}
-
-/// Sends `sig` to host process `pid`.
-pub fn signal(pid: i32, sig: i32) {
-    // SAFETY: kill has no memory-safety preconditions; pids are ones this test started or read from
-    // its own sandboxes' cgroups.
-    unsafe { libc::kill(pid, sig) };
-}
-
-fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Whether host process `pid` exists and is not a zombie.
-pub fn alive(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state is the first field after the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|state| state != 'Z' && state != 'X'),
-        Err(_) => false,
-    }
-}
-
-/// Polls `cond` every 20 ms until it holds or `timeout` passes; returns whether it held.
-pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// An answer read off a raw socket.

@@ -17,6 +17,8 @@
 //! Every test starts its own server in a fresh state dir and its own cgroup (see [`harness`]); dropping
 //! the server stops it with SIGTERM and asserts that no cgroup, layer or mount of a sandbox remains.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod harness;
 
 mod api;

@@ -19,7 +19,12 @@ const SECRET: &str = "sk-test-4f1b9c2e7d3a";
 
 /// A plain HTTP server on 127.0.0.1 answering every request with `body`.
 fn http_server(body: &'static str) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    http_server_on("127.0.0.1:0", body)
+}
+
+/// A plain HTTP server on `addr` answering every request with `body`; returns its port.
+fn http_server_on(addr: &str, body: &'static str) -> u16 {
+    let l = TcpListener::bind(addr).unwrap();
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for mut s in l.incoming().flatten() {
@@ -756,18 +761,7 @@ fn brokered_upstream_connections_are_reused_within_a_sandbox_only() {
 /// IPv4 address; the daemon connects to the real one).
 #[test]
 fn an_ipv6_upstream_is_reached_through_its_name() {
-    let l = TcpListener::bind("[::1]:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut s in l.incoming().flatten() {
-            let mut r = BufReader::new(s.try_clone().unwrap());
-            let mut line = String::new();
-            while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line != "\r\n" {
-                line.clear();
-            }
-            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nover6");
-        }
-    });
+    let port = http_server_on("[::1]:0", "over6");
     let srv = server(&["six.test=::1"], &[]);
     let client = srv.client();
     let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["six.test"]}"#));

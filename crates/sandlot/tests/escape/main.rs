@@ -18,6 +18,8 @@
 //! succeeds; the reason says what happens instead. Run them with `--run-ignored all` (nextest) or
 //! `--include-ignored` (cargo test) to see them fail.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod probe;
 mod server;
 

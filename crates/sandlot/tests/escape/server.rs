@@ -7,19 +7,20 @@
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use sandlot_client::api::CreateSandbox;
 use sandlot_client::{Client, Sandbox};
 
+use crate::common::{free_port, serve_command, stop_daemon};
+
 const START_TIMEOUT: Duration = Duration::from_secs(15);
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How to start a server.
 #[derive(Default)]
@@ -98,21 +99,9 @@ impl Server {
     }
 
     fn spawn(&self, options: &Options, inherited: Option<&(OwnedFd, i32)>) -> Child {
-        let log = File::options().create(true).append(true).open(self.log_path()).expect("opening the server log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandlot"));
-        cmd.arg("serve")
-            .arg("--state-dir")
-            .arg(self.state_dir())
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
-            // No attack needs to reach anything: the proxy refuses (and logs) any non-loopback dial.
-            .arg("--test-loopback-only")
-            .env("SANDLOT_LOG", "info")
-            .env_remove("SANDLOT_STATE_DIR")
-            .env_remove("SANDLOT_LISTEN")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("cloning the log handle"))
-            .stderr(log);
+        let mut cmd = serve_command(&self.state_dir(), self.port, &self.log_path());
+        // No attack needs to reach anything: the proxy refuses (and logs) any non-loopback dial.
+        cmd.arg("--test-loopback-only");
         for layer in &options.disabled_layers {
             cmd.arg("--insecure-disable-layer").arg(layer);
         }
@@ -159,19 +148,8 @@ impl Server {
     }
 
     fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // SAFETY: kill has no memory-safety preconditions; the pid is our own child, not yet reaped.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + STOP_TIMEOUT;
-            while child.try_wait().ok().flatten().is_none() {
-                if Instant::now() > deadline {
-                    eprintln!("sandlot serve did not exit within {STOP_TIMEOUT:?} of SIGTERM; killing it");
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+        if let Some(Err(why)) = self.child.take().map(stop_daemon) {
+            eprintln!("{why}; killed it");
         }
     }
 
@@ -260,8 +238,4 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("binding a loopback port").port()
 }

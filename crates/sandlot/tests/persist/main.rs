@@ -13,6 +13,8 @@
 //! Latency figures (stop, resume, pause, fork) are printed with `eprintln!`; run with
 //! `--no-capture` (nextest) or `-- --nocapture` (cargo test) to see them.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod server;
 mod support;
 

@@ -8,21 +8,20 @@
 //! Sandbox cgroups are `<daemon cgroup>/sandlot-<instance>/<id>` per controller; the instance name comes
 //! from `<state>/instance-id`, so parallel test servers never see each other's sandboxes.
 
-use std::fs::{self, File};
+use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 use sandlot_client::api::CreateSandbox;
 use sandlot_client::{Client, ErrorKind, Sandbox};
 
-use crate::support::signal;
+use crate::common::{free_port, kill9_daemon, serve_command, signal, stop_daemon};
 
 /// Controllers the daemon uses on a v1 host (the v2 fallback is the unified hierarchy).
 const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
 const START_TIMEOUT: Duration = Duration::from_secs(20);
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A `sandlot serve` owned by one test. Dropping it stops the daemon with SIGTERM.
 pub struct Server {
@@ -83,22 +82,7 @@ impl Server {
 
     /// Spawns the daemon and waits until it answers, with our admin key, on our port.
     fn launch(&mut self) -> Result<(), String> {
-        let out = File::options().create(true).append(true).open(&self.log).expect("opening the server log");
-        let err = out.try_clone().expect("cloning the log handle");
-        let child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
-            .arg("serve")
-            .arg("--state-dir")
-            .arg(&self.state)
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
-            .env("SANDLOT_LOG", "info")
-            .env_remove("SANDLOT_STATE_DIR")
-            .env_remove("SANDLOT_LISTEN")
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .expect("spawning sandlot serve");
+        let child = serve_command(&self.state, self.port, &self.log).spawn().expect("spawning sandlot serve");
         self.child = Some(child);
         let ready = self.wait_ready();
         if ready.is_err() {
@@ -143,24 +127,14 @@ impl Server {
 
     /// Kills the daemon with SIGKILL (no chance to clean up) and reaps it.
     pub fn kill9(&mut self) {
-        let mut child = self.child.take().expect("kill9 needs a running server");
-        signal(child.id() as i32, libc::SIGKILL);
-        child.wait().expect("reaping the daemon");
+        kill9_daemon(self.child.take().expect("kill9 needs a running server"));
     }
 
     /// Stops the daemon with SIGTERM and waits for it; returns its exit status. Panics (after killing
     /// it) if it has not exited within 10 s.
     pub fn terminate(&mut self) -> ExitStatus {
-        let mut child = self.child.take().expect("terminate needs a running server");
-        signal(child.id() as i32, libc::SIGTERM);
-        match wait_timeout(&mut child, STOP_TIMEOUT) {
-            Some(status) => status,
-            None => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the server did not exit within {STOP_TIMEOUT:?} of SIGTERM\n{}", self.log_text());
-            }
-        }
+        let child = self.child.take().expect("terminate needs a running server");
+        stop_daemon(child).unwrap_or_else(|why| panic!("{why}\n{}", self.log_text()))
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -240,13 +214,8 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            signal(child.id() as i32, libc::SIGTERM);
-            if wait_timeout(&mut child, STOP_TIMEOUT).is_none() {
-                eprintln!("the server did not exit within {STOP_TIMEOUT:?} of SIGTERM; killing it");
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+        if let Some(Err(why)) = self.child.take().map(stop_daemon) {
+            eprintln!("{why}; killed it");
         }
         // The daemon leaves its (empty) cgroup base behind, and a crashed or hung one its sandboxes'
         // cgroups: remove what this server made. Thaw first (frozen tasks do not die), then kill what is
@@ -337,21 +306,4 @@ fn cgroup_bases(pid: i32, instance: &str) -> Vec<PathBuf> {
         }
     }
     bases
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("binding a loopback port").port()
-}
-
-fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }

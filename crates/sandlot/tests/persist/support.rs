@@ -14,22 +14,7 @@ use sandlot_client::{Client, Error, Sandbox};
 
 pub const MIB: u64 = 1 << 20;
 
-/// Sends `sig` to host process `pid` (the daemon, or a process of one of its sandboxes).
-pub fn signal(pid: i32, sig: i32) {
-    // SAFETY: kill has no memory-safety preconditions; the pids are our daemon's or its sandboxes'.
-    unsafe { libc::kill(pid, sig) };
-}
-
-/// Whether host process `pid` exists and is not a zombie.
-pub fn alive(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|state| state != 'Z' && state != 'X'),
-        Err(_) => false,
-    }
-}
+pub use crate::common::{alive, eventually};
 
 /// Host processes whose cgroup path names sandbox `id`, as `(pid, command line)`.
 pub fn sandbox_processes(id: &str) -> Vec<(i32, String)> {
@@ -45,20 +30,6 @@ pub fn sandbox_processes(id: &str) -> Vec<(i32, String)> {
         }
     }
     found
-}
-
-/// Polls `cond` every 20 ms until it holds or `timeout` passes; returns whether it held.
-pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Runs `f` on a thread and waits at most `timeout` for it: `None` if it has not returned by then (the
