@@ -11,6 +11,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
+use http_body_util::{Either as Either2, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::Request;
@@ -248,15 +250,32 @@ impl Broker {
             .iter()
             .filter_map(|(k, v)| Some((HeaderName::from_bytes(k.as_bytes()).ok()?, HeaderValue::from_str(v).ok()?)))
             .collect();
+        let for_host = host.clone();
         let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let sender = Arc::clone(&sender);
-            for (k, v) in &headers {
-                req.headers_mut().insert(k.clone(), v.clone());
+            // A request naming another host (Host header or absolute URI) on this connection would carry
+            // this host's credential to wherever that name is served: refused, never forwarded.
+            let misdirected = !request_is_for(&req, &for_host);
+            if !misdirected {
+                for (k, v) in &headers {
+                    req.headers_mut().insert(k.clone(), v.clone());
+                }
             }
+            let refusal = format!(
+                "sandlot: this connection is for {for_host}; a request for another host needs a connection of its own\n"
+            );
             async move {
+                if misdirected {
+                    let response = hyper::Response::builder()
+                        .status(hyper::StatusCode::MISDIRECTED_REQUEST)
+                        .header(hyper::header::CONNECTION, "close")
+                        .body(Either2::Right(Full::new(Bytes::from(refusal))))
+                        .expect("a static response");
+                    return Ok(response);
+                }
                 let mut s = sender.lock().await;
                 s.ready().await?;
-                s.send_request(req).await
+                s.send_request(req).await.map(|r| r.map(Either2::Left))
             }
         });
         let served = match client {
@@ -269,6 +288,28 @@ impl Broker {
             pool.put(key, sender);
         }
         served
+    }
+}
+
+/// Whether `req` is addressed to `host`: its Host header, and its URI authority when it has one.
+fn request_is_for(req: &Request<Incoming>, host: &str) -> bool {
+    let want = host.trim_end_matches('.');
+    let name_of = |h: &str| -> String {
+        let h = match h.rsplit_once(':') {
+            Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => h,
+        };
+        h.trim_end_matches('.').to_ascii_lowercase()
+    };
+    if let Some(a) = req.uri().authority() {
+        if !name_of(a.host()).eq_ignore_ascii_case(want) {
+            return false;
+        }
+    }
+    match req.headers().get(hyper::header::HOST).map(|v| v.to_str()) {
+        Some(Ok(h)) => name_of(h).eq_ignore_ascii_case(want),
+        Some(Err(_)) => false,
+        None => req.uri().authority().is_some(),
     }
 }
 

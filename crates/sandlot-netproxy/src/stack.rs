@@ -374,7 +374,11 @@ impl SandboxNet {
             // Reset at once, so the client fails now ("connection refused" or "reset by peer").
             return reset(tcp);
         }
-        if let (Some(broker), Some(name)) = (&self.shared.broker, &server_name) {
+        // Brokered only when the sandbox reached the host through its name (the virtual address of that
+        // very name): a rule's credential must never follow a Host or SNI the sandbox wrote itself to a
+        // bare IP or another name's address. Such a connection goes through untouched, without it.
+        let named_here = server_name.as_ref().is_some_and(|sn| names.iter().any(|n| n.eq_ignore_ascii_case(sn)));
+        if let (Some(broker), Some(name), true) = (&self.shared.broker, &server_name, named_here) {
             if let Some(rule) = policy.rule_for(name).filter(|r| !r.headers.is_empty()) {
                 let dialer = Arc::clone(&self.shared.dialer);
                 let tls = head.first() == Some(&22);

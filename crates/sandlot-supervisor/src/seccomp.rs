@@ -153,6 +153,28 @@ impl Filter {
                     stmt(BPF_RET_K, eperm),
                     stmt(BPF_RET_K, RET_ALLOW),
                 ],
+                "socket_families" => {
+                    // Unix, netlink, and IPv4/IPv6 with the ordinary protocols. Other families (vsock,
+                    // packet, bluetooth, …) reach past the network namespace or into rarely used kernel
+                    // code; other IP protocols (SCTP, DCCP, UDP-Lite, MPTCP) load modules on first use.
+                    let (af_unix, af_inet, af_inet6, af_netlink) = (1u32, 2u32, 10u32, 16u32);
+                    let allow_at = 13u8;
+                    let mut b = vec![stmt(BPF_LD_W_ABS, off_arg_low(0))];
+                    b.push(jump(BPF_JEQ_K, af_unix, allow_at - 2, 0));
+                    b.push(jump(BPF_JEQ_K, af_netlink, allow_at - 3, 0));
+                    b.push(jump(BPF_JEQ_K, af_inet, 2, 0));
+                    b.push(jump(BPF_JEQ_K, af_inet6, 1, 0));
+                    b.push(stmt(BPF_RET_K, RET_ERRNO | libc::EAFNOSUPPORT as u32));
+                    b.push(stmt(BPF_LD_W_ABS, off_arg_low(2)));
+                    let protocols = [0u32, libc::IPPROTO_TCP as u32, libc::IPPROTO_UDP as u32, 1, 58];
+                    for (i, p) in protocols.iter().enumerate() {
+                        b.push(jump(BPF_JEQ_K, *p, (protocols.len() - i) as u8, 0));
+                    }
+                    b.push(stmt(BPF_RET_K, RET_ERRNO | libc::EPROTONOSUPPORT as u32));
+                    b.push(stmt(BPF_RET_K, RET_ALLOW));
+                    debug_assert_eq!(b.len(), allow_at as usize + 1);
+                    b
+                }
                 other => return Err(PolicyError(format!("unknown rule {other:?} for {name}"))),
             };
             // A (the accumulator) still holds the syscall number here: each block ends in a return.

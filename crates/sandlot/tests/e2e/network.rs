@@ -708,18 +708,23 @@ fn cli_sets_and_replaces_the_network_policy() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("HOST:HEADER=VALUE"));
 }
 
-/// A brokered upstream connection is kept for the next connection of the same sandbox (a client
-/// opening one connection per request pays no upstream handshake), and never serves another sandbox.
-#[test]
-fn brokered_upstream_connections_are_reused_within_a_sandbox_only() {
-    // A keep-alive HTTP upstream that counts its connections and says whether the header arrived.
+/// A keep-alive HTTP upstream that counts its connections, records each request's Host header, and
+/// answers whether the brokered credential arrived.
+struct KeptUpstream {
+    port: u16,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    hosts: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+fn kept_upstream() -> KeptUpstream {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
-    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let count = std::sync::Arc::clone(&accepted);
+    let up = KeptUpstream { port, connections: Default::default(), hosts: Default::default() };
+    let (count, hosts) = (std::sync::Arc::clone(&up.connections), std::sync::Arc::clone(&up.hosts));
     std::thread::spawn(move || {
         for s in l.incoming().flatten() {
             count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let hosts = std::sync::Arc::clone(&hosts);
             std::thread::spawn(move || {
                 let mut w = s.try_clone().unwrap();
                 let mut r = BufReader::new(s);
@@ -728,6 +733,9 @@ fn brokered_upstream_connections_are_reused_within_a_sandbox_only() {
                     while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line != "\r\n" {
                         any = true;
                         authorized |= line.eq_ignore_ascii_case(&format!("authorization: Bearer {SECRET}\r\n"));
+                        if let Some(h) = line.to_ascii_lowercase().strip_prefix("host: ") {
+                            hosts.lock().unwrap().push(h.trim().to_string());
+                        }
                         line.clear();
                     }
                     if !any {
@@ -741,13 +749,25 @@ fn brokered_upstream_connections_are_reused_within_a_sandbox_only() {
             });
         }
     });
+    up
+}
+
+fn kept_rule() -> NetworkSpec {
+    net(&format!(
+        r#"{{"mode":"allowlist","allow":["kept.test"],"rules":{{"kept.test":{{"headers":{{"authorization":"Bearer {SECRET}"}}}}}}}}"#
+    ))
+}
+
+/// A brokered upstream connection is kept for the next connection of the same sandbox (a client
+/// opening one connection per request pays no upstream handshake), and never serves another sandbox.
+#[test]
+fn brokered_upstream_connections_are_reused_within_a_sandbox_only() {
+    let up = kept_upstream();
+    let (port, accepted) = (up.port, &up.connections);
     let srv = server(&["kept.test=127.0.0.1"], &[]);
     let client = srv.client();
-    let spec = format!(
-        r#"{{"mode":"allowlist","allow":["kept.test"],"rules":{{"kept.test":{{"headers":{{"authorization":"Bearer {SECRET}"}}}}}}}}"#
-    );
-    let a = with_net(&client, net(&spec));
-    let b = with_net(&client, net(&spec));
+    let a = with_net(&client, kept_rule());
+    let b = with_net(&client, kept_rule());
     let get = format!("curl -sS -m 5 http://kept.test:{port}/");
     let out = a.shell(&format!("{get}; {get}; {get}")).unwrap();
     assert_eq!(out.stdout, "authorized\n".repeat(3), "{out:?}");
@@ -783,4 +803,42 @@ fn resolve_mappings_can_come_from_the_config_file() {
     let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["cfg.test"]}"#));
     let out = sb.shell(&format!("curl -sS -m 5 http://cfg.test:{port}/")).unwrap();
     assert_eq!(out.stdout, "from config", "{out:?}");
+}
+
+/// A brokered credential follows only the host it is for: a request for another host on a brokered
+/// connection is refused (421) and never forwarded, and a Host header the sandbox writes on a
+/// connection to a bare IP does not engage the broker at all.
+#[test]
+fn a_brokered_credential_never_follows_another_host() {
+    let up = kept_upstream();
+    let srv = server(&["kept.test=127.0.0.1"], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, kept_rule());
+    let probe = format!(
+        r#"
+import socket
+s = socket.create_connection(("kept.test", {port}))
+s.sendall(b"GET /a HTTP/1.1\r\nHost: kept.test\r\n\r\nGET /b HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+data = b""
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    data += d
+print(data.decode().count("authorized"), data.decode().split("\r\n")[0], "421" in data.decode())
+"#,
+        port = up.port
+    );
+    let out = sb.shell(&format!("python3 -c '{probe}'")).unwrap();
+    assert_eq!(out.stdout.trim(), "1 HTTP/1.1 200 OK True", "{out:?}");
+    assert_eq!(*up.hosts.lock().unwrap(), ["kept.test"], "the misdirected request reached the upstream");
+
+    // allow-all: a bare IP with the brokered host's name in Host passes through without the broker.
+    let open = net(&format!(
+        r#"{{"mode":"allow-all","rules":{{"kept.test":{{"headers":{{"authorization":"Bearer {SECRET}"}}}}}}}}"#
+    ));
+    let sb = with_net(&client, open);
+    let out = sb.shell("curl -s -m 5 -H 'Host: kept.test' http://203.0.113.9/; echo rc=$?").unwrap();
+    assert!(!out.stdout.contains("sandlot: upstream kept.test"), "the broker took a bare-IP connection: {out:?}");
+    assert!(out.stdout.contains("rc=") && !out.stdout.contains("rc=0"), "{out:?}");
 }

@@ -57,6 +57,40 @@ fn seccomp_bpf_and_perf_are_denied() {
     assert_denied(&[("bpf", "321, 0, 0, 0"), ("perf_event_open", "298, 0, 0, -1, -1, 0")], "errno=1 EPERM");
 }
 
+/// Socket families that reach past the network namespace (vsock to the hypervisor or the host, packet
+/// sockets) fail with EAFNOSUPPORT, and IP protocols that load kernel modules on first use (SCTP, DCCP,
+/// UDP-Lite) with EPROTONOSUPPORT; TCP, UDP, ping sockets and Unix sockets still work.
+#[test]
+fn seccomp_refuses_exotic_socket_families_and_protocols() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let body = r#"
+op("vsock stream", lambda: socket.socket(40, socket.SOCK_STREAM, 0))
+op("vsock dgram", lambda: socket.socket(40, socket.SOCK_DGRAM, 0))
+op("packet", lambda: socket.socket(17, socket.SOCK_DGRAM, 0))
+op("bluetooth", lambda: socket.socket(31, socket.SOCK_STREAM, 0))
+op("sctp", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 132))
+op("dccp", lambda: socket.socket(socket.AF_INET6, 6, 33))
+op("udplite", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM, 136))
+op("tcp", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 6))
+op("udp6", lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM, 0))
+op("unix pair", lambda: socket.socketpair())
+"#;
+    let expected = [
+        "vsock stream: errno=97 EAFNOSUPPORT",
+        "vsock dgram: errno=97 EAFNOSUPPORT",
+        "packet: errno=97 EAFNOSUPPORT",
+        "bluetooth: errno=97 EAFNOSUPPORT",
+        "sctp: errno=93 EPROTONOSUPPORT",
+        "dccp: errno=93 EPROTONOSUPPORT",
+        "udplite: errno=93 EPROTONOSUPPORT",
+        "tcp: ok",
+        "udp6: ok",
+        "unix pair: ok",
+    ];
+    assert_lines(&python(&sb, User::Root, body), &expected);
+}
+
 /// The kernel keyring (shared kernel object, frequent CVE source): keyctl, add_key, request_key are EPERM.
 #[test]
 fn seccomp_keyrings_are_denied() {
