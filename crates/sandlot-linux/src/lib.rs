@@ -75,6 +75,24 @@ pub fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// Raises this process's soft limit on open descriptors to its hard limit and returns it: the daemon
+/// holds two descriptors per proxied connection and a few per sandbox, and a default soft limit of
+/// 1024 would let a handful of busy sandboxes starve the API. (Sandboxes do not inherit it: the
+/// supervisor sets their own limit.)
+pub fn raise_fd_limit() -> std::io::Result<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into a valid rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    r.rlim_cur = r.rlim_max;
+    // SAFETY: setrlimit reads a valid rlimit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(r.rlim_cur)
+}
+
 /// A contiguous host uid/gid range that a sandbox's ids 0..[`UID_RANGE`] map onto.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdRange {

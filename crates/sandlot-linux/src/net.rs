@@ -83,7 +83,8 @@ pub fn attach_egress(pid: i32) -> io::Result<EgressSockets> {
                 (None, None)
             }
         };
-        let steering = Steering::attach(&ns, [Some(&tcp4), tcp6.as_ref(), Some(&udp4), udp6.as_ref()], SANDBOX_ADDR)?;
+        let sockets = [Some(&tcp4), tcp6.as_ref(), Some(&udp4), udp6.as_ref()];
+        let steering = Steering::attach(&ns, sockets, SANDBOX_ADDR, GATEWAY_ADDR)?;
         Ok(EgressSockets { tcp4, tcp6, udp4, udp6, steering })
     })
     .join()
@@ -361,8 +362,14 @@ mod tests {
                 let mut v4 = std::net::TcpStream::connect("203.0.113.7:443").unwrap();
                 v4.write_all(b"hi").unwrap();
                 let v6 = std::net::TcpStream::connect("[2001:db8::9]:80").unwrap();
+                // An unconnected UDP socket (as Python's sendto) gets the daemon's DNS reply, which
+                // must be delivered to it rather than steered back to the daemon.
                 let u = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-                u.send_to(b"q", "198.51.100.1:53").unwrap();
+                u.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+                u.send_to(b"q", "10.200.0.1:53").unwrap();
+                let mut answer = [0u8; 8];
+                let (n, from) = u.recv_from(&mut answer).unwrap();
+                assert_eq!((&answer[..n], from), (&b"a"[..], "10.200.0.1:53".parse().unwrap()));
                 (v4, v6)
             })
         });
@@ -374,8 +381,9 @@ mod tests {
         let (s6, _) = tcp6.accept().unwrap();
         assert_eq!(s6.local_addr().unwrap(), "[2001:db8::9]:80".parse().unwrap());
         let mut buf = [0u8; 8];
-        let (n, _) = udp4.recv_from(&mut buf).unwrap();
+        let (n, from) = udp4.recv_from(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"q");
+        udp4.send_to(b"a", from).unwrap();
         drop(client.join().unwrap());
     }
 }

@@ -32,6 +32,8 @@ const BPF_SK_LOOKUP: u32 = 36;
 // Offsets into `struct bpf_sk_lookup`.
 const CTX_FAMILY: i16 = 8;
 const CTX_PROTOCOL: i16 = 12;
+const CTX_REMOTE_IP4: i16 = 16;
+const CTX_REMOTE_PORT: i16 = 36;
 const CTX_LOCAL_IP4: i16 = 40;
 const CTX_LOCAL_IP6: i16 = 44;
 
@@ -49,15 +51,21 @@ pub struct Steering {
 impl Steering {
     /// Loads the program with `sockets` (in key order, see the module docs; a missing one leaves its
     /// traffic to the usual lookup, which finds nothing) and attaches it to the network namespace
-    /// `netns`. `own` is the sandbox's own address, which is not steered.
-    pub fn attach(netns: &File, sockets: [Option<&OwnedFd>; 4], own: Ipv4Addr) -> io::Result<Steering> {
+    /// `netns`. `own` is the sandbox's own address, which is not steered; `gateway` is where the
+    /// daemon answers DNS (its replies, sent from `gateway`:53, are delivered, not steered back).
+    pub fn attach(
+        netns: &File,
+        sockets: [Option<&OwnedFd>; 4],
+        own: Ipv4Addr,
+        gateway: Ipv4Addr,
+    ) -> io::Result<Steering> {
         let map = create_sockmap(sockets.len() as u32)?;
         for (key, sock) in sockets.iter().enumerate() {
             let Some(sock) = sock else { continue };
             update(&map, key as u32, sock.as_raw_fd() as u64)
                 .map_err(|e| io::Error::new(e.kind(), format!("adding socket {key} to the steering map: {e}")))?;
         }
-        let prog = load(&program(map.as_raw_fd(), own))?;
+        let prog = load(&program(map.as_raw_fd(), own, gateway))?;
         let mut attr = Attr::default();
         attr.u32_at(0, prog.as_raw_fd() as u32);
         attr.u32_at(4, netns.as_raw_fd() as u32);
@@ -195,10 +203,12 @@ fn j(code: u8, dst: u8, imm: i32, to: &'static str) -> Op {
     Op::Jump { code, dst, imm, to }
 }
 
-/// The steering program, for the map `map_fd` and the sandbox's own address `own`.
-fn program(map_fd: i32, own: Ipv4Addr) -> Vec<u64> {
+/// The steering program, for the map `map_fd`, the sandbox's own address `own` and the DNS gateway.
+fn program(map_fd: i32, own: Ipv4Addr, gateway: Ipv4Addr) -> Vec<u64> {
     // A network-order address as the program loads it (a little-endian u32 of its bytes).
     let own = i32::from_le_bytes(own.octets());
+    let gateway = i32::from_le_bytes(gateway.octets());
+    let dns_port = i32::from(u16::from_le_bytes(53u16.to_be_bytes()));
     let loopback6_last = i32::from_le_bytes([0, 0, 0, 1]);
     let ops = vec![
         i(MOV64_REG, 6, 1, 0, 0), // r6 = ctx
@@ -206,6 +216,12 @@ fn program(map_fd: i32, own: Ipv4Addr) -> Vec<u64> {
         i(LDX_W, 2, 6, CTX_PROTOCOL, 0),
         j(JNE_IMM, 2, libc::IPPROTO_UDP, "family"),
         i(MOV64_IMM, 7, 0, 0, 2), // …2 for UDP
+        // A datagram from the gateway's port 53 is the daemon's DNS reply to an unconnected socket of
+        // the sandbox (whose address is also local): deliver it, do not steer it back to the daemon.
+        i(LDX_W, 3, 6, CTX_REMOTE_PORT, 0),
+        j(JNE_IMM, 3, dns_port, "family"),
+        i(LDX_W, 3, 6, CTX_REMOTE_IP4, 0),
+        j(JEQ_IMM, 3, gateway, "pass"),
         Op::Label("family"),
         i(LDX_W, 2, 6, CTX_FAMILY, 0),
         j(JNE_IMM, 2, libc::AF_INET, "v6"),
@@ -294,7 +310,7 @@ mod tests {
 
     #[test]
     fn jumps_resolve_forward_past_the_two_slot_map_load() {
-        let prog = program(7, Ipv4Addr::new(10, 200, 0, 2));
+        let prog = program(7, Ipv4Addr::new(10, 200, 0, 2), Ipv4Addr::new(10, 200, 0, 1));
         // Every jump lands inside the program, and the program ends in `r0 = SK_PASS; exit`.
         for (pc, insn) in prog.iter().enumerate() {
             let b = insn.to_le_bytes();
@@ -320,6 +336,7 @@ mod tests {
             return;
         }
         let map = create_sockmap(4).expect("sockmap");
-        load(&program(map.as_raw_fd(), Ipv4Addr::new(10, 200, 0, 2))).expect("verifier accepts the program");
+        load(&program(map.as_raw_fd(), Ipv4Addr::new(10, 200, 0, 2), Ipv4Addr::new(10, 200, 0, 1)))
+            .expect("verifier accepts the program");
     }
 }

@@ -97,6 +97,10 @@ impl Ca {
         let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
         let signer = rustls::crypto::ring::sign::any_supported_type(&der).ok()?;
         let ck = Arc::new(CertifiedKey::new(vec![cert.der().clone(), self.cert_der.clone()], signer));
+        // Bounded: a sandbox allowed `*.example.com` could otherwise mint leaves without end.
+        if leaves.len() >= 1024 {
+            leaves.clear();
+        }
         leaves.insert(host.to_string(), Arc::clone(&ck));
         Some(ck)
     }

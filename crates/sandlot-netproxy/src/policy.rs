@@ -27,8 +27,10 @@ pub const ALWAYS_DENY: &[&str] = &[
     "198.18.0.0/15",
     "224.0.0.0/4",
     "240.0.0.0/4",
-    "::/128",
+    "::/96",
     "::1/128",
+    "64:ff9b::/96",
+    "64:ff9b:1::/48",
     "fc00::/7",
     "fe80::/10",
     "ff00::/8",
@@ -85,6 +87,8 @@ pub struct Policy {
     cidrs: Vec<Cidr>,
     deny: Vec<Cidr>,
     always_deny: Vec<Cidr>,
+    /// The host's own addresses: always denied, whatever an admin exempts.
+    host: Vec<Cidr>,
     /// Parts of the always-deny list the sandbox's tenant was opted into by an admin.
     exempt: Vec<Cidr>,
     rules: Vec<(Pattern, HostRule)>,
@@ -138,8 +142,8 @@ impl Policy {
             }
         }
         let deny = spec.deny.iter().map(|d| d.parse::<Cidr>()).collect::<Result<Vec<_>, _>>()?;
-        let mut always_deny: Vec<Cidr> = ALWAYS_DENY.iter().map(|c| c.parse().expect("static CIDR")).collect();
-        always_deny.extend(host_addrs.iter().map(|ip| ip.to_string().parse::<Cidr>().expect("an address")));
+        let always_deny: Vec<Cidr> = ALWAYS_DENY.iter().map(|c| c.parse().expect("static CIDR")).collect();
+        let host = host_addrs.iter().map(|ip| ip.to_string().parse::<Cidr>().expect("an address")).collect();
         let mut rules = Vec::new();
         for (host, rule) in &spec.rules {
             let p = Pattern::parse(host)?;
@@ -161,7 +165,7 @@ impl Policy {
             .iter()
             .map(|c| c.parse::<Cidr>().map_err(|e| format!("tenant exemption {c:?}: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Policy { mode: spec.mode, names, cidrs, deny, always_deny, exempt, rules })
+        Ok(Policy { mode: spec.mode, names, cidrs, deny, always_deny, host, exempt, rules })
     }
 
     /// Whether the policy refuses everything (no network link is needed at all).
@@ -192,6 +196,13 @@ impl Policy {
     pub fn decide(&self, a: &Attempt<'_>) -> Decision {
         if let Some(c) = self.deny.iter().find(|c| c.contains(a.ip)) {
             return deny(format!("deny {c}"), format!("{} is in a denied range", a.ip));
+        }
+        // The host's own addresses (its services on a private interface) cannot be exempted: an
+        // exemption of a company range would otherwise open the sandlot host itself.
+        if !a.admin_mapped {
+            if let Some(c) = self.host.iter().find(|c| c.contains(a.ip)) {
+                return deny(format!("always-deny {c}"), format!("{} is an address of the sandlot host", a.ip));
+            }
         }
         if !a.admin_mapped && !self.exempt.iter().any(|c| c.contains(a.ip)) {
             if let Some(c) = self.always_deny.iter().find(|c| c.contains(a.ip)) {
@@ -252,6 +263,18 @@ mod tests {
         let p = Policy::compile(&strict, &[], &["10.20.30.0/24".into()]).unwrap();
         assert!(!p.decide(&attempt("10.20.30.4", 5432, &[], None)).allow);
         assert!(Policy::compile(&strict, &[], &["not-a-cidr".into()]).unwrap_err().contains("tenant exemption"));
+        // The host's own address stays denied inside an exempt range.
+        let p = Policy::compile(&spec, &["10.20.30.1".parse().unwrap()], &["10.20.30.0/24".into()]).unwrap();
+        let d = p.decide(&attempt("10.20.30.1", 22, &[], None));
+        assert!(!d.allow && d.rule == "always-deny 10.20.30.1/32", "{d:?}");
+    }
+
+    #[test]
+    fn nat64_and_ipv4_compatible_forms_of_private_addresses_are_denied() {
+        let p = policy(r#"{"mode":"allow-all"}"#);
+        for ip in ["64:ff9b::a00:1", "64:ff9b:1::a00:1", "::a00:1", "::ffff:10.0.0.1"] {
+            assert!(!p.decide(&attempt(ip, 80, &[], None)).allow, "{ip}");
+        }
     }
 
     fn attempt<'a>(ip: &str, port: u16, names: &'a [String], sn: Option<&'a str>) -> Attempt<'a> {

@@ -26,6 +26,19 @@ use crate::sniff::{self, Sniff};
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an upstream connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections one sandbox may have open through the proxy at once; more are reset. Each costs the
+/// daemon two descriptors (and a pipe pair while bytes move), so one sandbox must not spend them all.
+const MAX_CONNECTIONS: usize = 512;
+/// Name resolutions one sandbox may have in flight (each holds a thread of the shared blocking pool).
+const MAX_RESOLVING: usize = 8;
+/// How long a resolved name is reused for the same sandbox.
+const RESOLVE_TTL: Duration = Duration::from_secs(30);
+/// Audit rows one sandbox may produce in a burst, and per second after it: a flood of lookups or
+/// datagrams must not flood the audit log (what is left out is counted in a summary row).
+const AUDIT_BURST: f64 = 500.0;
+const AUDIT_PER_SECOND: f64 = 50.0;
+/// Idle time after which a DNS-over-TCP connection is closed.
+const DNS_TCP_IDLE: Duration = Duration::from_secs(10);
 
 /// Opens upstream connections. Replaceable, so tests can prove a refused destination is never dialed.
 pub trait Dial: Send + Sync {
@@ -91,6 +104,9 @@ pub struct NetEvent {
     pub decision: Decision,
 }
 
+/// One kind's audit budget: (tokens, last refill, decisions left out since the last summary).
+type AuditBudget = (f64, tokio::time::Instant, u64);
+
 /// Virtual addresses handed out in DNS answers (198.18.0.0/15, the benchmarking range, never routed).
 ///
 /// Every allowed name gets its own address in the sandbox's view, so a connection says by its
@@ -147,6 +163,15 @@ pub struct SandboxNet {
     udp_seen: Mutex<HashMap<SocketAddr, tokio::time::Instant>>,
     /// Idle upstream connections of brokered hosts.
     upstreams: crate::broker::UpstreamPool,
+    /// Connections open through the proxy.
+    open: std::sync::atomic::AtomicUsize,
+    /// Resolutions in flight.
+    resolving: tokio::sync::Semaphore,
+    /// Recent resolutions: name → (addresses, when).
+    resolved: Mutex<HashMap<String, (Vec<IpAddr>, tokio::time::Instant)>>,
+    /// Audit rate limits, one per kind of decision (`dns`/`tcp`/`udp` × allowed/denied), so a flood of
+    /// one kind never hides another: (tokens, last refill, decisions left out since the last summary).
+    audit_budget: Mutex<HashMap<(&'static str, bool), AuditBudget>>,
 }
 
 impl SandboxNet {
@@ -162,6 +187,10 @@ impl SandboxNet {
             bytes_in: AtomicU64::new(0),
             udp_seen: Mutex::default(),
             upstreams: Default::default(),
+            open: Default::default(),
+            resolving: tokio::sync::Semaphore::new(MAX_RESOLVING),
+            resolved: Mutex::default(),
+            audit_budget: Mutex::default(),
         })
     }
 
@@ -175,6 +204,32 @@ impl SandboxNet {
     }
 
     fn record(&self, kind: &'static str, dst: String, name: Option<String>, decision: Decision) {
+        let left_out = {
+            let mut budgets = self.audit_budget.lock().unwrap_or_else(|p| p.into_inner());
+            let now = tokio::time::Instant::now();
+            let b = budgets.entry((kind, decision.allow)).or_insert((AUDIT_BURST, now, 0));
+            b.0 = (b.0 + now.duration_since(b.1).as_secs_f64() * AUDIT_PER_SECOND).min(AUDIT_BURST);
+            b.1 = now;
+            if b.0 < 1.0 {
+                b.2 += 1;
+                return;
+            }
+            b.0 -= 1.0;
+            std::mem::take(&mut b.2)
+        };
+        if left_out > 0 {
+            let what = if decision.allow { "allowed" } else { "denied" };
+            let reason =
+                format!("{left_out} {what} {kind} decisions were not recorded (more than {AUDIT_PER_SECOND}/s)");
+            let summary = Decision { allow: false, rule: "audit-rate-limit".into(), reason };
+            let _ = self.events.send(NetEvent {
+                sandbox: self.id.clone(),
+                kind: "audit",
+                dst: "-".into(),
+                name: None,
+                decision: summary,
+            });
+        }
         let _ = self.events.send(NetEvent { sandbox: self.id.clone(), kind, dst, name, decision });
     }
 
@@ -198,8 +253,8 @@ impl SandboxNet {
             let mut udp6 = udp6.map(Datagrams::new);
             loop {
                 tokio::select! {
-                    Ok((s, _)) = tcp4.accept() => net.spawn_tcp(&mut conns, s),
-                    Some(Ok((s, _))) = accept_opt(tcp6.as_ref()) => net.spawn_tcp(&mut conns, s),
+                    r = tcp4.accept() => net.accepted(&mut conns, r).await,
+                    Some(r) = accept_opt(tcp6.as_ref()) => net.accepted(&mut conns, r).await,
                     Some(d) = udp4.next() => net.datagram(&mut conns, &udp4.sock, d),
                     Some((sock, d)) = next_opt(udp6.as_mut()) => net.datagram(&mut conns, &sock, d),
                     Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -208,9 +263,28 @@ impl SandboxNet {
         }))
     }
 
-    fn spawn_tcp(self: &Arc<Self>, conns: &mut JoinSet<()>, stream: TcpStream) {
+    async fn accepted(self: &Arc<Self>, conns: &mut JoinSet<()>, r: io::Result<(TcpStream, SocketAddr)>) {
+        let stream = match r {
+            Ok((s, _)) => s,
+            Err(e) => {
+                // Out of descriptors (EMFILE/ENFILE) or similar: back off instead of spinning.
+                tracing::warn!(sandbox = %self.id, "accepting a sandbox connection: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return;
+            }
+        };
+        if self.open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            let dst = stream.local_addr().map(|a| unmap(a).to_string()).unwrap_or_default();
+            let reason = format!("more than {MAX_CONNECTIONS} connections open at once");
+            self.record("tcp", dst, None, Decision { allow: false, rule: "connection-limit".into(), reason });
+            return reset(stream);
+        }
+        self.open.fetch_add(1, Ordering::Relaxed);
         let net = Arc::clone(self);
-        conns.spawn(async move { net.tcp(stream).await });
+        conns.spawn(async move {
+            net.tcp(stream).await;
+            net.open.fetch_sub(1, Ordering::Relaxed);
+        });
     }
 
     /// One UDP datagram from the sandbox: a DNS query to the gateway is answered; anything else is
@@ -228,11 +302,13 @@ impl SandboxNet {
         }
         let now = tokio::time::Instant::now();
         let mut seen = self.udp_seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.len() > 1024 {
+        if seen.len() >= 1024 {
             seen.retain(|_, t| now.duration_since(*t) < Duration::from_secs(60));
         }
         match seen.get(&d.dst) {
             Some(t) if now.duration_since(*t) < Duration::from_secs(60) => return,
+            // Full of fresh destinations (a scan): recorded, subject to the audit rate limit, not kept.
+            _ if seen.len() >= 1024 => {}
             _ => {
                 seen.insert(d.dst, now);
             }
@@ -251,11 +327,31 @@ impl SandboxNet {
         if let Some(ips) = self.shared.overrides.get(name) {
             return Ok((ips.clone(), true));
         }
-        match tokio::time::timeout(Duration::from_secs(5), tokio::net::lookup_host((name, 0))).await {
-            Ok(Ok(addrs)) => Ok((addrs.map(|a| a.ip()).collect(), false)),
-            Ok(Err(_)) => Err(Rcode::NxDomain),
-            Err(_) => Err(Rcode::ServFail),
+        let cached = |net: &Self| {
+            let resolved = net.resolved.lock().unwrap_or_else(|p| p.into_inner());
+            resolved.get(name).filter(|(_, at)| at.elapsed() < RESOLVE_TTL).map(|(ips, _)| ips.clone())
+        };
+        if let Some(ips) = cached(self) {
+            return Ok((ips, false));
         }
+        let Ok(_permit) = self.resolving.acquire().await else { return Err(Rcode::ServFail) };
+        if let Some(ips) = cached(self) {
+            return Ok((ips, false)); // resolved while this query waited for a permit
+        }
+        let ips: Vec<IpAddr> =
+            match tokio::time::timeout(Duration::from_secs(5), tokio::net::lookup_host((name, 0))).await {
+                Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
+                Ok(Err(_)) => return Err(Rcode::NxDomain),
+                Err(_) => return Err(Rcode::ServFail),
+            };
+        let mut resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
+        if resolved.len() >= 4096 {
+            resolved.retain(|_, (_, at)| at.elapsed() < RESOLVE_TTL);
+        }
+        if resolved.len() < 4096 {
+            resolved.insert(name.to_string(), (ips.clone(), tokio::time::Instant::now()));
+        }
+        Ok((ips, false))
     }
 
     /// Answers one DNS query (UDP or TCP payload).
@@ -292,7 +388,7 @@ impl SandboxNet {
     async fn dns_tcp<S: AsyncRead + AsyncWrite + Unpin>(&self, mut s: S) {
         loop {
             let mut len = [0u8; 2];
-            if s.read_exact(&mut len).await.is_err() {
+            if !matches!(tokio::time::timeout(DNS_TCP_IDLE, s.read_exact(&mut len)).await, Ok(Ok(_))) {
                 return;
             }
             let n = u16::from_be_bytes(len) as usize;
@@ -300,7 +396,7 @@ impl SandboxNet {
                 return;
             }
             let mut msg = vec![0u8; n];
-            if s.read_exact(&mut msg).await.is_err() {
+            if !matches!(tokio::time::timeout(DNS_TCP_IDLE, s.read_exact(&mut msg)).await, Ok(Ok(_))) {
                 return;
             }
             let Some(reply) = self.dns(&msg).await else { return };
@@ -404,6 +500,8 @@ impl SandboxNet {
         self.bytes_out.fetch_add(head.len() as u64, Ordering::Relaxed);
         if let Err(e) = crate::splice::bidirectional(&tcp, &upstream, &self.bytes_out, &self.bytes_in).await {
             tracing::debug!(sandbox = %self.id, "connection to {real}: {e}");
+            // A failed transfer must not look complete to the sandbox (a FIN would): reset it.
+            reset(tcp);
         }
     }
 }

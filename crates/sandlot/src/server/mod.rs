@@ -149,6 +149,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
              Start it with `sudo sandlot serve`"
         );
     }
+    match sandlot_linux::raise_fd_limit() {
+        Ok(n) => tracing::debug!("descriptor limit {n}"),
+        Err(e) => tracing::warn!("could not raise the descriptor limit: {e}"),
+    }
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
     // Sandbox uids must traverse it to reach their layers; nobody may list or read it.

@@ -458,8 +458,10 @@ pub async fn set_network(
     ApiJson(spec): ApiJson<sandlot_api::NetworkSpec>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     let rec = record(&app, &caller, &id)?;
-    let policy = super::tenants::policy_for(&app, &rec.tenant, &spec)?;
+    // Compiled under the sandbox's lock, with the tenant's exemptions as they are now: an admin's
+    // concurrent change to them is then either seen here or applied after this (never undone by it).
     let _g = super::lifecycle::lock(&app, &id).await;
+    let policy = super::tenants::policy_for(&app, &rec.tenant, &spec)?;
     app.store.set_network(&id, &spec)?;
     if app.engine.get(&id).is_some() {
         app.engine.set_network(&id, policy).await?;

@@ -59,6 +59,9 @@ pub async fn set_network(
         return Err(ApiError::not_found("tenant"));
     }
     app.store.audit(&caller.tenant, None, "tenant.network", &json!({"tenant": tenant, "exempt": req.exempt}))?;
+    // Every running sandbox is updated even if one fails (it may be ending right now): a narrowed list
+    // must not stay wide on the sandboxes after a failed one.
+    let mut failed = Vec::new();
     for listed in app.store.list_sandboxes(&tenant)? {
         let id = listed.info.id;
         // Under the sandbox's lock, with its policy re-read: a concurrent PATCH is not undone.
@@ -68,8 +71,25 @@ pub async fn set_network(
         if running.net().is_none() {
             continue; // no network link (deny): nothing to update until a PATCH gives it one
         }
-        let policy = policy_for(&app, &tenant, &rec.network)?;
-        app.engine.set_network(&id, policy).await?;
+        let applied = match policy_for(&app, &tenant, &rec.network) {
+            Ok(policy) => app.engine.set_network(&id, policy).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.message),
+        };
+        if let Err(e) = applied {
+            tracing::warn!(sandbox = %id, "applying tenant {tenant}'s network exemptions: {e}");
+            failed.push(id);
+        }
+    }
+    if !failed.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            sandlot_api::codes::INTERNAL,
+            format!(
+                "the exemptions are stored, but these running sandboxes could not be updated: {}; \
+                 they pick the exemptions up when resumed",
+                failed.join(", ")
+            ),
+        ));
     }
     Ok(Json(req))
 }

@@ -57,8 +57,22 @@ fn with_net(client: &Client, spec: NetworkSpec) -> sandlot_client::Sandbox {
     client.create(&CreateSandbox { network: Some(spec), ..Default::default() }).unwrap()
 }
 
+/// The sandbox's audit rows, newest first, once they have settled: network decisions are written by a
+/// thread of their own just after the fact, so the rows are read until two reads 50 ms apart agree.
 fn audit_actions(client: &Client, id: &str) -> Vec<(String, serde_json::Value)> {
-    client.audit(Some(id), Some(500)).unwrap().into_iter().map(|e| (e.action, e.detail)).collect()
+    let read = || -> Vec<(String, serde_json::Value)> {
+        client.audit(Some(id), Some(5000)).unwrap().into_iter().map(|e| (e.action, e.detail)).collect()
+    };
+    let mut rows = read();
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(50));
+        let again = read();
+        if again.len() == rows.len() {
+            return again;
+        }
+        rows = again;
+    }
+    rows
 }
 
 fn assert_no_dial_bug(srv: &Server) {
@@ -661,9 +675,12 @@ fn an_admin_exemption_opens_an_always_denied_range_to_one_tenant() {
     // Withdrawn: denied again.
     admin.set_tenant_network("alice", &Default::default()).unwrap();
     a.shell(probe).unwrap();
-    let rows = audit_actions(&alice, a.id());
-    let last = rows.iter().find(|(act, d)| act.starts_with("net.") && d["dst"] == "10.20.30.40:8080").unwrap();
-    assert_eq!(last.0, "net.deny", "newest first: {rows:?}");
+    // Audit rows of network decisions are written by a thread of their own, just after the fact.
+    let denied_again = crate::harness::eventually(Duration::from_secs(5), || {
+        let rows = audit_actions(&alice, a.id());
+        rows.iter().find(|(act, d)| act.starts_with("net.") && d["dst"] == "10.20.30.40:8080").unwrap().0 == "net.deny"
+    });
+    assert!(denied_again, "newest first: {:?}", audit_actions(&alice, a.id()));
 }
 
 /// The CLI sets a policy at create and replaces it later; injected values are never printed.
@@ -841,4 +858,67 @@ print(data.decode().count("authorized"), data.decode().split("\r\n")[0], "421" i
     let out = sb.shell("curl -s -m 5 -H 'Host: kept.test' http://203.0.113.9/; echo rc=$?").unwrap();
     assert!(!out.stdout.contains("sandlot: upstream kept.test"), "the broker took a bare-IP connection: {out:?}");
     assert!(out.stdout.contains("rc=") && !out.stdout.contains("rc=0"), "{out:?}");
+}
+
+/// One sandbox cannot spend the daemon's descriptors: past 512 open connections, new ones are reset
+/// (and audited), while the first 512 stay up.
+#[test]
+fn open_connections_per_sandbox_are_capped() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let srv = server(&["hold.test=127.0.0.1"], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["hold.test"]}"#));
+    let probe = format!(
+        r#"
+import select, socket, time
+socks = [socket.create_connection(("hold.test", {port})) for _ in range(530)]
+time.sleep(1)
+closed, _, _ = select.select(socks, [], [], 0.5)
+print(len(socks) - len(closed), len(closed))
+"#
+    );
+    let out = sb.shell(&format!("python3 -c '{probe}'")).unwrap();
+    assert_eq!(out.stdout.trim(), "512 18", "{out:?}");
+    let rows = audit_actions(&client, sb.id());
+    assert!(rows.iter().any(|(a, d)| a == "net.deny" && d["rule"] == "connection-limit"), "{rows:?}");
+}
+
+/// A flood of lookups does not flood the audit log: past a burst, decisions are counted into a
+/// summary row instead of one row each.
+#[test]
+fn a_dns_flood_is_summarised_in_the_audit_log() {
+    let srv = server(&[], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["only.test"]}"#));
+    let flood = r#"
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(2)
+def ask(i):
+    q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + bytes([5]) + b"n%04d" % i + b"\x04test\x00\x00\x01\x00\x01"
+    s.sendto(q, ("10.200.0.1", 53))
+    s.recv(512)
+for i in range(2000):
+    ask(i)
+time.sleep(0.2)
+ask(9999)
+print("done")
+"#;
+    let out = sb.shell(&format!("python3 -c '{flood}'")).unwrap();
+    assert_eq!(out.stdout.trim(), "done", "{out:?}");
+    let rows = audit_actions(&client, sb.id());
+    let dns_rows = rows.iter().filter(|(a, d)| a == "net.deny" && d["kind"] == "dns").count();
+    assert!(dns_rows < 1000, "{dns_rows} rows for 2001 lookups");
+    assert!(
+        rows.iter().any(|(_, d)| d["rule"] == "audit-rate-limit"
+            && d["reason"].as_str().unwrap_or_default().contains("were not recorded")),
+        "no summary row"
+    );
 }
