@@ -24,7 +24,6 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::policy::HostRule;
 use crate::stack::Dial;
 
 fn ca_params() -> CertificateParams {
@@ -116,7 +115,7 @@ impl ResolvesServerCert for LeafResolver {
 }
 
 /// Where a brokered connection goes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Brokered {
     /// The sandbox speaks TLS (else plain HTTP).
     pub tls: bool,
@@ -124,8 +123,10 @@ pub struct Brokered {
     pub host: String,
     /// Real upstream address.
     pub addr: SocketAddr,
-    /// Headers to inject.
-    pub rule: HostRule,
+    /// The headers the sandbox's policy injects for the host now (read for every request, so a
+    /// rotated or withdrawn credential applies to open connections too); `None` once the policy no
+    /// longer allows the host.
+    pub rule: Arc<dyn Fn() -> Option<std::collections::BTreeMap<String, String>> + Send + Sync>,
 }
 
 /// TLS terminator and re-originator.
@@ -249,31 +250,41 @@ impl Broker {
         };
         let sender = Arc::new(tokio::sync::Mutex::new(sender));
         let kept = Arc::clone(&sender);
-        let headers: Vec<(HeaderName, HeaderValue)> = rule
-            .headers
-            .iter()
-            .filter_map(|(k, v)| Some((HeaderName::from_bytes(k.as_bytes()).ok()?, HeaderValue::from_str(v).ok()?)))
-            .collect();
         let for_host = host.clone();
         let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let sender = Arc::clone(&sender);
+            let rule = Arc::clone(&rule);
             // A request naming another host (Host header or absolute URI) on this connection would carry
             // this host's credential to wherever that name is served: refused, never forwarded.
-            let misdirected = !request_is_for(&req, &for_host);
-            if !misdirected {
-                for (k, v) in &headers {
-                    req.headers_mut().insert(k.clone(), v.clone());
+            let refusal = if !request_is_for(&req, &for_host) {
+                Some((
+                    hyper::StatusCode::MISDIRECTED_REQUEST,
+                    format!("sandlot: this connection is for {for_host}; a request for another host needs a connection of its own\n"),
+                ))
+            } else {
+                match rule() {
+                    Some(current) => {
+                        for (k, v) in &current {
+                            if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+                                req.headers_mut().insert(k, v);
+                            }
+                        }
+                        None
+                    }
+                    None => Some((
+                        hyper::StatusCode::FORBIDDEN,
+                        format!(
+                            "sandlot: the sandbox's network policy no longer allows brokered requests to {for_host}\n"
+                        ),
+                    )),
                 }
-            }
-            let refusal = format!(
-                "sandlot: this connection is for {for_host}; a request for another host needs a connection of its own\n"
-            );
+            };
             async move {
-                if misdirected {
+                if let Some((status, message)) = refusal {
                     let response = hyper::Response::builder()
-                        .status(hyper::StatusCode::MISDIRECTED_REQUEST)
+                        .status(status)
                         .header(hyper::header::CONNECTION, "close")
-                        .body(Either2::Right(Full::new(Bytes::from(refusal))))
+                        .body(Either2::Right(Full::new(Bytes::from(message))))
                         .expect("a static response");
                     return Ok(response);
                 }

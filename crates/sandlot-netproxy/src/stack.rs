@@ -151,7 +151,8 @@ impl Vips {
 /// One sandbox's network state.
 pub struct SandboxNet {
     id: String,
-    policy: RwLock<Arc<Policy>>,
+    /// Shared with brokered connections, which read the current rule for every request.
+    policy: Arc<RwLock<Arc<Policy>>>,
     vips: Mutex<Vips>,
     shared: Arc<Shared>,
     events: mpsc::UnboundedSender<NetEvent>,
@@ -179,7 +180,7 @@ impl SandboxNet {
     pub fn new(id: &str, policy: Policy, shared: Arc<Shared>, events: mpsc::UnboundedSender<NetEvent>) -> Arc<Self> {
         Arc::new(SandboxNet {
             id: id.to_string(),
-            policy: RwLock::new(Arc::new(policy)),
+            policy: Arc::new(RwLock::new(Arc::new(policy))),
             vips: Mutex::default(),
             shared,
             events,
@@ -475,10 +476,18 @@ impl SandboxNet {
         // bare IP or another name's address. Such a connection goes through untouched, without it.
         let named_here = server_name.as_ref().is_some_and(|sn| names.iter().any(|n| n.eq_ignore_ascii_case(sn)));
         if let (Some(broker), Some(name), true) = (&self.shared.broker, &server_name, named_here) {
-            if let Some(rule) = policy.rule_for(name).filter(|r| !r.headers.is_empty()) {
+            if policy.brokers(name) {
                 let dialer = Arc::clone(&self.shared.dialer);
                 let tls = head.first() == Some(&22);
-                let to = crate::broker::Brokered { tls, host: name.clone(), addr: real, rule: rule.clone() };
+                // The rule is read again for every request, so a PATCH (a rotated or withdrawn
+                // credential, a host no longer allowed) reaches keep-alive connections too.
+                let (cell, host) = (Arc::clone(&self.policy), name.clone());
+                let current = move || {
+                    let policy = Arc::clone(&cell.read().unwrap_or_else(|p| p.into_inner()));
+                    policy.name_allowed(&host)?;
+                    Some(policy.rule_for(&host).map(|r| r.headers.clone()).unwrap_or_default())
+                };
+                let to = crate::broker::Brokered { tls, host: name.clone(), addr: real, rule: Arc::new(current) };
                 let r = broker.serve(tcp, head, to, dialer, &self.upstreams).await;
                 if let Err(e) = r {
                     tracing::debug!(sandbox = %self.id, "brokered connection to {name}: {e}");

@@ -922,3 +922,68 @@ print("done")
         "no summary row"
     );
 }
+
+/// A policy change reaches requests on an already open brokered connection: a rotated credential is
+/// used from the next request on, and once the host is no longer allowed the request is refused (403)
+/// instead of carrying the old credential.
+#[test]
+fn a_policy_change_reaches_open_brokered_connections() {
+    let up = kept_upstream();
+    let srv = server(&["kept.test=127.0.0.1"], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, kept_rule());
+    let script = format!(
+        r#"
+import os, socket, time
+s = socket.create_connection(("kept.test", {port}))
+f = s.makefile("rb")
+def get():
+    s.sendall(b"GET / HTTP/1.1\r\nHost: kept.test\r\n\r\n")
+    status = f.readline().decode().split()[1]
+    n = 0
+    while True:
+        line = f.readline()
+        if line in (b"\r\n", b""):
+            break
+        if line.lower().startswith(b"content-length:"):
+            n = int(line.split(b":")[1])
+    return status + " " + f.read(n).decode().strip()
+def step(name):
+    open("/tmp/" + name, "w").close()
+    for _ in range(1000):
+        if os.path.exists("/tmp/go-" + name):
+            return
+        time.sleep(0.01)
+print(get(), flush=True)
+step("one")
+print(get(), flush=True)
+step("two")
+print(get(), flush=True)
+"#,
+        port = up.port
+    );
+    sb.write_file("/tmp/keep.py", script.as_bytes()).unwrap();
+    let runner = sb.clone();
+    let run = std::thread::spawn(move || runner.shell("python3 /tmp/keep.py").unwrap());
+    let reached = |name: &str| {
+        crate::harness::eventually(Duration::from_secs(10), || {
+            sb.shell(&format!("test -e /tmp/{name} && echo y")).unwrap().stdout == "y\n"
+        })
+    };
+    assert!(reached("one"));
+    let rotated = net(
+        r#"{"mode":"allowlist","allow":["kept.test"],"rules":{"kept.test":{"headers":{"authorization":"Bearer rotated"}}}}"#,
+    );
+    sb.set_network(&rotated).unwrap();
+    sb.write_file("/tmp/go-one", b"").unwrap();
+    assert!(reached("two"));
+    sb.set_network(&net(r#"{"mode":"deny"}"#)).unwrap();
+    sb.write_file("/tmp/go-two", b"").unwrap();
+    let out = run.join().unwrap();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out:?}");
+    assert_eq!(lines[0], "200 authorized");
+    assert_eq!(lines[1], "200 missing credential", "the rotated credential replaced the old one");
+    assert!(lines[2].starts_with("403 sandlot: the sandbox's network policy no longer allows"), "{out:?}");
+    assert_eq!(up.connections.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
