@@ -8,6 +8,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -127,6 +128,8 @@ pub struct Brokered {
     /// rotated or withdrawn credential applies to open connections too); `None` once the policy no
     /// longer allows the host.
     pub rule: Arc<dyn Fn() -> Option<std::collections::BTreeMap<String, String>> + Send + Sync>,
+    /// The sandbox's byte counters (from it, to it), counted on its side of the connection.
+    pub counters: (Arc<AtomicU64>, Arc<AtomicU64>),
 }
 
 /// TLS terminator and re-originator.
@@ -193,9 +196,9 @@ impl Broker {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let Brokered { tls, host, addr: upstream, rule } = to;
+        let Brokered { tls, host, addr: upstream, rule, counters } = to;
         let key = (tls, host.clone(), upstream);
-        let client = Prefixed { head, pos: 0, inner: client };
+        let client = SandboxSide { head, pos: 0, inner: client, from: counters.0, to: counters.1 };
         let t0 = std::time::Instant::now();
         let pooled = pool.take(&key);
         let reused = pooled.is_some();
@@ -389,29 +392,41 @@ enum Either<T, P> {
     Plain(P),
 }
 
-/// A stream whose first bytes were already read (while sniffing) and are replayed first.
-struct Prefixed<S> {
+/// The sandbox's side of a brokered connection: the first bytes, already read while sniffing, are
+/// replayed first, and bytes are counted into the sandbox's traffic counters both ways.
+struct SandboxSide<S> {
     head: Vec<u8>,
     pos: usize,
     inner: S,
+    from: Arc<AtomicU64>,
+    to: Arc<AtomicU64>,
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+impl<S: AsyncRead + Unpin> AsyncRead for SandboxSide<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         if self.pos < self.head.len() {
             let n = (self.head.len() - self.pos).min(buf.remaining());
             let start = self.pos;
             buf.put_slice(&self.head[start..start + n]);
             self.pos += n;
+            self.from.fetch_add(n as u64, Ordering::Relaxed);
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        self.from.fetch_add(n as u64, Ordering::Relaxed);
+        r
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for SandboxSide<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        if let Poll::Ready(Ok(n)) = &r {
+            self.to.fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        r
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

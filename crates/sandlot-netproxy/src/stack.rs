@@ -157,9 +157,9 @@ pub struct SandboxNet {
     shared: Arc<Shared>,
     events: mpsc::UnboundedSender<NetEvent>,
     /// Bytes from the sandbox to the outside.
-    pub bytes_out: AtomicU64,
+    pub bytes_out: Arc<AtomicU64>,
     /// Bytes from the outside to the sandbox.
-    pub bytes_in: AtomicU64,
+    pub bytes_in: Arc<AtomicU64>,
     /// When a refused UDP destination was last recorded.
     udp_seen: Mutex<HashMap<SocketAddr, tokio::time::Instant>>,
     /// Idle upstream connections of brokered hosts.
@@ -184,8 +184,8 @@ impl SandboxNet {
             vips: Mutex::default(),
             shared,
             events,
-            bytes_out: AtomicU64::new(0),
-            bytes_in: AtomicU64::new(0),
+            bytes_out: Default::default(),
+            bytes_in: Default::default(),
             udp_seen: Mutex::default(),
             upstreams: Default::default(),
             open: Default::default(),
@@ -487,7 +487,13 @@ impl SandboxNet {
                     policy.name_allowed(&host)?;
                     Some(policy.rule_for(&host).map(|r| r.headers.clone()).unwrap_or_default())
                 };
-                let to = crate::broker::Brokered { tls, host: name.clone(), addr: real, rule: Arc::new(current) };
+                let to = crate::broker::Brokered {
+                    tls,
+                    host: name.clone(),
+                    addr: real,
+                    rule: Arc::new(current),
+                    counters: (Arc::clone(&self.bytes_out), Arc::clone(&self.bytes_in)),
+                };
                 let r = broker.serve(tcp, head, to, dialer, &self.upstreams).await;
                 if let Err(e) = r {
                     tracing::debug!(sandbox = %self.id, "brokered connection to {name}: {e}");

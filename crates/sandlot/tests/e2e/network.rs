@@ -789,6 +789,9 @@ fn brokered_upstream_connections_are_reused_within_a_sandbox_only() {
     let out = a.shell(&format!("{get}; {get}; {get}")).unwrap();
     assert_eq!(out.stdout, "authorized\n".repeat(3), "{out:?}");
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "three sandbox connections, one upstream");
+    // Brokered traffic counts in the sandbox's accounting (three requests out, three answers in).
+    let counted = a.info().unwrap().network;
+    assert!(counted.bytes_out > 3 * 40 && counted.bytes_in > 3 * 40, "{counted:?}");
     let out = b.shell(&get).unwrap();
     assert_eq!(out.stdout, "authorized\n", "{out:?}");
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2, "another sandbox gets its own upstream");
