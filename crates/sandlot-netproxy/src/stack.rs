@@ -125,26 +125,37 @@ struct Target {
     name: String,
     addrs: Vec<IpAddr>,
     admin_mapped: bool,
+    /// When the address was last handed out for this name.
+    since: tokio::time::Instant,
 }
+
+/// How long an answered virtual address stays bound to its name (the answers' TTL): it is not given
+/// to another name before, or a client still holding the old answer would reach the new name.
+const VIP_TTL: Duration = Duration::from_secs(60);
 
 const VIP_BASE: u32 = u32::from_be_bytes([198, 18, 0, 0]);
 const VIP_COUNT: u32 = 1 << 17;
 
 impl Vips {
-    fn assign(&mut self, name: &str, addrs: Vec<IpAddr>, admin_mapped: bool) -> Ipv4Addr {
-        let target = Target { name: name.to_string(), addrs, admin_mapped };
+    /// The virtual address for `name`; `None` when every address was handed out within [`VIP_TTL`]
+    /// (more than 131,070 new names a minute).
+    fn assign(&mut self, name: &str, addrs: Vec<IpAddr>, admin_mapped: bool) -> Option<Ipv4Addr> {
+        let target = Target { name: name.to_string(), addrs, admin_mapped, since: tokio::time::Instant::now() };
         if let Some(v) = self.by_name.get(name) {
             self.by_vip.insert(*v, target);
-            return *v;
+            return Some(*v);
         }
-        // Wrap around when the pool is spent: the oldest mapping is replaced.
+        // Wrap around when the pool is spent: the oldest mapping is replaced, once its answers expired.
         let vip = Ipv4Addr::from(VIP_BASE + 1 + self.next % (VIP_COUNT - 2));
+        if self.by_vip.get(&vip).is_some_and(|old| old.since.elapsed() < VIP_TTL) {
+            return None;
+        }
         self.next += 1;
         if let Some(old) = self.by_vip.insert(vip, target) {
             self.by_name.remove(&old.name);
         }
         self.by_name.insert(name.to_string(), vip);
-        vip
+        Some(vip)
     }
 }
 
@@ -374,6 +385,11 @@ impl SandboxNet {
             Ok((ips, admin_mapped)) => {
                 let vip =
                     self.vips.lock().unwrap_or_else(|p| p.into_inner()).assign(&q.name, ips.clone(), admin_mapped);
+                let Some(vip) = vip else {
+                    let reason = "every virtual address was answered within the last minute".to_string();
+                    self.record("dns", q.name.clone(), Some(q.name.clone()), Decision { allow: false, rule, reason });
+                    return Some(dns::answer(&q, Rcode::ServFail, &[]));
+                };
                 self.record(
                     "dns",
                     q.name.clone(),
@@ -650,4 +666,28 @@ fn recv_with_destination(fd: std::os::fd::RawFd, buf: &mut [u8]) -> io::Result<O
         (Some(src), Some(dst)) => Some(Datagram { src, dst: unmap(dst), payload: buf[..n].to_vec() }),
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_virtual_address_is_not_reused_while_its_answer_may_be_cached() {
+        let mut vips = Vips::default();
+        let first = vips.assign("n0.test", vec![], false).unwrap();
+        assert_eq!(vips.assign("n0.test", vec![], false), Some(first), "a name keeps its address");
+        for i in 1..(VIP_COUNT - 2) {
+            assert!(vips.assign(&format!("n{i}.test"), vec![], false).is_some());
+        }
+        // The pool is spent and every address was answered just now: no address for a new name.
+        assert_eq!(vips.assign("late.test", vec![], false), None);
+        // Once the answers have expired, the oldest address goes to the new name.
+        let past = tokio::time::Instant::now().checked_sub(VIP_TTL * 2).unwrap();
+        for t in vips.by_vip.values_mut() {
+            t.since = past;
+        }
+        assert_eq!(vips.assign("late.test", vec![], false), Some(first));
+        assert!(!vips.by_name.contains_key("n0.test"));
+    }
 }
