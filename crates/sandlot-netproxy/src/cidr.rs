@@ -44,6 +44,13 @@ impl FromStr for Cidr {
             Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| format!("{s:?}: bad prefix length"))?,
             None => max,
         };
+        // An IPv4-mapped IPv6 network (`::ffff:a.b.c.d/96+`) is the IPv4 network it maps, so a rule
+        // written either way matches the same destinations.
+        if let IpAddr::V6(v6) = addr {
+            if let (Some(v4), true) = (v6.to_ipv4_mapped(), prefix >= 96) {
+                return Ok(Cidr { addr: IpAddr::V4(v4), prefix: prefix - 96 });
+            }
+        }
         Ok(Cidr { addr, prefix })
     }
 }
@@ -70,6 +77,9 @@ mod tests {
         assert!(host.contains("169.254.169.254".parse().unwrap()));
         assert!("0.0.0.0/0".parse::<Cidr>().unwrap().contains("8.8.8.8".parse().unwrap()));
         assert!("1.2.3.4/33".parse::<Cidr>().is_err());
+        let mapped: Cidr = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert_eq!(mapped.to_string(), "10.0.0.0/8");
+        assert!(mapped.contains("10.9.9.9".parse().unwrap()));
         assert!("example.com".parse::<Cidr>().is_err());
     }
 }
