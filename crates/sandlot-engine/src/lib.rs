@@ -32,7 +32,7 @@ pub struct EngineConfig {
     /// Defence layers in force (all, except in the escape suite's layer-by-layer tests).
     pub layers: sandlot_linux::Layers,
     /// Network settings shared by every sandbox (resolver overrides, host addresses, dialer).
-    pub net: Arc<sandlot_netproxy::stack::Shared>,
+    pub net: Arc<sandlot_netproxy::egress::Shared>,
     /// Size of the btrfs layers volume in GiB; `None` keeps layers on the state filesystem with no disk
     /// limit (an explicit opt-out for hosts without btrfs).
     pub layers_volume_gb: Option<u64>,
@@ -132,8 +132,8 @@ pub struct Engine {
     sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
     deaths_tx: tokio::sync::mpsc::UnboundedSender<(String, String)>,
     deaths_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, String)>>>,
-    net_tx: tokio::sync::mpsc::UnboundedSender<sandlot_netproxy::stack::NetEvent>,
-    net_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::stack::NetEvent>>>,
+    net_tx: tokio::sync::mpsc::UnboundedSender<sandlot_netproxy::egress::NetEvent>,
+    net_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::egress::NetEvent>>>,
 }
 
 impl Engine {
@@ -168,7 +168,7 @@ impl Engine {
     }
 
     /// Network decisions of every sandbox (for the audit log); taken once.
-    pub fn take_net_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::stack::NetEvent>> {
+    pub fn take_net_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::egress::NetEvent>> {
         self.net_rx.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
@@ -203,9 +203,9 @@ impl Engine {
             .await
             .map_err(|e| EngineError::Host(e.to_string()))??;
         let sandlot_linux::net::EgressSockets { tcp4, tcp6, udp4, udp6, steering } = egress;
-        let fds = sandlot_netproxy::stack::EgressFds { tcp4, tcp6, udp4, udp6 };
+        let fds = sandlot_netproxy::egress::EgressFds { tcp4, tcp6, udp4, udp6 };
         let net =
-            sandlot_netproxy::stack::SandboxNet::new(&sb.id, policy, Arc::clone(&self.cfg.net), self.net_tx.clone());
+            sandlot_netproxy::egress::SandboxNet::new(&sb.id, policy, Arc::clone(&self.cfg.net), self.net_tx.clone());
         let task = net.start(fds, steering)?;
         sb.set_net(net, task);
         Ok(())

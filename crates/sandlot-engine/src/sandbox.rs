@@ -101,7 +101,7 @@ pub struct Sandbox {
     ready: Mutex<Option<oneshot::Receiver<Result<(), String>>>>,
     reaped: watch::Receiver<Option<String>>,
     /// The sandbox's network (created on first use of a policy that allows anything).
-    net: Mutex<Option<(Arc<sandlot_netproxy::stack::SandboxNet>, tokio::task::JoinHandle<()>)>>,
+    net: Mutex<Option<(Arc<sandlot_netproxy::egress::SandboxNet>, tokio::task::JoinHandle<()>)>>,
     /// Held while the sandbox exists: its host uid range.
     slot: sandlot_linux::ids::Slot,
     log: Arc<Mutex<Vec<u8>>>,
@@ -217,11 +217,11 @@ impl Sandbox {
     }
 
     /// The sandbox's network, if it has one.
-    pub fn net(&self) -> Option<Arc<sandlot_netproxy::stack::SandboxNet>> {
+    pub fn net(&self) -> Option<Arc<sandlot_netproxy::egress::SandboxNet>> {
         self.net.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|(n, _)| Arc::clone(n))
     }
 
-    pub(crate) fn set_net(&self, net: Arc<sandlot_netproxy::stack::SandboxNet>, task: tokio::task::JoinHandle<()>) {
+    pub(crate) fn set_net(&self, net: Arc<sandlot_netproxy::egress::SandboxNet>, task: tokio::task::JoinHandle<()>) {
         *self.net.lock().unwrap_or_else(|p| p.into_inner()) = Some((net, task));
     }
 

@@ -7,7 +7,7 @@
 pub mod broker;
 pub mod cidr;
 pub mod dns;
+pub mod egress;
 pub mod policy;
 pub mod sniff;
 pub mod splice;
-pub mod stack;

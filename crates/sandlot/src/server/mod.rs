@@ -189,12 +189,12 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     let ca = sandlot_netproxy::broker::Ca::load_or_create(&state_dir.join("ca")).context("loading the egress CA")?;
     let broker =
         sandlot_netproxy::broker::Broker::new(Arc::new(ca), &args.extra_ca).context("setting up TLS brokering")?;
-    let net = Arc::new(sandlot_netproxy::stack::Shared {
+    let net = Arc::new(sandlot_netproxy::egress::Shared {
         broker: Some(Arc::new(broker)),
         gateway: sandlot_linux::net::GATEWAY_ADDR,
         overrides: parse_resolve(&args.resolve)?,
         host_addrs: sandlot_linux::net::host_addresses(),
-        dialer: Arc::new(sandlot_netproxy::stack::TcpDialer { loopback_only: args.test_loopback_only }),
+        dialer: Arc::new(sandlot_netproxy::egress::TcpDialer { loopback_only: args.test_loopback_only }),
     });
     let engine = Engine::new(EngineConfig {
         net,

@@ -477,7 +477,7 @@ pub async fn set_network(
 /// block, and on a runtime worker they would stall the DNS answers and connections that produce them.
 pub fn net_audit_loop(
     app: AppState,
-    mut events: tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::stack::NetEvent>,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::egress::NetEvent>,
 ) {
     while let Some(ev) = events.blocking_recv() {
         let tenant = app.store.tenant_of(&ev.sandbox).ok().flatten().unwrap_or_default();
