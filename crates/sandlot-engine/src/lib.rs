@@ -134,6 +134,9 @@ pub struct Engine {
     deaths_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, String)>>>,
     net_tx: tokio::sync::mpsc::UnboundedSender<sandlot_netproxy::egress::NetEvent>,
     net_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::egress::NetEvent>>>,
+    /// Held open for the daemon's lifetime: its closing tells the thaw watchdog (cgroup v1) to thaw
+    /// whatever is still frozen.
+    _thaw_watchdog: Option<std::os::fd::OwnedFd>,
 }
 
 impl Engine {
@@ -141,6 +144,10 @@ impl Engine {
     pub fn new(cfg: EngineConfig) -> Result<Arc<Self>, EngineError> {
         let instance = instance_id(&cfg.state_dir)?;
         let cgroups = Cgroups::detect(&instance)?;
+        let thaw_watchdog = match cgroups.freezer_base() {
+            Some(base) => Some(sandlot_linux::cgroup::spawn_thaw_watchdog(base)?),
+            None => None,
+        };
         let volume = match cfg.layers_volume_gb {
             Some(gb) => Some(sandlot_linux::volume::Volume::open(&cfg.state_dir, gb)?),
             None => None,
@@ -164,6 +171,7 @@ impl Engine {
             deaths_rx: Mutex::new(Some(deaths_rx)),
             net_tx,
             net_rx: Mutex::new(Some(net_rx)),
+            _thaw_watchdog: thaw_watchdog,
         }))
     }
 

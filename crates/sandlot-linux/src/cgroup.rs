@@ -138,6 +138,15 @@ impl Cgroups {
         Ok(cg)
     }
 
+    /// The base directory of the v1 freezer hierarchy, where paused sandboxes are frozen; `None` on v2,
+    /// whose frozen tasks die of SIGKILL anyway.
+    pub fn freezer_base(&self) -> Option<&Path> {
+        match self {
+            Cgroups::V2 { .. } => None,
+            Cgroups::V1 { bases } => bases.iter().find(|(c, _)| *c == "freezer").map(|(_, b)| b.as_path()),
+        }
+    }
+
     /// Removes this daemon's (empty) base cgroup directories, at shutdown.
     pub fn remove_base(&self) {
         let bases: Vec<&PathBuf> = match self {
@@ -400,6 +409,53 @@ fn join_cgroup(point: &Path, path: &str, root: &str) -> PathBuf {
         point.to_path_buf()
     } else {
         point.join(rel)
+    }
+}
+
+/// The argument that makes the `sandlot` binary a thaw watchdog ([`thaw_watchdog_main`]).
+pub const THAW_WATCHDOG_ARG: &str = "__thaw-on-exit";
+
+/// Starts the thaw watchdog for the v1 freezer hierarchy `base`: a small process that waits for this
+/// daemon to end, however it ends, and then thaws every cgroup below `base`. On cgroup v1 a frozen
+/// task cannot die: without it, a sandbox paused when the daemon is killed would outlive the daemon,
+/// frozen, until the next start swept it. Returns the descriptor whose closing (at the daemon's exit,
+/// or its death) wakes the watchdog; keep it open for the daemon's lifetime.
+pub fn spawn_thaw_watchdog(base: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    std::process::Command::new("/proc/self/exe")
+        .arg(THAW_WATCHDOG_ARG)
+        .arg(base)
+        .stdin(std::process::Stdio::from(read_end))
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    Ok(write_end)
+}
+
+/// The watchdog's whole life: block until standard input (the daemon's pipe) closes, thaw every cgroup
+/// below `base`, exit. The killed sandboxes' processes then receive their pending SIGKILL and end.
+pub fn thaw_watchdog_main(base: &Path) -> ! {
+    let mut sink = [0u8; 64];
+    loop {
+        match nix::unistd::read(0, &mut sink) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+    }
+    thaw_below(base);
+    std::process::exit(0);
+}
+
+fn thaw_below(dir: &Path) {
+    let state = dir.join("freezer.state");
+    if fs::read_to_string(&state).is_ok_and(|s| s.trim() != "THAWED") {
+        let _ = fs::write(&state, "THAWED");
+    }
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            thaw_below(&entry.path());
+        }
     }
 }
 

@@ -36,6 +36,11 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some(sandlot_linux::launch::SUPERVISOR_ARG) {
         supervisor_main();
     }
+    // The daemon's thaw watchdog (cgroup v1): waits for the daemon to end, then thaws its sandboxes.
+    if std::env::args().nth(1).as_deref() == Some(sandlot_linux::cgroup::THAW_WATCHDOG_ARG) {
+        let base = std::env::args_os().nth(2).map(std::path::PathBuf::from).unwrap_or_default();
+        sandlot_linux::cgroup::thaw_watchdog_main(&base);
+    }
     let cli = Cli::parse_from(with_serve_config());
     let code = match cli.command {
         Command::Serve(args) => match server::run(args) {
