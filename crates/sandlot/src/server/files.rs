@@ -188,11 +188,7 @@ pub async fn read(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Response, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id).await?;
-    let path = sandbox_path(&q.path, q.user)?;
-    let r = sb.download(q.user.uid(), FileOp::Read { path: path.clone() }).await;
-    audit(&app, &rec.tenant, &id, "file.read", json!({"path": path, "user": q.user, "ok": r.is_ok()}));
-    Ok(stream_body(r?, "application/octet-stream"))
+    send(&app, &caller, &id, &q, |path| FileOp::Read { path }, "file.read", "application/octet-stream").await
 }
 
 pub async fn list(
@@ -286,9 +282,23 @@ pub async fn download_tar(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Response, ApiError> {
-    let (rec, sb) = running(&app, &caller, &id).await?;
+    send(&app, &caller, &id, &q, |path| FileOp::Tar { path }, "file.tar", "application/x-tar").await
+}
+
+/// Streams what the supervisor reads at `q.path` (a file, or a directory as tar) to the client, and
+/// audits the read as `action`.
+async fn send(
+    app: &AppState,
+    caller: &Caller,
+    id: &str,
+    q: &PathQuery,
+    op: impl FnOnce(String) -> FileOp,
+    action: &str,
+    content_type: &'static str,
+) -> Result<Response, ApiError> {
+    let (rec, sb) = running(app, caller, id).await?;
     let path = sandbox_path(&q.path, q.user)?;
-    let r = sb.download(q.user.uid(), FileOp::Tar { path: path.clone() }).await;
-    audit(&app, &rec.tenant, &id, "file.tar", json!({"path": path, "user": q.user, "ok": r.is_ok()}));
-    Ok(stream_body(r?, "application/x-tar"))
+    let r = sb.download(q.user.uid(), op(path.clone())).await;
+    audit(app, &rec.tenant, id, action, json!({"path": path, "user": q.user, "ok": r.is_ok()}));
+    Ok(stream_body(r?, content_type))
 }

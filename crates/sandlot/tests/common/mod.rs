@@ -7,9 +7,12 @@
 #![allow(dead_code)]
 
 use std::fs::{self, File};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use sandlot_client::api::ExecRequest;
+use sandlot_client::{Error, Sandbox};
 
 /// How long a daemon may take to exit after SIGTERM.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -106,4 +109,98 @@ pub fn stop_daemon(mut child: Child) -> Result<ExitStatus, String> {
 pub fn kill9_daemon(mut child: Child) {
     signal(child.id() as i32, libc::SIGKILL);
     child.wait().expect("reaping the killed server");
+}
+
+/// An exec request for a `/bin/sh -c` command line.
+pub fn sh(command: &str) -> ExecRequest {
+    ExecRequest { shell: Some(command.to_string()), ..ExecRequest::default() }
+}
+
+/// Runs a command line in `sandbox` and returns its stdout, asserting exit 0.
+#[track_caller]
+pub fn sh_ok(sandbox: &Sandbox, command: &str) -> String {
+    let r = sandbox.shell(command).unwrap_or_else(|e| panic!("{command}: {e:?}"));
+    assert_eq!((r.status.as_str(), r.exit_code), ("exited", 0), "{command}: {r:?}");
+    r.stdout
+}
+
+/// Asserts that `result` failed with HTTP `status` and server code `code`, with a message; returns
+/// the error.
+#[track_caller]
+pub fn expect_error<T: std::fmt::Debug>(result: Result<T, Error>, status: u16, code: &str) -> Error {
+    let err = match result {
+        Ok(v) => panic!("expected HTTP {status} {code}, got success: {v:?}"),
+        Err(e) => e,
+    };
+    assert_eq!((err.status(), err.code()), (Some(status), Some(code)), "unexpected error: {err:?}");
+    assert!(!err.to_string().trim().is_empty(), "empty message: {err:?}");
+    err
+}
+
+/// One line of /proc/self/mountinfo, as far as cgroup discovery needs it.
+pub struct Mount {
+    /// Root of the mount within its filesystem (a cgroup path for cgroup mounts).
+    pub root: String,
+    /// Where it is mounted.
+    pub point: PathBuf,
+    /// Filesystem type (`cgroup`, `cgroup2`, …).
+    pub fstype: String,
+    /// Super-block options (the controllers, for a v1 cgroup mount).
+    pub options: String,
+}
+
+/// The mounts of this process's mount namespace.
+pub fn mounts() -> Vec<Mount> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (pre, post) = line.split_once(" - ")?;
+            let pre: Vec<&str> = pre.split(' ').collect();
+            let post: Vec<&str> = post.split(' ').collect();
+            Some(Mount {
+                root: pre.get(3)?.to_string(),
+                point: PathBuf::from(pre.get(4)?),
+                fstype: post.first()?.to_string(),
+                options: post.get(2).unwrap_or(&"").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Controllers the daemon uses on a v1 (or hybrid) host; mirrors `sandlot_linux::cgroup`.
+pub const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
+
+/// The cgroup directories of a process whose `/proc/<pid>/cgroup` reads `own`: `(controller, dir)` for
+/// each v1 controller the daemon uses or, when none is mounted (a pure v2 host), `("unified", dir)`.
+pub fn cgroup_dirs(own: &str) -> Vec<(String, PathBuf)> {
+    let mounts = mounts();
+    let own_path = |pick: &dyn Fn(&str) -> bool| {
+        own.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+            pick(ctrls).then(|| path.to_string())
+        })
+    };
+    let dir = |m: &Mount, path: &str| {
+        let rel = path.strip_prefix(m.root.as_str()).unwrap_or(path).trim_start_matches('/');
+        m.point.join(rel)
+    };
+    let mut dirs = Vec::new();
+    for ctrl in V1_CONTROLLERS {
+        let Some(m) = mounts.iter().find(|m| m.fstype == "cgroup" && m.options.split(',').any(|o| o == ctrl)) else {
+            continue;
+        };
+        if let Some(path) = own_path(&|c: &str| c.split(',').any(|x| x == ctrl)) {
+            dirs.push((ctrl.to_string(), dir(m, &path)));
+        }
+    }
+    if dirs.is_empty() {
+        if let (Some(m), Some(path)) =
+            (mounts.iter().find(|m| m.fstype == "cgroup2"), own_path(&|c: &str| c.is_empty()))
+        {
+            dirs.push(("unified".to_string(), dir(m, &path)));
+        }
+    }
+    dirs
 }

@@ -22,13 +22,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use sandlot_client::api::{CreateSandbox, ExecRequest};
-use sandlot_client::{Client, Error, Sandbox};
+use sandlot_client::{Client, Sandbox};
 
 pub use crate::common::{alive, eventually, signal};
-use crate::common::{free_port, kill9_daemon, serve_command, stop_daemon};
+use crate::common::{cgroup_dirs, free_port, kill9_daemon, serve_command, stop_daemon};
+pub use crate::common::{expect_error, sh, sh_ok};
 
-/// Controllers the daemon uses on a v1 (or hybrid) host; mirrors `sandlot_linux::cgroup`.
-const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Test cgroups made by this process so far.
@@ -439,44 +438,11 @@ struct TestCgroup {
 impl TestCgroup {
     fn create() -> Option<TestCgroup> {
         let own = fs::read_to_string("/proc/self/cgroup").ok()?;
-        let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
-        let mounts: Vec<(String, PathBuf, String, String)> = mountinfo
-            .lines()
-            .filter_map(|line| {
-                let (pre, post) = line.split_once(" - ")?;
-                let pre: Vec<&str> = pre.split(' ').collect();
-                let post: Vec<&str> = post.split(' ').collect();
-                Some((
-                    pre.get(3)?.to_string(),
-                    PathBuf::from(pre.get(4)?),
-                    post.first()?.to_string(),
-                    post.get(2).unwrap_or(&"").to_string(),
-                ))
-            })
-            .collect();
-        let own_path = |pick: &dyn Fn(&str) -> bool| {
-            own.lines().find_map(|l| {
-                let mut parts = l.splitn(3, ':');
-                let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
-                pick(ctrls).then(|| path.to_string())
-            })
-        };
-        // Unique per process and per call: `cargo test` runs many servers in one process.
-        let name = format!("sandlot-e2e-{}-{}", std::process::id(), CGROUPS.fetch_add(1, Ordering::Relaxed));
-        let mut dirs = Vec::new();
-        for ctrl in V1_CONTROLLERS {
-            let Some((root, point, _, _)) =
-                mounts.iter().find(|(_, _, fs, opts)| fs == "cgroup" && opts.split(',').any(|o| o == ctrl))
-            else {
-                continue;
-            };
-            let Some(path) = own_path(&|c: &str| c.split(',').any(|x| x == ctrl)) else {
-                continue;
-            };
-            let rel = path.strip_prefix(root.as_str()).unwrap_or(&path).trim_start_matches('/');
-            dirs.push((ctrl.to_string(), point.join(rel).join(&name)));
-        }
-        if dirs.iter().any(|(c, _)| c == "memory") {
+        let mine = cgroup_dirs(&own);
+        if mine.iter().any(|(c, _)| c == "memory") {
+            // Unique per process and per call: `cargo test` runs many servers in one process.
+            let name = format!("sandlot-e2e-{}-{}", std::process::id(), CGROUPS.fetch_add(1, Ordering::Relaxed));
+            let dirs: Vec<(String, PathBuf)> = mine.into_iter().map(|(c, d)| (c, d.join(&name))).collect();
             for (_, d) in &dirs {
                 fs::create_dir_all(d).unwrap_or_else(|e| panic!("creating test cgroup {}: {e}", d.display()));
             }
@@ -491,10 +457,8 @@ impl TestCgroup {
         }
         // Pure cgroup v2: the daemon manages its own cgroup (it may move itself to a leaf); we only
         // look at `<own>/sandlot` and do not isolate.
-        let (root, point, _, _) = mounts.iter().find(|(_, _, fs, _)| fs == "cgroup2")?;
-        let path = own_path(&|c: &str| c.is_empty())?;
-        let rel = path.strip_prefix(root.as_str()).unwrap_or(&path).trim_start_matches('/');
-        Some(TestCgroup { dirs: vec![("unified".to_string(), point.join(rel))], procs: Vec::new(), owned: false })
+        let unified = mine.into_iter().find(|(c, _)| c == "unified")?;
+        Some(TestCgroup { dirs: vec![unified], procs: Vec::new(), owned: false })
     }
 
     /// Kills whatever is left in sandbox cgroups and removes the test's cgroup directories.
@@ -632,32 +596,6 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 /// An exec request for `argv` (no shell).
 pub fn argv(args: &[&str]) -> ExecRequest {
     ExecRequest { argv: Some(args.iter().map(|s| s.to_string()).collect()), ..ExecRequest::default() }
-}
-
-/// An exec request for a `/bin/sh -c` command line.
-pub fn sh(command: &str) -> ExecRequest {
-    ExecRequest { shell: Some(command.to_string()), ..ExecRequest::default() }
-}
-
-/// Asserts that `result` failed with HTTP `status` and server code `code`; returns the error.
-#[track_caller]
-pub fn expect_error<T: std::fmt::Debug>(result: Result<T, Error>, status: u16, code: &str) -> Error {
-    let err = match result {
-        Ok(v) => panic!("expected HTTP {status} {code}, got success: {v:?}"),
-        Err(e) => e,
-    };
-    assert_eq!(err.status(), Some(status), "unexpected error: {err:?}");
-    assert_eq!(err.code(), Some(code), "unexpected error: {err:?}");
-    assert!(!err.to_string().trim().is_empty(), "empty message: {err:?}");
-    err
-}
-
-/// Runs a command line in `sandbox` and returns its stdout, asserting exit 0.
-#[track_caller]
-pub fn sh_ok(sandbox: &Sandbox, command: &str) -> String {
-    let r = sandbox.shell(command).unwrap_or_else(|e| panic!("{command}: {e:?}"));
-    assert_eq!((r.status.as_str(), r.exit_code), ("exited", 0), "{command}: {r:?}");
-    r.stdout
 }
 
 /// Asserts that sandbox `id` is gone for `client`: `get` is 404 or reports `deleted`, and commands and

@@ -17,10 +17,8 @@ use std::time::{Duration, Instant};
 use sandlot_client::api::CreateSandbox;
 use sandlot_client::{Client, ErrorKind, Sandbox};
 
-use crate::common::{free_port, kill9_daemon, serve_command, signal, stop_daemon};
+use crate::common::{cgroup_dirs, free_port, kill9_daemon, serve_command, signal, stop_daemon};
 
-/// Controllers the daemon uses on a v1 host (the v2 fallback is the unified hierarchy).
-const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A `sandlot serve` owned by one test. Dropping it stops the daemon with SIGTERM.
@@ -258,52 +256,15 @@ fn dirs_under(dir: &Path) -> Vec<PathBuf> {
 /// Where the daemon makes sandbox cgroups: its own cgroup per controller, plus `sandlot-<instance>`.
 fn cgroup_bases(pid: i32, instance: &str) -> Vec<PathBuf> {
     let own = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    // (root within the hierarchy, mount point, fs type, super options)
-    let mounts: Vec<(String, PathBuf, String, String)> = mountinfo
-        .lines()
-        .filter_map(|line| {
-            let (pre, post) = line.split_once(" - ")?;
-            let pre: Vec<&str> = pre.split(' ').collect();
-            let post: Vec<&str> = post.split(' ').collect();
-            Some((
-                pre.get(3)?.to_string(),
-                PathBuf::from(pre.get(4)?),
-                post.first()?.to_string(),
-                post.get(2)?.to_string(),
-            ))
+    cgroup_dirs(&own)
+        .into_iter()
+        .map(|(ctrl, dir)| {
+            // On v2 the daemon may have moved itself into a `daemon` leaf of its cgroup.
+            let dir = match dir.parent() {
+                Some(parent) if ctrl == "unified" && dir.ends_with("daemon") => parent.to_path_buf(),
+                _ => dir,
+            };
+            dir.join(format!("sandlot-{instance}"))
         })
-        .collect();
-    let own_path = |pick: &dyn Fn(&str) -> bool| {
-        own.lines().find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
-            pick(ctrls).then(|| path.to_string())
-        })
-    };
-    let join = |root: &str, point: &Path, path: &str| {
-        let rel = path.strip_prefix(root).unwrap_or(path).trim_start_matches('/');
-        point.join(rel).join(format!("sandlot-{instance}"))
-    };
-    let mut bases = Vec::new();
-    for ctrl in V1_CONTROLLERS {
-        let Some((root, point, _, _)) =
-            mounts.iter().find(|(_, _, fs, opts)| fs == "cgroup" && opts.split(',').any(|o| o == ctrl))
-        else {
-            continue;
-        };
-        if let Some(path) = own_path(&|c: &str| c.split(',').any(|x| x == ctrl)) {
-            bases.push(join(root, point, &path));
-        }
-    }
-    if bases.is_empty() {
-        if let Some((root, point, _, _)) = mounts.iter().find(|(_, _, fs, _)| fs == "cgroup2") {
-            if let Some(path) = own_path(&|c: &str| c.is_empty()) {
-                // On v2 the daemon may have moved itself into a `daemon` leaf of its cgroup.
-                let path = path.strip_suffix("/daemon").unwrap_or(&path);
-                bases.push(join(root, point, path));
-            }
-        }
-    }
-    bases
+        .collect()
 }

@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandlot_client::api::{CreateSandbox, ExecRequest, SandboxInfo, SandboxState};
-use sandlot_client::{Client, Error, Sandbox};
+use sandlot_client::api::{CreateSandbox, SandboxInfo, SandboxState};
+use sandlot_client::{Client, Sandbox};
 
 pub const MIB: u64 = 1 << 20;
 
-pub use crate::common::{alive, eventually};
+pub use crate::common::{alive, eventually, expect_error, sh, sh_ok};
 
 /// Host processes whose cgroup path names sandbox `id`, as `(pid, command line)`.
 pub fn sandbox_processes(id: &str) -> Vec<(i32, String)> {
@@ -62,30 +62,6 @@ pub fn wait_state(client: &Client, id: &str, state: SandboxState, timeout: Durat
 /// A persistent sandbox spec.
 pub fn persistent(name: Option<&str>) -> CreateSandbox {
     CreateSandbox { persistent: Some(true), name: name.map(str::to_string), ..CreateSandbox::default() }
-}
-
-/// An exec request for a `/bin/sh -c` command line.
-pub fn sh(command: &str) -> ExecRequest {
-    ExecRequest { shell: Some(command.to_string()), ..ExecRequest::default() }
-}
-
-/// Runs a command line in `sandbox` and returns its stdout, asserting exit 0.
-#[track_caller]
-pub fn sh_ok(sandbox: &Sandbox, command: &str) -> String {
-    let r = sandbox.shell(command).unwrap_or_else(|e| panic!("{command}: {e:?}"));
-    assert_eq!((r.status.as_str(), r.exit_code), ("exited", 0), "{command}: {r:?}");
-    r.stdout
-}
-
-/// Asserts that `result` failed with HTTP `status` and server code `code`; returns the error.
-#[track_caller]
-pub fn expect_error<T: std::fmt::Debug>(result: Result<T, Error>, status: u16, code: &str) -> Error {
-    let err = match result {
-        Ok(v) => panic!("expected HTTP {status} {code}, got success: {v:?}"),
-        Err(e) => e,
-    };
-    assert_eq!((err.status(), err.code()), (Some(status), Some(code)), "unexpected error: {err:?}");
-    err
 }
 
 /// Audit actions of sandbox `id`, oldest first.
