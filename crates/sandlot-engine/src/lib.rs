@@ -137,17 +137,17 @@ pub struct Engine {
     /// Held open for the daemon's lifetime: its closing tells the thaw watchdog (cgroup v1) to thaw
     /// whatever is still frozen.
     _thaw_watchdog: Option<std::os::fd::OwnedFd>,
+    /// The exclusive lock on the state directory (shared with the thaw watchdog, which releases it last).
+    _state_lock: std::os::fd::OwnedFd,
 }
 
 impl Engine {
     /// Detects cgroups, prepares directories and starts the launcher thread.
     pub fn new(cfg: EngineConfig) -> Result<Arc<Self>, EngineError> {
+        // First: nothing below may touch the state of a daemon already running on it.
+        let state_lock = sandlot_linux::cgroup::lock_state_dir(&cfg.state_dir, std::time::Duration::from_secs(5))?;
         let instance = instance_id(&cfg.state_dir)?;
         let cgroups = Cgroups::detect(&instance)?;
-        let thaw_watchdog = match cgroups.freezer_base() {
-            Some(base) => Some(sandlot_linux::cgroup::spawn_thaw_watchdog(base)?),
-            None => None,
-        };
         let volume = match cfg.layers_volume_gb {
             Some(gb) => Some(sandlot_linux::volume::Volume::open(&cfg.state_dir, gb)?),
             None => None,
@@ -159,6 +159,11 @@ impl Engine {
             image::install_ca(&cfg.state_dir.join("images"), broker.ca_pem())?;
         }
         let launcher = Launcher::start()?;
+        // Last of the fallible steps: a start that fails before this point never thaws anything.
+        let thaw_watchdog = match cgroups.freezer_base() {
+            Some(base) => Some(sandlot_linux::cgroup::spawn_thaw_watchdog(base, &state_lock)?),
+            None => None,
+        };
         let (deaths_tx, deaths_rx) = tokio::sync::mpsc::unbounded_channel();
         let (net_tx, net_rx) = tokio::sync::mpsc::unbounded_channel();
         Ok(Arc::new(Engine {
@@ -172,6 +177,7 @@ impl Engine {
             net_tx,
             net_rx: Mutex::new(Some(net_rx)),
             _thaw_watchdog: thaw_watchdog,
+            _state_lock: state_lock,
         }))
     }
 

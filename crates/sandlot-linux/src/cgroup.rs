@@ -420,20 +420,51 @@ pub const THAW_WATCHDOG_ARG: &str = "__thaw-on-exit";
 /// task cannot die: without it, a sandbox paused when the daemon is killed would outlive the daemon,
 /// frozen, until the next start swept it. Returns the descriptor whose closing (at the daemon's exit,
 /// or its death) wakes the watchdog; keep it open for the daemon's lifetime.
-pub fn spawn_thaw_watchdog(base: &Path) -> io::Result<std::os::fd::OwnedFd> {
+///
+/// `state_lock` (the daemon's lock on its state directory) is inherited by the watchdog as its
+/// descriptor 3, so the lock is only released once the watchdog is done: a daemon started on the same
+/// state right after a crash waits for the thaw instead of racing it.
+pub fn spawn_thaw_watchdog(base: &Path, state_lock: &std::os::fd::OwnedFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
     let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    std::process::Command::new("/proc/self/exe")
-        .arg(THAW_WATCHDOG_ARG)
+    let lock = state_lock.as_raw_fd();
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.arg(THAW_WATCHDOG_ARG)
         .arg(base)
         .stdin(std::process::Stdio::from(read_end))
         .stdout(std::process::Stdio::null())
-        .spawn()?;
+        .stderr(std::process::Stdio::null());
+    // SAFETY: between fork and exec only dup2 (async-signal-safe) on a descriptor the parent keeps open.
+    unsafe {
+        cmd.pre_exec(move || {
+            // dup2 leaves the new descriptor without close-on-exec.
+            if libc::dup2(lock, WATCHDOG_LOCK_FD) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()?;
     Ok(write_end)
 }
+
+/// The descriptor number the watchdog holds the daemon's state lock at.
+const WATCHDOG_LOCK_FD: i32 = 3;
 
 /// The watchdog's whole life: block until standard input (the daemon's pipe) closes, thaw every cgroup
 /// below `base`, exit. The killed sandboxes' processes then receive their pending SIGKILL and end.
 pub fn thaw_watchdog_main(base: &Path) -> ! {
+    // Only stdin and the state lock are kept; a terminal's Ctrl-C or a service manager's SIGTERM to the
+    // daemon's group must not end the watchdog before the daemon (it has nothing to clean up itself).
+    // SAFETY: plain syscalls on this process's own descriptors and signal dispositions.
+    unsafe {
+        libc::syscall(libc::SYS_close_range, (WATCHDOG_LOCK_FD + 1) as u32, u32::MAX, 0u32);
+        libc::setsid();
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+    }
     let mut sink = [0u8; 64];
     loop {
         match nix::unistd::read(0, &mut sink) {
@@ -445,6 +476,37 @@ pub fn thaw_watchdog_main(base: &Path) -> ! {
     }
     thaw_below(base);
     std::process::exit(0);
+}
+
+/// Takes the daemon's exclusive lock on its state directory (`<state>/daemon.lock`), waiting up to
+/// `wait` for a previous daemon's thaw watchdog to finish with it. Two daemons on one state directory
+/// would sweep each other's sandboxes and thaw each other's paused ones.
+pub fn lock_state_dir(state_dir: &Path, wait: Duration) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let path = state_dir.join("daemon.lock");
+    let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(file.into());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(e);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "{} is in use by another sandlot serve (it holds {}); stop it, or give this one its own --state-dir",
+                    state_dir.display(),
+                    path.display()
+                ),
+            ));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn thaw_below(dir: &Path) {
@@ -461,6 +523,18 @@ fn thaw_below(dir: &Path) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_second_daemon_on_the_same_state_dir_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("sandlot-lock-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let held = lock_state_dir(&dir, Duration::ZERO).unwrap();
+        let err = lock_state_dir(&dir, Duration::from_millis(50)).unwrap_err();
+        assert!(err.to_string().contains("in use by another sandlot serve"), "{err}");
+        drop(held);
+        assert!(lock_state_dir(&dir, Duration::ZERO).is_ok(), "released with its holder");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
     use super::*;
 
     #[test]

@@ -31,6 +31,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_CONNECTIONS: usize = 512;
 /// Name resolutions one sandbox may have in flight (each holds a thread of the shared blocking pool).
 const MAX_RESOLVING: usize = 8;
+/// DNS queries one sandbox may have waiting for an answer; more get SERVFAIL at once.
+const MAX_DNS_PENDING: usize = 256;
 /// How long a resolved name is reused for the same sandbox.
 const RESOLVE_TTL: Duration = Duration::from_secs(30);
 /// Audit rows one sandbox may produce in a burst, and per second after it: a flood of lookups or
@@ -145,10 +147,19 @@ impl Vips {
             self.by_vip.insert(*v, target);
             return Some(*v);
         }
-        // Wrap around when the pool is spent: the oldest mapping is replaced, once its answers expired.
-        let vip = Ipv4Addr::from(VIP_BASE + 1 + self.next % (VIP_COUNT - 2));
-        if self.by_vip.get(&vip).is_some_and(|old| old.since.elapsed() < VIP_TTL) {
-            return None;
+        // Wrap around when the pool is spent: the oldest mapping is replaced, once its answers expired
+        // (a name asked again and again keeps its address; the next few are tried past it).
+        let start = self.next;
+        let mut vip = Ipv4Addr::from(VIP_BASE + 1 + self.next % (VIP_COUNT - 2));
+        let mut tries = 0;
+        while self.by_vip.get(&vip).is_some_and(|old| old.since.elapsed() < VIP_TTL) {
+            tries += 1;
+            if tries == 64 {
+                self.next = start;
+                return None;
+            }
+            self.next += 1;
+            vip = Ipv4Addr::from(VIP_BASE + 1 + self.next % (VIP_COUNT - 2));
         }
         self.next += 1;
         if let Some(old) = self.by_vip.insert(vip, target) {
@@ -176,7 +187,9 @@ pub struct SandboxNet {
     /// Idle upstream connections of brokered hosts.
     upstreams: crate::broker::UpstreamPool,
     /// Connections open through the proxy.
-    open: std::sync::atomic::AtomicUsize,
+    open: Arc<std::sync::atomic::AtomicUsize>,
+    /// DNS queries being answered.
+    dns_pending: Arc<std::sync::atomic::AtomicUsize>,
     /// Resolutions in flight.
     resolving: tokio::sync::Semaphore,
     /// Recent resolutions: name → (addresses, when).
@@ -200,6 +213,7 @@ impl SandboxNet {
             udp_seen: Mutex::default(),
             upstreams: Default::default(),
             open: Default::default(),
+            dns_pending: Default::default(),
             resolving: tokio::sync::Semaphore::new(MAX_RESOLVING),
             resolved: Mutex::default(),
             audit_budget: Mutex::default(),
@@ -233,7 +247,7 @@ impl SandboxNet {
             let what = if decision.allow { "allowed" } else { "denied" };
             let reason =
                 format!("{left_out} {what} {kind} decisions were not recorded (more than {AUDIT_PER_SECOND}/s)");
-            let summary = Decision { allow: false, rule: "audit-rate-limit".into(), reason };
+            let summary = Decision { allow: decision.allow, rule: "audit-rate-limit".into(), reason };
             let _ = self.events.send(NetEvent {
                 sandbox: self.id.clone(),
                 kind: "audit",
@@ -285,17 +299,16 @@ impl SandboxNet {
                 return;
             }
         };
-        if self.open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+        let Some(slot) = Slot::take(&self.open, MAX_CONNECTIONS) else {
             let dst = stream.local_addr().map(|a| unmap(a).to_string()).unwrap_or_default();
             let reason = format!("more than {MAX_CONNECTIONS} connections open at once");
             self.record("tcp", dst, None, Decision { allow: false, rule: "connection-limit".into(), reason });
             return reset(stream);
-        }
-        self.open.fetch_add(1, Ordering::Relaxed);
+        };
         let net = Arc::clone(self);
         conns.spawn(async move {
+            let _slot = slot;
             net.tcp(stream).await;
-            net.open.fetch_sub(1, Ordering::Relaxed);
         });
     }
 
@@ -303,9 +316,17 @@ impl SandboxNet {
     /// dropped and recorded (once a minute per destination, so a flood does not flood the audit log).
     fn datagram(self: &Arc<Self>, conns: &mut JoinSet<()>, sock: &Arc<UdpSocket>, d: Datagram) {
         if d.dst == SocketAddr::from((self.shared.gateway, 53)) {
-            let net = Arc::clone(self);
             let reply_to = Arc::clone(sock);
+            let Some(slot) = Slot::take(&self.dns_pending, MAX_DNS_PENDING) else {
+                // A flood of queries (for random names, say) is answered at once instead of queued.
+                if let Some(reply) = dns::parse_query(&d.payload).map(|q| dns::answer(&q, Rcode::ServFail, &[])) {
+                    let _ = reply_to.try_send_to(&reply, d.src);
+                }
+                return;
+            };
+            let net = Arc::clone(self);
             conns.spawn(async move {
+                let _slot = slot;
                 if let Some(reply) = net.dns(&d.payload).await {
                     let _ = reply_to.send_to(&reply, d.src).await;
                 }
@@ -551,6 +572,24 @@ pub struct EgressFds {
     pub udp4: OwnedFd,
     /// UDP, IPv6 (absent on a host without IPv6).
     pub udp6: Option<OwnedFd>,
+}
+
+/// One of a bounded number of slots, given back when dropped (however the task holding it ends).
+struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Slot {
+    fn take(count: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Slot> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| Slot(Arc::clone(count)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Accepts on an optional listener (a missing one never yields).

@@ -148,9 +148,15 @@ impl Policy {
         for (host, rule) in &spec.rules {
             let p = Pattern::parse(host)?;
             for (k, v) in &rule.headers {
-                let bad = |s: &str| s.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0);
-                if k.is_empty() || bad(k) || bad(v) || k.contains(':') || k.contains(' ') {
-                    return Err(format!("rules[{host:?}]: header {k:?} is not a valid header name/value"));
+                // Checked as the broker will build them: a header it could not send must be refused
+                // here, not silently left out of the request (with the credential it carries).
+                if hyper::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                    return Err(format!("rules[{host:?}]: {k:?} is not a valid header name"));
+                }
+                if hyper::header::HeaderValue::from_str(v).is_err() {
+                    return Err(format!(
+                        "rules[{host:?}]: the value of header {k:?} is not valid (no control characters)"
+                    ));
                 }
             }
             // A rule's host must be reachable, or the rule is dead weight that hides a typo.
@@ -267,6 +273,17 @@ mod tests {
         let p = Policy::compile(&spec, &["10.20.30.1".parse().unwrap()], &["10.20.30.0/24".into()]).unwrap();
         let d = p.decide(&attempt("10.20.30.1", 22, &[], None));
         assert!(!d.allow && d.rule == "always-deny 10.20.30.1/32", "{d:?}");
+    }
+
+    #[test]
+    fn header_rules_the_broker_could_not_send_are_refused() {
+        for (name, value) in [("x key", "v"), ("x/y", "v"), ("", "v"), ("x", "a\nb"), ("x", "a\u{7f}b")] {
+            let mut spec: NetworkSpec = serde_json::from_str(r#"{"mode":"allowlist","allow":["a.test"]}"#).unwrap();
+            let mut rule = HostRule::default();
+            rule.headers.insert(name.to_string(), value.to_string());
+            spec.rules.insert("a.test".into(), rule);
+            assert!(Policy::compile(&spec, &[], &[]).is_err(), "{name:?}: {value:?}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use sandlot_client::api::{HostRule, Mode, NetworkInfo, NetworkSpec, SandboxInfo};
 
 use super::output::print_json;
@@ -37,7 +37,7 @@ impl NetworkArgs {
         let mode = if self.allow_all {
             Mode::AllowAll
         } else if self.allow.is_empty() && self.inject.is_empty() {
-            Mode::Deny
+            bail!("--deny narrows --allow or --allow-all; on its own it would refuse everything (that is --deny-all)")
         } else {
             Mode::Allowlist
         };
@@ -64,6 +64,11 @@ fn parse_injection(s: &str) -> Result<(String, String, String), String> {
     let (header, value) = rest.split_once('=').ok_or_else(bad)?;
     if host.is_empty() || header.is_empty() {
         return Err(bad());
+    }
+    if host.starts_with('[') || header.bytes().all(|b| b.is_ascii_digit()) || header.contains(':') {
+        return Err(format!(
+            "--inject `{s}`: HOST is a name without a port (the rule applies to every port of that name)"
+        ));
     }
     Ok((host.to_string(), header.to_string(), value.to_string()))
 }
@@ -158,5 +163,9 @@ mod tests {
             ..Default::default()
         };
         assert!(args.spec().unwrap_err().to_string().contains("SANDLOT_TEST_SURELY_UNSET is not set"));
+        assert!(parse_injection("api.test:8443:authorization=x").unwrap_err().contains("without a port"));
+        assert!(parse_injection("[::1]:authorization=x").unwrap_err().contains("without a port"));
+        let deny_only = NetworkArgs { deny: vec!["10.0.0.0/8".into()], ..Default::default() };
+        assert!(deny_only.spec().unwrap_err().to_string().contains("--deny-all"));
     }
 }

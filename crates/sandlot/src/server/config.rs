@@ -2,7 +2,8 @@
 //!
 //! Keys are the long option names (`listen`, `state-dir`, `resolve`, `extra-ca`, …); a list repeats a
 //! repeatable option; `true` sets a flag. The file's options are placed before the command line's, so
-//! an option given on the command line wins (lists add up).
+//! an option given on the command line wins (lists add up). They count as command-line options: they
+//! also win over the environment variables some options read (`SANDLOT_LISTEN`, `SANDLOT_STATE_DIR`).
 //!
 //! ```toml
 //! listen = "127.0.0.1:7423"
@@ -35,31 +36,33 @@ pub fn with_config_file(args: Vec<OsString>, known: &[String]) -> Result<Vec<OsS
 }
 
 fn config_path(rest: &[OsString]) -> Option<PathBuf> {
+    // As clap does, the last `--config` wins; arguments that are not UTF-8 are simply not it.
+    let mut found = None;
     let mut it = rest.iter();
     while let Some(a) = it.next() {
-        let a = a.to_str()?;
+        let Some(a) = a.to_str() else { continue };
         if a == "--" {
             break;
         }
         if a == "--config" {
-            return it.next().map(PathBuf::from);
-        }
-        if let Some(p) = a.strip_prefix("--config=") {
-            return Some(PathBuf::from(p));
+            found = it.next().map(PathBuf::from);
+        } else if let Some(p) = a.strip_prefix("--config=") {
+            found = Some(PathBuf::from(p));
         }
     }
-    std::env::var_os(CONFIG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)
+    found.or_else(|| std::env::var_os(CONFIG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from))
 }
 
 /// Command-line arguments equivalent to a config file.
 fn to_args(text: &str, known: &[String]) -> Result<Vec<OsString>, String> {
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.message().to_string())?;
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
     let mut out = Vec::new();
     for (key, value) in &table {
         if key == "config" || !known.iter().any(|k| k == key) {
             return Err(format!("unknown option `{key}` (see `sandlot serve --help` for the option names)"));
         }
-        let flag = OsString::from(format!("--{key}"));
+        // `--key=value`, so a value that starts with `-` is not taken for an option.
+        let flag = format!("--{key}");
         let scalar = |v: &toml::Value| -> Result<Option<String>, String> {
             match v {
                 toml::Value::String(s) => Ok(Some(s.clone())),
@@ -74,16 +77,13 @@ fn to_args(text: &str, known: &[String]) -> Result<Vec<OsString>, String> {
             toml::Value::Array(items) => {
                 for item in items {
                     let v = scalar(item)?.ok_or_else(|| format!("`{key}`: a list holds values, not true"))?;
-                    out.push(flag.clone());
-                    out.push(v.into());
+                    out.push(OsString::from(format!("{flag}={v}")));
                 }
             }
-            v => {
-                out.push(flag.clone());
-                if let Some(v) = scalar(v)? {
-                    out.push(v.into());
-                }
-            }
+            v => match scalar(v)? {
+                Some(v) => out.push(OsString::from(format!("{flag}={v}"))),
+                None => out.push(OsString::from(&flag)),
+            },
         }
     }
     Ok(out)
@@ -120,15 +120,11 @@ mod tests {
             [
                 "sandlot",
                 "serve",
-                "--default-cpu",
-                "0.5",
-                "--listen",
-                "127.0.0.1:9",
+                "--default-cpu=0.5",
+                "--listen=127.0.0.1:9",
                 "--no-disk-quota",
-                "--resolve",
-                "a.test=10.0.0.1",
-                "--resolve",
-                "b.test=::1",
+                "--resolve=a.test=10.0.0.1",
+                "--resolve=b.test=::1",
                 "--config",
                 file.to_str().unwrap(),
                 "--listen",

@@ -457,19 +457,23 @@ pub async fn set_network(
     ApiPath(id): ApiPath<String>,
     ApiJson(spec): ApiJson<sandlot_api::NetworkSpec>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
-    let rec = record(&app, &caller, &id)?;
-    // Compiled under the sandbox's lock, with the tenant's exemptions as they are now: an admin's
-    // concurrent change to them is then either seen here or applied after this (never undone by it).
+    record(&app, &caller, &id)?;
+    // Under the sandbox's lock, with the record read again (it may have been deleted meanwhile) and the
+    // tenant's exemptions as they are now: an admin's concurrent change to them is then either seen
+    // here or applied after this, never undone by it.
     let _g = super::lifecycle::lock(&app, &id).await;
+    let rec = record(&app, &caller, &id)?;
     let policy = super::tenants::policy_for(&app, &rec.tenant, &spec)?;
-    app.store.set_network(&id, &spec)?;
+    // The running sandbox first: if that fails, nothing is stored and the old policy stays in force.
     if app.engine.get(&id).is_some() {
         app.engine.set_network(&id, policy).await?;
     }
+    app.store.set_network(&id, &spec)?;
     // Header values are secrets: the audit row names the headers only.
     app.store.audit(&rec.tenant, Some(&id), "network.update", &json!(spec.info(0, 0)))?;
+    let (bytes_out, bytes_in) = app.engine.get(&id).map_or((0, 0), |sb| sb.net_bytes());
     let mut info = rec.info;
-    info.network = spec.info(0, 0);
+    info.network = spec.info(bytes_out, bytes_in);
     Ok(Json(info))
 }
 

@@ -6,6 +6,7 @@ use axum::Json;
 use sandlot_api::{NetworkSpec, TenantNetwork};
 use sandlot_netproxy::policy::Policy;
 use serde_json::json;
+use std::sync::Arc;
 
 use super::extract::{ApiJson, ApiPath, Caller};
 use super::{ApiError, App, AppState};
@@ -59,8 +60,28 @@ pub async fn set_network(
         return Err(ApiError::not_found("tenant"));
     }
     app.store.audit(&caller.tenant, None, "tenant.network", &json!({"tenant": tenant, "exempt": req.exempt}))?;
-    // Every running sandbox is updated even if one fails (it may be ending right now): a narrowed list
-    // must not stay wide on the sandboxes after a failed one.
+    // Every running sandbox is updated even if one fails (it may be ending right now), and even if the
+    // client goes away meanwhile (the update runs as a task of its own): a narrowed list must not stay
+    // wide on some sandboxes.
+    let update = tokio::spawn(apply_to_running(Arc::clone(&app), tenant));
+    let failed = update.await.map_err(|e| ApiError::internal(format!("updating sandboxes: {e}")))??;
+    if !failed.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            sandlot_api::codes::INTERNAL,
+            format!(
+                "the exemptions are stored, but these running sandboxes could not be updated: {}; \
+                 they pick the exemptions up when resumed",
+                failed.join(", ")
+            ),
+        ));
+    }
+    Ok(Json(req))
+}
+
+/// Recompiles the policy of each of `tenant`'s running sandboxes with the stored exemptions; returns
+/// the ids it could not update.
+async fn apply_to_running(app: AppState, tenant: String) -> Result<Vec<String>, ApiError> {
     let mut failed = Vec::new();
     for listed in app.store.list_sandboxes(&tenant)? {
         let id = listed.info.id;
@@ -80,16 +101,5 @@ pub async fn set_network(
             failed.push(id);
         }
     }
-    if !failed.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            sandlot_api::codes::INTERNAL,
-            format!(
-                "the exemptions are stored, but these running sandboxes could not be updated: {}; \
-                 they pick the exemptions up when resumed",
-                failed.join(", ")
-            ),
-        ));
-    }
-    Ok(Json(req))
+    Ok(failed)
 }
