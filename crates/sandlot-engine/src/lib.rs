@@ -145,7 +145,7 @@ impl Engine {
     /// Detects cgroups, prepares directories and starts the launcher thread.
     pub fn new(cfg: EngineConfig) -> Result<Arc<Self>, EngineError> {
         // First: nothing below may touch the state of a daemon already running on it.
-        let state_lock = sandlot_linux::cgroup::lock_state_dir(&cfg.state_dir, std::time::Duration::from_secs(5))?;
+        let state_lock = sandlot_linux::lock_state_dir(&cfg.state_dir, std::time::Duration::from_secs(5))?;
         let instance = instance_id(&cfg.state_dir)?;
         let cgroups = Cgroups::detect(&instance)?;
         let volume = match cfg.layers_volume_gb {

@@ -478,37 +478,6 @@ pub fn thaw_watchdog_main(base: &Path) -> ! {
     std::process::exit(0);
 }
 
-/// Takes the daemon's exclusive lock on its state directory (`<state>/daemon.lock`), waiting up to
-/// `wait` for a previous daemon's thaw watchdog to finish with it. Two daemons on one state directory
-/// would sweep each other's sandboxes and thaw each other's paused ones.
-pub fn lock_state_dir(state_dir: &Path, wait: Duration) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::AsRawFd;
-    let path = state_dir.join("daemon.lock");
-    let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
-    let deadline = std::time::Instant::now() + wait;
-    loop {
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(file.into());
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-            return Err(e);
-        }
-        if std::time::Instant::now() >= deadline {
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!(
-                    "{} is in use by another sandlot serve (it holds {}); stop it, or give this one its own --state-dir",
-                    state_dir.display(),
-                    path.display()
-                ),
-            ));
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn thaw_below(dir: &Path) {
     let state = dir.join("freezer.state");
     if fs::read_to_string(&state).is_ok_and(|s| s.trim() != "THAWED") {
@@ -523,17 +492,6 @@ fn thaw_below(dir: &Path) {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_second_daemon_on_the_same_state_dir_is_refused_by_name() {
-        let dir = std::env::temp_dir().join(format!("sandlot-lock-test-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let held = lock_state_dir(&dir, Duration::ZERO).unwrap();
-        let err = lock_state_dir(&dir, Duration::from_millis(50)).unwrap_err();
-        assert!(err.to_string().contains("in use by another sandlot serve"), "{err}");
-        drop(held);
-        assert!(lock_state_dir(&dir, Duration::ZERO).is_ok(), "released with its holder");
-        let _ = fs::remove_dir_all(&dir);
-    }
 
     use super::*;
 

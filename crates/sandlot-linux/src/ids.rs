@@ -4,10 +4,9 @@
 //! of the sandbox. The kernel drops the lock when the holder dies, so a crashed daemon frees its slots,
 //! and two daemons on one host (or parallel test servers) can never hand out the same host ids.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::IdRange;
 
@@ -32,19 +31,7 @@ impl Slot {
 }
 
 fn try_lock(dir: &Path, n: u32) -> io::Result<Option<Slot>> {
-    let path: PathBuf = dir.join(n.to_string());
-    let file = OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
-    // SAFETY: flock on an fd we own.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(Some(Slot { n, _lock: file }));
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(None)
-    } else {
-        Err(e)
-    }
+    Ok(crate::try_flock(&dir.join(n.to_string()))?.map(|file| Slot { n, _lock: file }))
 }
 
 /// Claims `preferred` if free, else the lowest free slot.

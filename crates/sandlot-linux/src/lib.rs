@@ -75,6 +75,48 @@ pub fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// Opens (creating) `path` and takes an exclusive `flock` on it without waiting: `Ok(None)` when
+/// another open file holds it. The kernel drops the lock with the last descriptor of the file, so a
+/// crashed holder frees it.
+pub(crate) fn try_flock(path: &std::path::Path) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(Some(file));
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(None)
+    } else {
+        Err(e)
+    }
+}
+
+/// Takes the daemon's exclusive lock on its state directory (`<state>/daemon.lock`), waiting up to
+/// `wait` for a previous daemon's thaw watchdog to finish with it. Two daemons on one state directory
+/// would sweep each other's sandboxes and thaw each other's paused ones.
+pub fn lock_state_dir(state_dir: &std::path::Path, wait: std::time::Duration) -> std::io::Result<std::os::fd::OwnedFd> {
+    let path = state_dir.join("daemon.lock");
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        if let Some(file) = try_flock(&path)? {
+            return Ok(file.into());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!(
+                    "{} is in use by another sandlot serve (it holds {}); stop it, or give this one its own --state-dir",
+                    state_dir.display(),
+                    path.display()
+                ),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Raises this process's soft limit on open descriptors to its hard limit and returns it: the daemon
 /// holds two descriptors per proxied connection and a few per sandbox, and a default soft limit of
 /// 1024 would let a handful of busy sandboxes starve the API. (Sandboxes do not inherit it: the
@@ -114,5 +156,22 @@ impl IdRange {
     /// Host id of sandbox id `id`.
     pub fn host(self, id: u32) -> u32 {
         self.base + id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_daemon_on_the_same_state_dir_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("sandlot-lock-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let held = lock_state_dir(&dir, std::time::Duration::ZERO).unwrap();
+        let err = lock_state_dir(&dir, std::time::Duration::from_millis(50)).unwrap_err();
+        assert!(err.to_string().contains("in use by another sandlot serve"), "{err}");
+        drop(held);
+        assert!(lock_state_dir(&dir, std::time::Duration::ZERO).is_ok(), "released with its holder");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -96,26 +96,22 @@ impl Attr {
         self.bytes()[off..off + 8].copy_from_slice(&v.to_ne_bytes());
     }
 
-    /// Runs `bpf(cmd, self)`; a non-negative result is a new fd for the commands that make one.
-    fn call(&mut self, cmd: libc::c_long) -> io::Result<OwnedFd> {
+    /// Runs `bpf(cmd, self)` and returns its non-negative result.
+    fn run(&mut self, cmd: libc::c_long) -> io::Result<libc::c_long> {
         // SAFETY: the attr is a 128-byte, zero-padded buffer; every pointer stored in it refers to memory
         // that outlives this call.
         let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, self.0.as_mut_ptr(), 128usize) };
         if rc < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: for the fd-returning commands rc is a fresh fd we own; callers of others drop it at once
-        // only when rc > 0 (never: they return 0).
-        Ok(unsafe { OwnedFd::from_raw_fd(rc as i32) })
+        Ok(rc)
     }
 
-    fn call_no_fd(&mut self, cmd: libc::c_long) -> io::Result<()> {
-        // SAFETY: as in `call`.
-        let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, self.0.as_mut_ptr(), 128usize) };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+    /// Runs a command that makes a new descriptor (map, program, link) and returns it.
+    fn call(&mut self, cmd: libc::c_long) -> io::Result<OwnedFd> {
+        let fd = self.run(cmd)?;
+        // SAFETY: for these commands the result is a fresh descriptor nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     }
 }
 
@@ -133,7 +129,7 @@ fn update(map: &OwnedFd, key: u32, value: u64) -> io::Result<()> {
     attr.u32_at(0, map.as_raw_fd() as u32);
     attr.u64_at(8, &key as *const u32 as u64);
     attr.u64_at(16, &value as *const u64 as u64);
-    attr.call_no_fd(BPF_MAP_UPDATE_ELEM)
+    attr.run(BPF_MAP_UPDATE_ELEM).map(drop)
 }
 
 fn load(insns: &[u64]) -> io::Result<OwnedFd> {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body_util::{Either as Either2, Full};
+use http_body_util::{Either as EitherBody, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::Request;
@@ -287,13 +287,13 @@ impl Broker {
                     let response = hyper::Response::builder()
                         .status(status)
                         .header(hyper::header::CONNECTION, "close")
-                        .body(Either2::Right(Full::new(Bytes::from(message))))
+                        .body(EitherBody::Right(Full::new(Bytes::from(message))))
                         .expect("a static response");
                     return Ok(response);
                 }
                 let mut s = sender.lock().await;
                 s.ready().await?;
-                s.send_request(req).await.map(|r| r.map(Either2::Left))
+                s.send_request(req).await.map(|r| r.map(EitherBody::Left))
             }
         });
         let served = match client {

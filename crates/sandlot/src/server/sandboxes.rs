@@ -457,6 +457,8 @@ pub async fn set_network(
     ApiPath(id): ApiPath<String>,
     ApiJson(spec): ApiJson<sandlot_api::NetworkSpec>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
+    // Looked up before the lock too: a lock is made per id, and ids the caller does not own must not
+    // make any.
     record(&app, &caller, &id)?;
     // Under the sandbox's lock, with the record read again (it may have been deleted meanwhile) and the
     // tenant's exemptions as they are now: an admin's concurrent change to them is then either seen
