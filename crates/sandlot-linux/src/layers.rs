@@ -7,10 +7,11 @@
 
 use std::fs;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{chown, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::IdRange;
+use crate::{tree, IdRange};
 
 /// Paths of one sandbox's layer on the host.
 #[derive(Debug, Clone)]
@@ -87,36 +88,45 @@ impl Layer {
         Ok(())
     }
 
-    /// Rewrites the generated identity files for a layer copied from another sandbox.
+    /// Rewrites the generated identity files of a layer copied from another sandbox. The layer was
+    /// written by that sandbox: `etc` or the files in it may be symlinks to host files, so `etc` is
+    /// opened without following links (a link there is refused) and each file is replaced, never
+    /// written through (see [`crate::tree`]).
     pub fn rename_host(&self, ids: IdRange, hostname: &str) -> io::Result<()> {
         let root = ids.host(0);
-        for (rel, body) in [("etc/hostname", format!("{hostname}\n")), ("etc/hosts", hosts(hostname))] {
-            let p = self.upper.join(rel);
-            fs::write(&p, body)?;
-            chown(&p, Some(root), Some(root))?;
+        let upper = tree::open_root(&self.upper)?;
+        let etc = tree::open_dir_beneath(upper.as_fd(), Path::new("etc")).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("the copied layer's /etc is not a plain directory ({e}); make it one in the source sandbox"),
+            )
+        })?;
+        for (name, body) in [("hostname", format!("{hostname}\n")), ("hosts", hosts(hostname))] {
+            tree::replace_file(etc.as_fd(), name, body.as_bytes(), root, 0o644)?;
         }
         Ok(())
     }
 
     /// Removes the temporary files of uploads that a crash cut short (`.NAME.sandlot-HEX`, see the
     /// supervisor's file writes): they hold partial data nobody acknowledged and count against the quota.
-    /// Only the upper layer is walked, which holds just what the sandbox changed. Returns how many went.
+    /// Only the upper layer is walked, which holds just what the sandbox changed; it is the sandbox's
+    /// own tree, so the walk follows no link. Returns how many went.
     pub fn remove_partial_uploads(&self) -> io::Result<u64> {
         let mut removed = 0;
-        let mut stack = vec![self.upper.clone()];
-        while let Some(dir) = stack.pop() {
-            let Ok(rd) = fs::read_dir(&dir) else { continue };
-            for ent in rd.flatten() {
-                let Ok(ft) = ent.file_type() else { continue };
-                let name = ent.file_name();
-                let name = name.to_string_lossy();
-                if ft.is_dir() {
-                    stack.push(ent.path());
-                } else if ft.is_file() && is_partial_upload(&name) && fs::remove_file(ent.path()).is_ok() {
+        tree::walk(
+            &self.upper,
+            |e| {
+                if e.is_dir() {
+                    return Ok(tree::Step::Descend);
+                }
+                let partial = e.is_file() && e.name.to_str().is_ok_and(is_partial_upload);
+                if partial && e.remove_file().is_ok() {
                     removed += 1;
                 }
-            }
-        }
+                Ok(tree::Step::Skip)
+            },
+            |_, _| Ok(()),
+        )?;
         Ok(removed)
     }
 

@@ -18,6 +18,7 @@ pub mod launch;
 pub mod layers;
 pub mod net;
 pub mod steer;
+pub mod tree;
 pub mod volume;
 
 use std::path::PathBuf;

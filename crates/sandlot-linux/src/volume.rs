@@ -190,10 +190,10 @@ pub fn sync(dir: &Path) -> io::Result<()> {
 
 /// Moves every owner and group in the tree at `dir` from one sandbox id range to another (`old_base+n`
 /// becomes `new_base+n`), so a layer made by one sandbox can serve another with its own host ids.
-/// Ids outside the old range (image files owned by unmapped ids) are left alone. Symlinks are not
-/// followed.
+/// Ids outside the old range (image files owned by unmapped ids) are left alone. The tree is the
+/// sandbox's: the walk follows no link and changes owners with `AT_SYMLINK_NOFOLLOW`
+/// ([`crate::tree`]).
 pub fn shift_owners(dir: &Path, old_base: u32, new_base: u32) -> io::Result<u64> {
-    use std::os::unix::fs::MetadataExt;
     if old_base == new_base {
         return Ok(0);
     }
@@ -201,25 +201,22 @@ pub fn shift_owners(dir: &Path, old_base: u32, new_base: u32) -> io::Result<u64>
         (id >= old_base && id < old_base + crate::UID_RANGE).then(|| id - old_base + new_base)
     };
     let mut changed = 0u64;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(p) = stack.pop() {
-        let m = fs::symlink_metadata(&p)?;
-        let (uid, gid) = (shift(m.uid()), shift(m.gid()));
-        if uid.is_some() || gid.is_some() {
-            // lchown clears set-uid bits of regular files: put the mode back.
-            std::os::unix::fs::lchown(&p, uid, gid)?;
-            if m.is_file() && m.mode() & 0o6000 != 0 {
-                use std::os::unix::fs::PermissionsExt;
-                fs::set_permissions(&p, fs::Permissions::from_mode(m.mode() & 0o7777))?;
+    crate::tree::walk(
+        dir,
+        |e| {
+            let (uid, gid) = (shift(e.stat.st_uid), shift(e.stat.st_gid));
+            if uid.is_some() || gid.is_some() {
+                e.chown(uid, gid)?;
+                // chown clears set-uid and set-gid bits of regular files: put the mode back.
+                if e.is_file() && e.stat.st_mode & 0o6000 != 0 {
+                    e.chmod(e.stat.st_mode & 0o7777)?;
+                }
+                changed += 1;
             }
-            changed += 1;
-        }
-        if m.is_dir() {
-            for ent in fs::read_dir(&p)? {
-                stack.push(ent?.path());
-            }
-        }
-    }
+            Ok(crate::tree::Step::Descend)
+        },
+        |_, _| Ok(()),
+    )?;
     Ok(changed)
 }
 
@@ -236,11 +233,8 @@ pub fn remove_subvolume(dir: &Path) -> io::Result<()> {
     match unsafe { btrfs_snap_destroy(p.as_raw_fd(), &args) } {
         Ok(_) => Ok(()),
         Err(nix::Error::ENOENT) => Ok(()),
-        // Not a subvolume (or not btrfs): an ordinary directory.
-        Err(nix::Error::EINVAL | nix::Error::ENOTTY | nix::Error::EPERM) => match fs::remove_dir_all(dir) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        },
+        // Not a subvolume (or not btrfs): an ordinary directory, written by the sandbox.
+        Err(nix::Error::EINVAL | nix::Error::ENOTTY | nix::Error::EPERM) => crate::tree::remove_tree(dir),
         Err(e) => Err(io::Error::from_raw_os_error(e as i32)),
     }
 }

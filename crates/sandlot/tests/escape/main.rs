@@ -8,6 +8,7 @@
 //!
 //! The catalogue:
 //! - [`host`]: host files, processes, devices, IPC, sockets, network and cgroups are out of reach.
+//! - [`hostside`]: the daemon's own work on sandbox-written trees (fork, snapshots) against planted links.
 //! - [`syscalls`]: the seccomp profile, syscall by syscall.
 //! - [`privileges`]: capabilities, no_new_privs, ptrace, device nodes, chroot, the supervisor.
 //! - [`files`]: the file API against planted symlinks, `..`, tar slips and links; sandbox vs sandbox.
@@ -25,6 +26,7 @@ mod server;
 
 mod files;
 mod host;
+mod hostside;
 mod layers;
 mod leaks;
 mod limits;
