@@ -74,10 +74,10 @@ pub fn enter(spec: &ContainerSpec) -> Result<(), SetupError> {
     )?;
 
     for (src, dst) in &spec.ro_binds {
-        bind_readonly(src, &inside(root, dst))?;
+        bind_readonly(src, &mount_point(root, dst)?)?;
     }
 
-    let proc_dir = root.join("proc");
+    let proc_dir = mount_point(root, Path::new("proc"))?;
     step(
         "mount /proc",
         mount(
@@ -95,7 +95,7 @@ pub fn enter(spec: &ContainerSpec) -> Result<(), SetupError> {
         "mount /tmp",
         mount(
             Some("tmpfs"),
-            &root.join("tmp"),
+            &mount_point(root, Path::new("tmp"))?,
             Some("tmpfs"),
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
             Some(tmp_opts.as_str()),
@@ -175,8 +175,26 @@ fn relative(base: &Path, target: &Path) -> PathBuf {
     out
 }
 
-fn inside(root: &Path, p: &Path) -> PathBuf {
-    root.join(p.strip_prefix("/").unwrap_or(p))
+/// Where `p` (absolute inside the sandbox) is under `root`, checked to be a directory all the way
+/// down. The root holds the sandbox's layer and the image: a symlink there (planted by a previous run
+/// of a persistent sandbox, or shipped in an image) would make `mount` follow it to a path of this
+/// namespace's old root. Nothing of the sandbox runs yet, so what lstat sees is what mount gets.
+fn mount_point(root: &Path, p: &Path) -> Result<PathBuf, SetupError> {
+    let mut at = root.to_path_buf();
+    for c in p.components().filter(|c| matches!(c, std::path::Component::Normal(_))) {
+        at.push(c);
+        let meta = step(format!("mount point {}", p.display()), fs::symlink_metadata(&at))?;
+        if !meta.is_dir() {
+            return step(
+                format!("mount point {}", p.display()),
+                Err(io::Error::other(format!(
+                    "{} is not a directory (a symlink or file in the image or layer)",
+                    at.display()
+                ))),
+            );
+        }
+    }
+    Ok(at)
 }
 
 /// Binds `src` at `dst` and makes it read-only. Flags the host mount already has (nosuid, nodev…) are
@@ -205,7 +223,7 @@ fn bind_readonly(src: &Path, dst: &Path) -> Result<(), SetupError> {
 /// A tmpfs /dev with a handful of host character devices bound in (mknod is not allowed in a user
 /// namespace, and should not be), a private devpts and /dev/shm.
 fn setup_dev(root: &Path, shm_mb: u64) -> Result<(), SetupError> {
-    let dev = root.join("dev");
+    let dev = mount_point(root, Path::new("dev"))?;
     step(
         "mount /dev",
         mount(Some("tmpfs"), &dev, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, Some("mode=755,size=64k"))
@@ -288,6 +306,22 @@ fn loopback_up() -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mount_points_must_be_directories_all_the_way_down() {
+        let root = std::env::temp_dir().join(format!("sandlot-mountpoint-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(root.join("usr/lib")).unwrap();
+        fs::create_dir_all(root.join("real")).unwrap();
+        symlink("/", root.join("proc")).unwrap();
+        symlink("real", root.join("dev")).unwrap();
+        assert_eq!(mount_point(&root, Path::new("/usr/lib")).unwrap(), root.join("usr/lib"));
+        for bad in ["proc", "/dev", "proc/sys"] {
+            let err = mount_point(&root, Path::new(bad)).unwrap_err().to_string();
+            assert!(err.contains("is not a directory"), "{bad}: {err}");
+        }
+        fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn relative_paths_climb_and_descend() {
