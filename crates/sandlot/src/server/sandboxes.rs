@@ -436,17 +436,44 @@ pub async fn expiry_loop(app: AppState, mut shutdown: tokio::sync::watch::Receiv
     }
 }
 
-/// Marks sandboxes whose supervisor died unexpectedly as failed, and frees their host resources.
+/// Handles sandboxes whose supervisor died unexpectedly (killed from the host, or a crash of pid 1):
+/// an ephemeral one is marked `failed` and freed; a persistent one is `stopped` with its writable
+/// layer kept, so its owner resumes it with every file it had. A death never deletes a persistent
+/// sandbox's files.
 pub async fn death_loop(app: AppState, mut deaths: tokio::sync::mpsc::UnboundedReceiver<(String, String)>) {
     while let Some((id, why)) = deaths.recv().await {
         tracing::warn!(sandbox = %id, "supervisor ended unexpectedly: {why}");
-        let reason = format!("supervisor ended: {why}");
+        // One task per death: waiting for this sandbox's lock must not hold up the next death.
+        tokio::spawn(supervisor_died(app.clone(), id, why));
+    }
+}
+
+async fn supervisor_died(app: AppState, id: String, why: String) {
+    let reason = format!("supervisor ended: {why}");
+    // Under the sandbox's lock, record read after it: a transition in flight (a stop, a snapshot)
+    // finishes first.
+    let _g = super::lifecycle::lock(&app, &id).await;
+    let rec = app.store.live_sandboxes().unwrap_or_default().into_iter().find(|r| r.info.id == id);
+    let Some(rec) = rec else {
+        // Deleted meanwhile: nothing to keep.
         let _ = app.engine.destroy(&id).await;
-        let recs = app.store.live_sandboxes().unwrap_or_default();
-        if let Some(rec) = recs.into_iter().find(|r| r.info.id == id) {
-            let _ = app.store.set_state(&id, SandboxState::Failed, Some(&reason));
-            let _ = app.store.audit(&rec.tenant, Some(&id), "sandbox.failed", &json!({"reason": reason}));
-        }
+        return;
+    };
+    if !matches!(rec.info.state, SandboxState::Running | SandboxState::Paused) {
+        // Already stopped (or failed) by a transition that won the lock: its layer is not ours to touch.
+        return;
+    }
+    if rec.info.persistent {
+        let kept = app.engine.stop(&id).await;
+        let reason = format!("{reason}; files kept, resume to start it again");
+        let _ = app.store.set_state(&id, SandboxState::Stopped, Some(&reason));
+        let detail =
+            json!({"reason": reason, "files_kept": kept.is_ok(), "sync_error": kept.err().map(|e| e.to_string())});
+        let _ = app.store.audit(&rec.tenant, Some(&id), "sandbox.failed", &detail);
+    } else {
+        let _ = app.engine.destroy(&id).await;
+        let _ = app.store.set_state(&id, SandboxState::Failed, Some(&reason));
+        let _ = app.store.audit(&rec.tenant, Some(&id), "sandbox.failed", &json!({"reason": reason}));
     }
 }
 

@@ -72,16 +72,10 @@ fn delete_ends_running_commands() {
     server.assert_clean();
 }
 
-/// A sandbox whose supervisor dies (killed from the host) is marked failed and its resources freed.
-#[test]
-fn supervisor_death_marks_the_sandbox_failed() {
-    let server = Server::start();
-    let client = server.client();
-    let sb = server.sandbox();
-    let pids = busy(&server, &sb);
-    // The supervisor is the sandbox process whose parent is the daemon.
+/// Of a sandbox's host `pids`, its supervisor: the one whose parent is the daemon.
+fn supervisor_of(server: &Server, pids: &[i32]) -> i32 {
     let daemon = server.pid();
-    let supervisor = *pids
+    *pids
         .iter()
         .find(|p| {
             std::fs::read_to_string(format!("/proc/{p}/stat"))
@@ -91,7 +85,45 @@ fn supervisor_death_marks_the_sandbox_failed() {
                 .and_then(|ppid| ppid.parse::<i32>().ok())
                 == Some(daemon)
         })
-        .expect("a sandbox process whose parent is the daemon");
+        .expect("a sandbox process whose parent is the daemon")
+}
+
+/// A persistent sandbox whose supervisor dies (the review killed pid 1 by load; here, from the host)
+/// is stopped, never deleted: its files stay, and resume starts it again with every one of them.
+/// Before the fix the death handler destroyed the sandbox, writable layer included.
+#[test]
+fn supervisor_death_keeps_a_persistent_sandboxs_files() {
+    let server = Server::start();
+    let client = server.client();
+    let sb = server.create(&persistent());
+    sb.write_file("/home/user/work.txt", b"precious").unwrap();
+    let pids = busy(&server, &sb);
+    signal(supervisor_of(&server, &pids), libc::SIGKILL);
+    let stopped = eventually(Duration::from_secs(5), || {
+        client.get(sb.id()).map(|i| i.state == SandboxState::Stopped).unwrap_or(false)
+    });
+    let info = client.get(sb.id()).unwrap();
+    assert!(stopped, "{info:?}");
+    assert!(info.reason.as_deref().unwrap_or("").contains("files kept"), "{info:?}");
+    assert!(eventually(Duration::from_secs(3), || pids.iter().all(|p| !alive(*p))), "processes survived");
+    assert!(server.layer_dir(sb.id()).is_dir(), "the writable layer was removed");
+    sb.resume().unwrap();
+    assert_eq!(sb.read_file("/home/user/work.txt").unwrap(), b"precious");
+    let rows = client.audit(Some(sb.id()), None).unwrap();
+    let failed = rows.iter().find(|r| r.action == "sandbox.failed").expect("a sandbox.failed audit row");
+    assert_eq!(failed.detail["files_kept"], true, "{failed:?}");
+    sb.delete().unwrap();
+    server.assert_clean();
+}
+
+/// A sandbox whose supervisor dies (killed from the host) is marked failed and its resources freed.
+#[test]
+fn supervisor_death_marks_the_sandbox_failed() {
+    let server = Server::start();
+    let client = server.client();
+    let sb = server.sandbox();
+    let pids = busy(&server, &sb);
+    let supervisor = supervisor_of(&server, &pids);
     signal(supervisor, libc::SIGKILL);
     let failed = eventually(Duration::from_secs(5), || {
         client.get(sb.id()).map(|i| i.state == SandboxState::Failed).unwrap_or(false)
