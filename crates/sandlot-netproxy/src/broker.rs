@@ -259,7 +259,15 @@ impl Broker {
             let rule = Arc::clone(&rule);
             // A request naming another host (Host header or absolute URI) on this connection would carry
             // this host's credential to wherever that name is served: refused, never forwarded.
-            let refusal = if !request_is_for(&req, &for_host) {
+            let hosts = req.headers().get_all(hyper::header::HOST).iter().count();
+            let refusal = if hosts > 1 {
+                // Which one an upstream (or a proxy before it) believes is anyone's guess; the review saw
+                // `Host: api.test, other.test` arrive with the credential.
+                Some((
+                    hyper::StatusCode::BAD_REQUEST,
+                    format!("sandlot: the request has {hosts} Host headers; send exactly one\n"),
+                ))
+            } else if !request_is_for(&req, &for_host) {
                 Some((
                     hyper::StatusCode::MISDIRECTED_REQUEST,
                     format!("sandlot: this connection is for {for_host}; a request for another host needs a connection of its own\n"),

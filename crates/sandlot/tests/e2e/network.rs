@@ -826,7 +826,8 @@ fn resolve_mappings_can_come_from_the_config_file() {
 }
 
 /// A brokered credential follows only the host it is for: a request for another host on a brokered
-/// connection is refused (421) and never forwarded, and a Host header the sandbox writes on a
+/// connection is refused (421) and never forwarded, nor is one with two Host headers (400), and a Host
+/// header the sandbox writes on a
 /// connection to a bare IP does not engage the broker at all.
 #[test]
 fn a_brokered_credential_never_follows_another_host() {
@@ -852,6 +853,38 @@ print(data.decode().count("authorized"), data.decode().split("\r\n")[0], "421" i
     let out = sb.shell(&format!("python3 -c '{probe}'")).unwrap();
     assert_eq!(out.stdout.trim(), "1 HTTP/1.1 200 OK True", "{out:?}");
     assert_eq!(*up.hosts.lock().unwrap(), ["kept.test"], "the misdirected request reached the upstream");
+
+    // On a brokered keep-alive connection, a second request with two Host headers (the brokered one
+    // first): refused (400), never forwarded with the credential. (As a connection's first request it
+    // is not brokered at all: the sniffer finds no single name.)
+    let twice = format!(
+        r#"
+import socket
+s = socket.create_connection(("kept.test", {port}))
+s.sendall(b"GET /a HTTP/1.1\r\nHost: kept.test\r\n\r\nGET /c HTTP/1.1\r\nHost: kept.test\r\nHost: evil.test\r\n\r\n")
+s.settimeout(10)
+data = b""
+while True:
+    try:
+        d = s.recv(65536)
+    except socket.timeout:
+        print("timeout", data)
+        break
+    if not d:
+        break
+    data += d
+text = data.decode()
+print(text.count("authorized"), text.count("HTTP/1.1 200 OK"), "HTTP/1.1 400 Bad Request" in text)
+"#,
+        port = up.port
+    );
+    let out = sb.shell(&format!("python3 -c '{twice}'")).unwrap();
+    assert_eq!(out.stdout.trim(), "1 1 True", "{out:?}");
+    assert_eq!(
+        *up.hosts.lock().unwrap(),
+        ["kept.test", "kept.test"],
+        "a request with two Host headers reached the upstream"
+    );
 
     // allow-all: a bare IP with the brokered host's name in Host passes through without the broker.
     let open = net(&format!(
