@@ -328,6 +328,11 @@ fn set_limits(v2: bool, ctrl: &str, dir: &Path, l: CgroupLimits) -> Result<(), C
             write(&dir.join("memory.limit_in_bytes"), &l.memory_bytes.to_string())?;
             // Present only with swap accounting; where it is, memory+swap gets the same cap.
             write(&dir.join("memory.memsw.limit_in_bytes"), &l.memory_bytes.to_string()).or_else(ignore_missing)?;
+            // v1 charges TCP socket buffers to this separate counter only once it has a limit; without
+            // one, a 128 MiB sandbox pinned 2.2 GiB of host kernel memory in unread sockets and slowed
+            // every tenant's TCP. (v2 charges them to memory.max with everything else.)
+            write(&dir.join("memory.kmem.tcp.limit_in_bytes"), &(l.memory_bytes / 2).to_string())
+                .or_else(ignore_missing)?;
             write(&dir.join("memory.swappiness"), "0").or_else(ignore_missing)
         }
         "pids" => write(&dir.join("pids.max"), &l.pids.to_string()),

@@ -55,6 +55,14 @@ fn check(rc: libc::c_int, what: &str) -> io::Result<libc::c_int> {
     Ok(rc)
 }
 
+/// TCP buffer sizes (min, default, max bytes) in a sandbox's network namespace. The kernel defaults
+/// let a socket grow to 6 MiB (receive) and 4 MiB (send); a sandbox holding its 512 connections full
+/// and unread would pin ~5 GiB of kernel memory on the daemon's side. 1 MiB keeps a loopback-speed
+/// relay (the proxy splices as fast as either end drains) and bounds a sandbox's daemon-side buffers
+/// to 512 × 2 MiB.
+const TCP_BUFFERS: [(&str, &str); 2] =
+    [("/proc/sys/net/ipv4/tcp_rmem", "4096 131072 1048576"), ("/proc/sys/net/ipv4/tcp_wmem", "4096 16384 1048576")];
+
 /// Joins the network namespace of process `pid` on a throwaway thread and sets up the sandbox's way
 /// out there: addresses and AnyIP routes on `lo`, the daemon's sockets, and the steering program.
 pub fn attach_egress(pid: i32) -> io::Result<EgressSockets> {
@@ -63,6 +71,12 @@ pub fn attach_egress(pid: i32) -> io::Result<EgressSockets> {
     std::thread::spawn(move || -> io::Result<EgressSockets> {
         // SAFETY: setns on an open namespace fd; affects only this thread.
         check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }, "joining the sandbox network namespace")?;
+        // Socket buffer sizes are per network namespace: these bound both ends of every connection
+        // here, the sandbox's and the daemon's accepted one (charged to the daemon, not the sandbox).
+        // /proc/sys/net shows the namespace of the thread that opens it.
+        for (file, value) in TCP_BUFFERS {
+            std::fs::write(file, value).map_err(|e| io::Error::new(e.kind(), format!("{file}: {e}")))?;
+        }
         let rtnl = Netlink::open()?;
         rtnl.loopback_up()?;
         rtnl.add_address(SANDBOX_ADDR)?;

@@ -1023,3 +1023,19 @@ print(get(), flush=True)
     assert!(lines[2].starts_with("403 sandlot: the sandbox's network policy no longer allows"), "{out:?}");
     assert_eq!(up.connections.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// A sandbox with network has 1 MiB socket buffers at most (both ends of its connections live in its
+/// namespace, the daemon's accepted one too), not the kernel's 6 MiB / 4 MiB, and cannot raise them.
+#[test]
+fn socket_buffers_in_a_sandbox_namespace_are_bounded() {
+    let srv = server(&[], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allowlist","allow":["nothing.test"]}"#));
+    let out = sb
+        .as_user(sandlot_client::api::User::Root)
+        .shell("cat /proc/sys/net/ipv4/tcp_rmem /proc/sys/net/ipv4/tcp_wmem; echo 4096 131072 8388608 > /proc/sys/net/ipv4/tcp_rmem; echo rc=$?")
+        .unwrap();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[..2], ["4096\t131072\t1048576", "4096\t16384\t1048576"], "{out:?}");
+    assert_ne!(lines.get(2), Some(&"rc=0"), "sandbox root raised its buffers: {out:?}");
+}
