@@ -3,6 +3,7 @@
 //! The engine never sees HTTP or SQL and holds no `unsafe`. The HTTP layer validates requests, records
 //! them in the store and calls in here; the Linux driver (`sandlot-linux`) does the privileged work.
 
+pub mod budget;
 mod output;
 mod process;
 mod sandbox;
@@ -92,6 +93,9 @@ pub enum EngineError {
     /// A host-side failure (cgroups, layers).
     #[error("host: {0}")]
     Host(String),
+    /// Holding this process's output would pass the sandbox's or the daemon's output budget.
+    #[error("{0}")]
+    OutputBudget(String),
     /// A file operation failed inside the sandbox.
     #[error("{message}")]
     File {
@@ -131,6 +135,8 @@ pub struct Engine {
     volume: Option<sandlot_linux::volume::Volume>,
     sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
     deaths_tx: tokio::sync::mpsc::UnboundedSender<(String, String)>,
+    /// Process output all sandboxes together may hold in the daemon.
+    output_budget: Arc<budget::Budget>,
     deaths_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, String)>>>,
     net_tx: tokio::sync::mpsc::UnboundedSender<sandlot_netproxy::egress::NetEvent>,
     net_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::egress::NetEvent>>>,
@@ -173,6 +179,7 @@ impl Engine {
             volume,
             sandboxes: Mutex::new(HashMap::new()),
             deaths_tx,
+            output_budget: budget::Budget::new(daemon_output_bytes()),
             deaths_rx: Mutex::new(Some(deaths_rx)),
             net_tx,
             net_rx: Mutex::new(Some(net_rx)),
@@ -296,7 +303,16 @@ impl Engine {
             .await
             .map_err(|e| EngineError::Host(e.to_string()))??;
         let (launched, layer, cgroup, slot) = prepared;
-        let sb = Sandbox::attach(id.to_string(), launched, layer, cgroup, limits, slot, self.deaths_tx.clone());
+        let sb = Sandbox::attach(
+            id.to_string(),
+            launched,
+            layer,
+            cgroup,
+            limits,
+            slot,
+            self.deaths_tx.clone(),
+            Arc::clone(&self.output_budget),
+        );
         let t_launched = t0.elapsed();
         match tokio::time::timeout(self.cfg.start_timeout, sb.ready()).await {
             Ok(Ok(())) => {
@@ -527,6 +543,12 @@ impl Engine {
     pub fn state_dir(&self) -> &Path {
         &self.cfg.state_dir
     }
+}
+
+/// Process output every sandbox together may hold in the daemon: an eighth of the host's memory
+/// (2.9 GiB on a 23 GiB host), at least one sandbox's full budget.
+fn daemon_output_bytes() -> u64 {
+    (sandlot_linux::host_memory_bytes() / 8).max(budget::SANDBOX_OUTPUT_BYTES)
 }
 
 /// This state directory's instance name (random, made on first start), which names its cgroup base.

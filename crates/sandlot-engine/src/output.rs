@@ -3,7 +3,8 @@
 
 use std::collections::VecDeque;
 
-/// One captured stream.
+/// One captured stream: the only copy of its bytes the daemon keeps. Live events and replays are
+/// byte spans of it ([`Capture::text_of`]), never copies.
 #[derive(Debug)]
 pub(crate) struct Capture {
     head_cap: usize,
@@ -11,37 +12,43 @@ pub(crate) struct Capture {
     head: Vec<u8>,
     tail: VecDeque<u8>,
     total: u64,
-    /// Bytes handed to live listeners so far (a prefix of the stream).
-    streamed: u64,
-    /// Incomplete UTF-8 sequence held back from the last live chunk.
-    pending: Vec<u8>,
+    /// End of the last span handed out for live streaming (a prefix of the stream; the spans never
+    /// split a UTF-8 sequence, except where truncation cuts one).
+    emitted: u64,
 }
+
+/// Bytes `[start, end)` of a stream.
+pub(crate) type Span = (u64, u64);
 
 impl Capture {
     pub(crate) fn new(cap: usize) -> Self {
         let head_cap = cap / 2;
-        Capture {
-            head_cap,
-            tail_cap: cap - head_cap,
-            head: Vec::new(),
-            tail: VecDeque::new(),
-            total: 0,
-            streamed: 0,
-            pending: Vec::new(),
-        }
+        Capture { head_cap, tail_cap: cap - head_cap, head: Vec::new(), tail: VecDeque::new(), total: 0, emitted: 0 }
     }
 
     pub(crate) fn total(&self) -> u64 {
         self.total
     }
 
-    /// Bytes dropped from the middle.
-    pub(crate) fn dropped(&self) -> u64 {
-        self.total - self.head.len() as u64 - self.tail.len() as u64
+    /// Bytes held (head and tail), what this stream costs the daemon.
+    pub(crate) fn held(&self) -> usize {
+        self.head.len() + self.tail.len()
     }
 
-    /// Adds bytes; returns the text to stream live, if any, and whether truncation began with this chunk.
-    pub(crate) fn push(&mut self, mut data: &[u8]) -> (Option<String>, bool) {
+    /// End of the last live span.
+    pub(crate) fn emitted(&self) -> u64 {
+        self.emitted
+    }
+
+    /// Bytes dropped from the middle.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.total - self.held() as u64
+    }
+
+    /// Adds bytes; returns the new span to stream live, if any, and whether truncation began with this
+    /// chunk. Live streaming covers everything until the first byte is dropped; after that the rest of
+    /// the head is gone from the stream and only the tail is sent, at the end ([`Capture::finish`]).
+    pub(crate) fn push(&mut self, mut data: &[u8]) -> (Option<Span>, bool) {
         let was_dropping = self.dropped() > 0;
         self.total += data.len() as u64;
         let to_head = (self.head_cap - self.head.len()).min(data.len());
@@ -50,23 +57,41 @@ impl Capture {
         self.tail.extend(data);
         let excess = self.tail.len().saturating_sub(self.tail_cap);
         self.tail.drain(..excess);
-        // Live streaming covers everything until the first byte is dropped; after that the rest of the
-        // head is gone from the stream and only the tail is sent, at the end.
         let dropping = self.dropped() > 0;
-        let live_end = if dropping { self.head.len() as u64 } else { self.total };
-        let live = if live_end > self.streamed {
-            let bytes = self.range(self.streamed, live_end);
-            self.streamed = live_end;
-            self.decode(&bytes, false)
+        let end = if dropping {
+            // The head is complete: a UTF-8 sequence cut at its end is never completed, so it goes now.
+            self.head.len() as u64
         } else {
-            None
+            let last = self.range(self.total.saturating_sub(3).max(self.emitted), self.total);
+            self.total - incomplete_suffix(&last) as u64
         };
-        (live, dropping && !was_dropping)
+        (self.span_to(end), dropping && !was_dropping)
+    }
+
+    /// The span still to stream once the process has exited: the tail not yet sent.
+    pub(crate) fn finish(&mut self) -> Option<Span> {
+        let tail_start = self.total - self.tail.len() as u64;
+        self.emitted = self.emitted.max(tail_start);
+        self.span_to(self.total)
+    }
+
+    fn span_to(&mut self, end: u64) -> Option<Span> {
+        (end > self.emitted).then(|| {
+            let span = (self.emitted, end);
+            self.emitted = end;
+            span
+        })
+    }
+
+    /// Text of stream bytes `[from, to)` that are still held; bytes dropped between head and tail
+    /// are skipped.
+    pub(crate) fn text_of(&self, (from, to): Span) -> String {
+        String::from_utf8_lossy(&self.range(from, to)).into_owned()
     }
 
     /// Copies stream bytes `[from, to)` that are still held (head or tail).
     fn range(&self, from: u64, to: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity((to - from) as usize);
+        let mut out = Vec::with_capacity(to.saturating_sub(from) as usize);
         let head_len = self.head.len() as u64;
         let tail_start = self.total - self.tail.len() as u64;
         let mut pos = from;
@@ -85,26 +110,6 @@ impl Capture {
             }
         }
         out
-    }
-
-    /// The tail bytes not yet streamed, sent once the process has exited.
-    pub(crate) fn finish_stream(&mut self) -> Option<String> {
-        let tail_start = self.total - self.tail.len() as u64;
-        let from = self.streamed.max(tail_start);
-        let bytes = if from < self.total { self.range(from, self.total) } else { Vec::new() };
-        self.streamed = self.total;
-        self.decode(&bytes, true)
-    }
-
-    /// Decodes for a live event, holding back a trailing partial UTF-8 sequence unless `flush`.
-    fn decode(&mut self, bytes: &[u8], flush: bool) -> Option<String> {
-        let mut buf = std::mem::take(&mut self.pending);
-        buf.extend_from_slice(bytes);
-        if !flush {
-            let keep = incomplete_suffix(&buf);
-            self.pending = buf.split_off(buf.len() - keep);
-        }
-        (!buf.is_empty()).then(|| String::from_utf8_lossy(&buf).into_owned())
     }
 
     /// The captured text: whole stream, or head + a marker naming the dropped count + tail.
@@ -142,14 +147,19 @@ fn incomplete_suffix(b: &[u8]) -> usize {
 mod tests {
     use super::*;
 
+    fn live(c: &mut Capture, data: &[u8]) -> Option<String> {
+        c.push(data).0.map(|span| c.text_of(span))
+    }
+
     #[test]
     fn small_output_is_kept_whole_and_streamed_whole() {
         let mut c = Capture::new(100);
-        assert_eq!(c.push(b"hello ").0.as_deref(), Some("hello "));
-        assert_eq!(c.push(b"world").0.as_deref(), Some("world"));
-        assert_eq!(c.finish_stream(), None);
+        assert_eq!(live(&mut c, b"hello ").as_deref(), Some("hello "));
+        assert_eq!(live(&mut c, b"world").as_deref(), Some("world"));
+        assert_eq!(c.finish(), None);
         assert_eq!(c.text(), "hello world");
         assert_eq!(c.dropped(), 0);
+        assert_eq!(c.held(), 11);
     }
 
     #[test]
@@ -158,17 +168,20 @@ mod tests {
         let mut streamed = String::new();
         let mut began = 0;
         for i in 0..100u8 {
-            let (live, start) = c.push(&[b'a' + (i % 26)]);
-            streamed.push_str(&live.unwrap_or_default());
+            let (span, start) = c.push(&[b'a' + (i % 26)]);
+            streamed.push_str(&span.map(|s| c.text_of(s)).unwrap_or_default());
             began += start as usize;
         }
         assert_eq!(began, 1, "truncation is announced once");
         assert_eq!(c.total(), 100);
         assert_eq!(c.dropped(), 90);
-        streamed.push_str(&c.finish_stream().unwrap());
+        assert_eq!(c.held(), 10, "head and tail only, whatever the flood");
+        let tail = c.finish().unwrap();
+        streamed.push_str(&c.text_of(tail));
         // head = first 5 bytes, tail = last 5 (bytes 95..100 = r s t u v).
         assert_eq!(c.text(), "abcde\n[sandlot: 90 bytes omitted]\nrstuv");
-        assert!(streamed.starts_with("abcde") && streamed.ends_with("rstuv"), "{streamed}");
+        // Bytes 5..10 were streamed live while the tail still held them, before anything was dropped.
+        assert_eq!(streamed, "abcdefghijrstuv");
     }
 
     #[test]
@@ -176,6 +189,6 @@ mod tests {
         let mut c = Capture::new(100);
         let snow = "☃".as_bytes();
         assert_eq!(c.push(&snow[..1]).0, None);
-        assert_eq!(c.push(&snow[1..]).0.as_deref(), Some("☃"));
+        assert_eq!(live(&mut c, &snow[1..]).as_deref(), Some("☃"));
     }
 }

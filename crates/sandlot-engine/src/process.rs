@@ -1,23 +1,104 @@
-//! A process started through the API: its captured output, its live event stream and its final result.
+//! A process started through the API: its captured output, its event log and its final result.
+//!
+//! The output bytes are held once, in the two [`Capture`]s. The event log records where each live
+//! chunk begins and ends in its stream, not the text; followers (live streams, `logs` replays) and the
+//! final result read the text from the captures when they need it. Followers keep their own cursor
+//! into the log, so a slow one costs nothing and never makes a fast one wait.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use sandlot_api::{ExecEvent, ExecResult, ExitStatus, ProcessInfo};
 use sandlot_protocol::Termination;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
-use crate::output::Capture;
+use crate::budget::Reservation;
+use crate::output::{Capture, Span};
 
-/// How many live events a slow follower may fall behind before it is told output was skipped.
-const FOLLOW_BUFFER: usize = 4096;
+/// Log entries kept per process. Past it, output is no longer logged chunk by chunk: a follower
+/// catches up on whole spans of each stream instead (the bytes are all there; only the interleaving
+/// of stdout and stderr becomes coarser). Bounds the log of a flood of one-byte writes.
+const MAX_LOG_ENTRIES: usize = 1024;
+
+/// One entry of a process's event log.
+#[derive(Debug, Clone)]
+enum Entry {
+    /// Live output: bytes `span` of stream `fd` (1 or 2).
+    Output { fd: u8, span: Span },
+    /// Any other event, with how far each stream (stdout, stderr) had been streamed when it happened.
+    Event { event: ExecEvent, streamed: [u64; 2] },
+}
 
 struct State {
-    stdout: Capture,
-    stderr: Capture,
-    /// Every event sent so far, for `logs` replays. Bounded: output events stop at the cap.
-    log: Vec<ExecEvent>,
-    result: Option<ExecResult>,
+    out: [Capture; 2],
+    log: Vec<Entry>,
+    end: Option<End>,
+}
+
+/// How a process ended, without its output (that stays in the captures).
+#[derive(Debug, Clone, Copy)]
+struct End {
+    status: ExitStatus,
+    exit_code: i32,
+    signal: Option<i32>,
+    duration_ms: u64,
+}
+
+impl State {
+    fn capture(&mut self, fd: u8) -> &mut Capture {
+        &mut self.out[usize::from(fd == 2)]
+    }
+
+    fn streamed(&self) -> [u64; 2] {
+        [self.out[0].emitted(), self.out[1].emitted()]
+    }
+
+    fn log_output(&mut self, fd: u8, span: Span) {
+        if self.log.len() < MAX_LOG_ENTRIES {
+            self.log.push(Entry::Output { fd, span });
+            return;
+        }
+        // Full: a chunk that continues the last one of the same stream extends it (a follower that
+        // read part of it reads the rest: it tracks bytes, not entries); others are caught up on.
+        if let Some(Entry::Output { fd: last, span: s }) = self.log.last_mut() {
+            if *last == fd && s.1 == span.0 {
+                s.1 = span.1;
+            }
+        }
+    }
+
+    fn log_event(&mut self, event: ExecEvent) {
+        let streamed = self.streamed();
+        self.log.push(Entry::Event { event, streamed });
+    }
+
+    /// The output event for `span` of stream `fd`; `None` when none of it is held any more (a replay
+    /// of bytes that were streamed live before truncation dropped them).
+    fn text(&self, fd: u8, span: Span) -> Option<ExecEvent> {
+        let data = self.out[usize::from(fd == 2)].text_of(span);
+        if data.is_empty() {
+            None
+        } else if fd == 2 {
+            Some(ExecEvent::Stderr { data })
+        } else {
+            Some(ExecEvent::Stdout { data })
+        }
+    }
+
+    fn result(&self, end: End) -> ExecResult {
+        let [stdout, stderr] = &self.out;
+        ExecResult {
+            status: end.status,
+            exit_code: end.exit_code,
+            signal: end.signal,
+            stdout: stdout.text(),
+            stderr: stderr.text(),
+            stdout_bytes: stdout.total(),
+            stderr_bytes: stderr.total(),
+            truncated: stdout.dropped() > 0 || stderr.dropped() > 0,
+            duration_ms: end.duration_ms,
+        }
+    }
 }
 
 /// One API process.
@@ -31,34 +112,108 @@ pub struct Process {
     started: Instant,
     stdin_open: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
-    live: broadcast::Sender<ExecEvent>,
-    done: watch::Sender<Option<ExecResult>>,
+    /// Length of the log, for followers waiting on new entries.
+    changed: watch::Sender<usize>,
+    /// Room for the captures in the sandbox's and the daemon's output budgets.
+    reservation: Reservation,
 }
 
-/// A follower's view: events so far, then a live receiver with no gap between them.
+/// A follower of one process: every event from the first, then live ones as they come, then `None`
+/// after `exited`. Each follower reads at its own pace.
 pub struct Follow {
-    /// Events already emitted.
-    pub replay: Vec<ExecEvent>,
-    /// Live events after the replay; `None` when the process has already exited.
-    pub live: Option<broadcast::Receiver<ExecEvent>>,
+    proc: Arc<Process>,
+    /// Next log entry to read.
+    at: usize,
+    /// Bytes of each stream (stdout, stderr) already handed out.
+    sent: [u64; 2],
+    done: bool,
+    changed: watch::Receiver<usize>,
+}
+
+impl Follow {
+    /// The next event, waiting for it if the process has not produced it yet.
+    pub async fn next(&mut self) -> Option<ExecEvent> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(ev) = self.poll() {
+                return Some(ev);
+            }
+            if self.changed.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// The next event if there is one already.
+    fn poll(&mut self) -> Option<ExecEvent> {
+        let proc = Arc::clone(&self.proc);
+        let st = proc.lock();
+        while let Some(entry) = st.log.get(self.at) {
+            match entry {
+                Entry::Output { fd, span } => {
+                    let i = usize::from(*fd == 2);
+                    let from = span.0.max(self.sent[i]);
+                    if from < span.1 {
+                        self.sent[i] = span.1;
+                        match st.text(*fd, (from, span.1)) {
+                            Some(ev) => return Some(ev),
+                            None => continue,
+                        }
+                    }
+                    if self.at + 1 == st.log.len() {
+                        // The last entry may still grow; stay on it.
+                        break;
+                    }
+                    self.at += 1;
+                }
+                Entry::Event { event, streamed } => {
+                    // Output that happened before this event but was not logged (a full log) goes first.
+                    if let Some(ev) = self.catch_up(&st, *streamed) {
+                        return Some(ev);
+                    }
+                    self.at += 1;
+                    self.done = matches!(event, ExecEvent::Exited { .. });
+                    return Some(event.clone());
+                }
+            }
+        }
+        self.catch_up(&st, st.streamed())
+    }
+
+    fn catch_up(&mut self, st: &State, upto: [u64; 2]) -> Option<ExecEvent> {
+        for (i, fd) in [(0, 1u8), (1, 2u8)] {
+            if self.sent[i] < upto[i] {
+                let span = (self.sent[i], upto[i]);
+                self.sent[i] = upto[i];
+                if let Some(ev) = st.text(fd, span) {
+                    return Some(ev);
+                }
+            }
+        }
+        None
+    }
 }
 
 impl Process {
-    pub(crate) fn new(id: u64, argv: Vec<String>, cap: usize, started_at_ms: i64, stdin_open: bool) -> Arc<Self> {
+    pub(crate) fn new(
+        id: u64,
+        argv: Vec<String>,
+        cap: usize,
+        started_at_ms: i64,
+        stdin_open: bool,
+        reservation: Reservation,
+    ) -> Arc<Self> {
         Arc::new(Process {
             id,
             argv,
             started_at_ms,
             started: Instant::now(),
             stdin_open: std::sync::atomic::AtomicBool::new(stdin_open),
-            state: Mutex::new(State {
-                stdout: Capture::new(cap),
-                stderr: Capture::new(cap),
-                log: Vec::new(),
-                result: None,
-            }),
-            live: broadcast::channel(FOLLOW_BUFFER).0,
-            done: watch::channel(None).0,
+            state: Mutex::new(State { out: [Capture::new(cap), Capture::new(cap)], log: Vec::new(), end: None }),
+            changed: watch::channel(0).0,
+            reservation,
         })
     }
 
@@ -66,40 +221,41 @@ impl Process {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn emit(&self, st: &mut State, ev: ExecEvent) {
-        st.log.push(ev.clone());
-        let _ = self.live.send(ev);
+    fn notify(&self, st: &State) {
+        self.changed.send_replace(st.log.len());
     }
 
     pub(crate) fn on_started(&self) {
         let mut st = self.lock();
-        self.emit(&mut st, ExecEvent::Started { pid: self.id });
+        st.log_event(ExecEvent::Started { pid: self.id });
+        self.notify(&st);
     }
 
     pub(crate) fn on_output(&self, fd: u8, data: &[u8]) {
         let mut st = self.lock();
-        let (live, began) = if fd == 2 { st.stderr.push(data) } else { st.stdout.push(data) };
-        if let Some(text) = live {
-            let ev = if fd == 2 { ExecEvent::Stderr { data: text } } else { ExecEvent::Stdout { data: text } };
-            self.emit(&mut st, ev);
+        if st.end.is_some() {
+            return;
+        }
+        let (span, began) = st.capture(fd).push(data);
+        if let Some(span) = span {
+            st.log_output(fd, span);
         }
         if began {
             let stream = if fd == 2 { "stderr" } else { "stdout" };
-            self.emit(&mut st, ExecEvent::Truncated { stream: stream.into() });
+            st.log_event(ExecEvent::Truncated { stream: stream.into() });
         }
+        self.notify(&st);
     }
 
     /// Records the end. `oom` says the sandbox's OOM-kill counter rose while it ran.
     pub(crate) fn on_exit(&self, end: Option<Termination>, oom: bool) {
         let mut st = self.lock();
-        if st.result.is_some() {
+        if st.end.is_some() {
             return;
         }
         for fd in [1u8, 2] {
-            let tail = if fd == 2 { st.stderr.finish_stream() } else { st.stdout.finish_stream() };
-            if let Some(text) = tail {
-                let ev = if fd == 2 { ExecEvent::Stderr { data: text } } else { ExecEvent::Stdout { data: text } };
-                self.emit(&mut st, ev);
+            if let Some(span) = st.capture(fd).finish() {
+                st.log_output(fd, span);
             }
         }
         let (status, exit_code, signal) = match end {
@@ -114,29 +270,24 @@ impl Process {
             None if oom => (ExitStatus::Oom, 137, Some(libc::SIGKILL)),
             None => (ExitStatus::Killed, 137, Some(libc::SIGKILL)),
         };
-        let result = ExecResult {
+        let end = End { status, exit_code, signal, duration_ms: self.started.elapsed().as_millis() as u64 };
+        let [stdout, stderr] = &st.out;
+        let (stdout_bytes, stderr_bytes) = (stdout.total(), stderr.total());
+        let truncated = stdout.dropped() > 0 || stderr.dropped() > 0;
+        let held = (stdout.held() + stderr.held()) as u64;
+        st.log_event(ExecEvent::Exited {
             status,
             exit_code,
             signal,
-            stdout: st.stdout.text(),
-            stderr: st.stderr.text(),
-            stdout_bytes: st.stdout.total(),
-            stderr_bytes: st.stderr.total(),
-            truncated: st.stdout.dropped() > 0 || st.stderr.dropped() > 0,
-            duration_ms: self.started.elapsed().as_millis() as u64,
-        };
-        let ev = ExecEvent::Exited {
-            status,
-            exit_code,
-            signal,
-            stdout_bytes: result.stdout_bytes,
-            stderr_bytes: result.stderr_bytes,
-            truncated: result.truncated,
-            duration_ms: result.duration_ms,
-        };
-        self.emit(&mut st, ev);
-        st.result = Some(result.clone());
-        self.done.send_replace(Some(result));
+            stdout_bytes,
+            stderr_bytes,
+            truncated,
+            duration_ms: end.duration_ms,
+        });
+        st.end = Some(end);
+        // What the captures hold is all this process keeps from now on.
+        self.reservation.shrink_to(held);
+        self.notify(&st);
     }
 
     /// A spawn the supervisor could not perform, reported like a shell would (127 not found, 126 other).
@@ -157,9 +308,9 @@ impl Process {
 
     /// Waits for the end.
     pub async fn wait(&self) -> ExecResult {
-        let mut rx = self.done.subscribe();
+        let mut rx = self.changed.subscribe();
         loop {
-            if let Some(r) = rx.borrow_and_update().clone() {
+            if let Some(r) = self.result() {
                 return r;
             }
             if rx.changed().await.is_err() {
@@ -171,14 +322,18 @@ impl Process {
 
     /// The result, if it has ended.
     pub fn result(&self) -> Option<ExecResult> {
-        self.lock().result.clone()
+        let st = self.lock();
+        st.end.map(|end| st.result(end))
     }
 
-    /// Events so far plus a gap-free live subscription.
-    pub fn follow(&self) -> Follow {
-        let st = self.lock();
-        let live = st.result.is_none().then(|| self.live.subscribe());
-        Follow { replay: st.log.clone(), live }
+    /// Whether it has ended.
+    pub fn finished(&self) -> bool {
+        self.lock().end.is_some()
+    }
+
+    /// A follower from the first event.
+    pub fn follow(self: &Arc<Self>) -> Follow {
+        Follow { proc: Arc::clone(self), at: 0, sent: [0, 0], done: false, changed: self.changed.subscribe() }
     }
 
     /// API view.
@@ -187,10 +342,80 @@ impl Process {
         ProcessInfo {
             pid: self.id,
             argv: self.argv.clone(),
-            running: st.result.is_none(),
-            status: st.result.as_ref().map(|r| r.status),
-            exit_code: st.result.as_ref().map(|r| r.exit_code),
+            running: st.end.is_none(),
+            status: st.end.map(|e| e.status),
+            exit_code: st.end.map(|e| e.exit_code),
             started_at_ms: self.started_at_ms,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::Budget;
+
+    fn process(cap: usize, pool: &Arc<Budget>) -> Arc<Process> {
+        let reservation = Reservation::take(std::slice::from_ref(pool), 2 * cap as u64).unwrap();
+        Process::new(1, vec!["x".into()], cap, 0, false, reservation)
+    }
+
+    async fn drain(f: &mut Follow) -> Vec<ExecEvent> {
+        let mut events = Vec::new();
+        while let Some(ev) = f.next().await {
+            events.push(ev);
+        }
+        events
+    }
+
+    fn text(events: &[ExecEvent], stderr: bool) -> String {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                ExecEvent::Stdout { data } if !stderr => Some(data.as_str()),
+                ExecEvent::Stderr { data } if stderr => Some(data.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_replay_after_the_end_is_the_live_stream_and_holds_no_copy() {
+        let pool = Budget::new(1 << 20);
+        let p = process(1000, &pool);
+        let mut follower = p.follow();
+        p.on_started();
+        p.on_output(1, b"one\n");
+        p.on_output(2, b"two\n");
+        p.on_output(1, b"three\n");
+        p.on_exit(Some(Termination::Exited { code: 0 }), false);
+        let live = drain(&mut follower).await;
+        let replay = drain(&mut p.follow()).await;
+        assert_eq!(live, replay);
+        assert_eq!(live.len(), 5, "{live:?}");
+        assert_eq!(text(&live, false), "one\nthree\n");
+        assert_eq!(p.result().unwrap().stderr, "two\n");
+        assert_eq!(pool.used(), 14, "the reservation shrank to the bytes held");
+        drop((p, follower));
+        assert_eq!(pool.used(), 0, "a forgotten process gives its bytes back");
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_tiny_interleaved_writes_keeps_the_log_bounded_and_loses_no_byte() {
+        let pool = Budget::new(1 << 20);
+        let p = process(1 << 16, &pool);
+        p.on_started();
+        let mut slow = p.follow();
+        for i in 0..20_000u32 {
+            p.on_output(1 + (i % 2) as u8, &[b'a' + (i % 26) as u8]);
+        }
+        p.on_exit(Some(Termination::Exited { code: 0 }), false);
+        assert!(p.lock().log.len() <= MAX_LOG_ENTRIES + 4, "log holds {} entries", p.lock().log.len());
+        let events = drain(&mut slow).await;
+        let r = p.result().unwrap();
+        assert_eq!(text(&events, false), r.stdout);
+        assert_eq!(text(&events, true), r.stderr);
+        assert_eq!(r.stdout.len() + r.stderr.len(), 20_000);
+        assert!(matches!(events.last(), Some(ExecEvent::Exited { .. })));
     }
 }

@@ -13,6 +13,7 @@ use sandlot_protocol::{encode, parse_prefix, Event, FileErrorKind, FileOp, Reque
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::budget::{Budget, Reservation, SANDBOX_OUTPUT_BYTES};
 use crate::process::Process;
 use crate::EngineError;
 
@@ -85,6 +86,8 @@ struct Shared {
     /// Unix ms of the last process output (idle timeouts count it as activity).
     last_output_ms: std::sync::atomic::AtomicI64,
     cgroup: SandboxCgroup,
+    /// Output budgets a process reserves its captures from: this sandbox's, then the daemon's.
+    output_pools: [Arc<Budget>; 2],
 }
 
 /// A running sandbox.
@@ -108,6 +111,7 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    #[allow(clippy::too_many_arguments)] // the parts prepare() made, handed over once
     pub(crate) fn attach(
         id: String,
         launched: Launched,
@@ -116,6 +120,7 @@ impl Sandbox {
         limits: CgroupLimits,
         slot: sandlot_linux::ids::Slot,
         deaths: mpsc::UnboundedSender<(String, String)>,
+        daemon_output: Arc<Budget>,
     ) -> Arc<Self> {
         let Launched { pid, control, log } = launched;
         let std_sock = std::os::unix::net::UnixStream::from(control);
@@ -139,6 +144,7 @@ impl Sandbox {
             destroying: AtomicBool::new(false),
             last_output_ms: std::sync::atomic::AtomicI64::new(0),
             cgroup,
+            output_pools: [Budget::new(SANDBOX_OUTPUT_BYTES), daemon_output],
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let log_buf = Arc::new(Mutex::new(Vec::new()));
@@ -262,10 +268,11 @@ impl Sandbox {
     /// Starts a process and returns its record once the supervisor has answered the spawn.
     pub async fn spawn(&self, spec: ExecSpec) -> Result<Arc<Process>, EngineError> {
         let id = self.next.fetch_add(1, Ordering::SeqCst);
-        let proc = Process::new(id, spec.argv.clone(), spec.max_output, now_ms(), spec.keep_stdin);
+        let reservation = self.shared.reserve_output(2 * spec.max_output as u64)?;
+        let proc = Process::new(id, spec.argv.clone(), spec.max_output, now_ms(), spec.keep_stdin, reservation);
         let oom_before = self.shared.cgroup.oom_kills();
         self.shared.remember(id, Arc::clone(&proc), oom_before);
-        let started = proc.follow();
+        let mut started = proc.follow();
         let spawn = Spawn {
             proc: id,
             argv: spec.argv,
@@ -285,9 +292,7 @@ impl Sandbox {
             }
         }
         // Wait for Started (or an immediate failure/exit) so the caller can rely on the process existing.
-        if let Some(mut live) = started.live {
-            let _ = live.recv().await;
-        }
+        let _ = started.next().await;
         Ok(proc)
     }
 
@@ -488,13 +493,53 @@ fn finish_upload(msg: FileMsg) -> Result<serde_json::Value, EngineError> {
 }
 
 impl Shared {
+    /// Room for a new process's output, made by forgetting finished processes (oldest first) when the
+    /// sandbox's budget is short. Refused when running processes hold it all, or the daemon's is short.
+    fn reserve_output(&self, bytes: u64) -> Result<Reservation, EngineError> {
+        loop {
+            match Reservation::take(&self.output_pools, bytes) {
+                Ok(r) => return Ok(r),
+                Err(short) => {
+                    if short == 0 && self.forget_oldest_finished() {
+                        continue;
+                    }
+                    let (pool, whose) = if short == 0 {
+                        (&self.output_pools[0], "this sandbox")
+                    } else {
+                        (&self.output_pools[1], "the server")
+                    };
+                    return Err(EngineError::OutputBudget(format!(
+                        "{whose} holds {} MiB of process output (at most {} MiB) for processes still running; \
+                         this one would need {} MiB: wait for one to finish, kill one, or ask for a smaller \
+                         max_output_bytes",
+                        pool.used() >> 20,
+                        pool.limit() >> 20,
+                        bytes.div_ceil(1 << 20)
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Forgets the oldest finished process; `false` when none is.
+    fn forget_oldest_finished(&self) -> bool {
+        let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(pos) = order.iter().position(|i| procs.get(i).is_some_and(|(p, _)| p.finished())) else {
+            return false;
+        };
+        let old = order.remove(pos);
+        procs.remove(&old);
+        true
+    }
+
     fn remember(&self, id: u64, proc: Arc<Process>, oom_before: u64) {
         let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
         let mut order = self.order.lock().unwrap_or_else(|p| p.into_inner());
         procs.insert(id, (proc, oom_before));
         order.push(id);
         while order.len() > MAX_REMEMBERED_PROCESSES {
-            let Some(pos) = order.iter().position(|i| procs.get(i).is_some_and(|(p, _)| p.result().is_some())) else {
+            let Some(pos) = order.iter().position(|i| procs.get(i).is_some_and(|(p, _)| p.finished())) else {
                 break;
             };
             let old = order.remove(pos);

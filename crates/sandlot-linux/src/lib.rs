@@ -71,6 +71,16 @@ impl Default for Layers {
     }
 }
 
+/// The host's memory (`MemTotal` of /proc/meminfo) in bytes; 0 when it cannot be read.
+pub fn host_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().find_map(|l| l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb << 10)
+}
+
 /// Whether this process runs as the host's root (the driver needs it).
 pub fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()

@@ -54,6 +54,7 @@ impl From<EngineError> for ApiError {
                 ApiError::conflict(format!("{e}; its processes are gone. Delete it and create a new one"))
             }
             EngineError::UnknownImage(_) => ApiError::invalid(e.to_string()),
+            EngineError::OutputBudget(m) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, codes::LIMIT_REACHED, m),
             EngineError::PortUnreachable(m) => ApiError::new(StatusCode::BAD_GATEWAY, "port_unreachable", m),
             EngineError::StartFailed(_) | EngineError::Host(_) => ApiError::internal(e.to_string()),
             EngineError::File { kind, message } => {

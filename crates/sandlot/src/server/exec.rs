@@ -12,7 +12,6 @@ use sandlot_api::{ExecEvent, ExecRequest, ExecResult, KillRequest, ProcessList, 
 use sandlot_engine::{ExecSpec, Process};
 use sandlot_store::SandboxRecord;
 use serde_json::json;
-use tokio::sync::broadcast::error::RecvError;
 
 use super::extract::{no_nul, running, ApiJson, ApiPath, Caller};
 use super::sandboxes::check_env;
@@ -178,22 +177,11 @@ fn ndjson(proc: Arc<Process>) -> Response {
             v.push(b'\n');
             Ok(Bytes::from(v))
         };
-        let follow = proc.follow();
-        for ev in &follow.replay {
-            if tx.send(line(ev)).await.is_err() {
-                return;
-            }
-        }
-        let Some(mut live) = follow.live else { return };
-        loop {
-            let ev = match live.recv().await {
-                Ok(ev) => ev,
-                // The reader fell behind the live buffer: say so, then carry on with what is current.
-                Err(RecvError::Lagged(_)) => ExecEvent::Truncated { stream: "events".into() },
-                Err(RecvError::Closed) => return,
-            };
-            let last = matches!(ev, ExecEvent::Exited { .. });
-            if tx.send(line(&ev)).await.is_err() || last {
+        // The follower reads at this client's pace: a client that stops reading holds one event here
+        // and 64 lines in the channel, and costs the process nothing.
+        let mut follow = proc.follow();
+        while let Some(ev) = follow.next().await {
+            if tx.send(line(&ev)).await.is_err() {
                 return;
             }
         }

@@ -299,3 +299,57 @@ print("under the limit:", sent < (128 << 20), flush=True)
     assert!(r.stdout.contains("under the limit: True"), "{r:?}");
     assert_eq!(sh(&sb, User::User, "echo alive").stdout, "alive\n");
 }
+
+/// Daemon memory held for exec output is bounded and held once. The review's attack: execs with the
+/// largest cap (64 MiB per stream) flooding it, whose output the daemon kept about four times over
+/// until the sandbox was deleted (four such execs grew its RSS by 1 GiB). Now: fourteen 20 MB floods in
+/// a row (280 MB, more than the sandbox's 256 MiB budget, so the oldest finished ones are forgotten to
+/// make room) grow the daemon by about one copy of what fits, and a third 64 MiB-cap exec while two
+/// still run is refused up front with the budget in the message.
+#[test]
+fn limits_retained_exec_output_is_bounded_in_the_daemon() {
+    let _heavy = Heavy::lock();
+    let server = Server::start();
+    let sb = server.sandbox();
+    let exec = |shell: &str| ExecRequest {
+        shell: Some(shell.to_string()),
+        background: true,
+        max_output_bytes: Some(64 << 20),
+        ..ExecRequest::default()
+    };
+    let rss = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+        let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches(" kB");
+        kb.trim().parse::<u64>().unwrap() << 10
+    };
+    let before = rss();
+    let mut first = None;
+    for _ in 0..14 {
+        let pid = sb.spawn(&exec("head -c 20000000 /dev/zero | tr '\\0' a")).unwrap();
+        first.get_or_insert(pid);
+        while sb.processes().unwrap().iter().any(|p| p.pid == pid && p.running) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let grown = rss().saturating_sub(before);
+    println!("daemon RSS grew by {} MiB over 14 floods of 20 MB at a 64 MiB cap", grown >> 20);
+    assert!(grown < 400 << 20, "daemon RSS grew by {} MiB", grown >> 20);
+    let remembered: Vec<u64> = sb.processes().unwrap().iter().map(|p| p.pid).collect();
+    assert!(!remembered.contains(&first.unwrap()), "the oldest flood was not forgotten: {remembered:?}");
+    // Each new exec reserves 2 × 64 MiB up front, so 128 MiB stays for finished output: six 20 MB
+    // results and the newest.
+    assert!(remembered.len() >= 7, "only {} of 14 floods kept", remembered.len());
+
+    // Two running execs reserve the whole budget; a third is refused before it starts.
+    let running: Vec<u64> = (0..2).map(|_| sb.spawn(&exec("sleep 300")).unwrap()).collect();
+    let err = sb.spawn(&exec("true")).unwrap_err();
+    assert_eq!((err.status(), err.code()), (Some(429), Some("limit_reached")), "{err:?}");
+    assert!(err.to_string().contains("at most 256 MiB"), "{err}");
+    for pid in running {
+        sb.kill_process(pid, None).unwrap();
+        sb.wait(pid).unwrap();
+    }
+    // Once they end, there is room again.
+    let pid = sb.spawn(&exec("echo room")).unwrap();
+    assert_eq!(sb.wait(pid).unwrap().stdout, "room\n");
+}
