@@ -200,7 +200,7 @@ impl Engine {
         spec: &sandlot_api::NetworkSpec,
         exempt: &[String],
     ) -> Result<sandlot_netproxy::policy::Policy, String> {
-        sandlot_netproxy::policy::Policy::compile(spec, &self.cfg.net.host_addrs, exempt)
+        sandlot_netproxy::policy::Policy::compile(spec, &self.cfg.net.host_nets, exempt)
     }
 
     /// Applies `policy` to running sandbox `id` (new connections and lookups), creating its network

@@ -286,41 +286,110 @@ fn attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
     }
 }
 
-/// Every address of this host's interfaces (sandboxes may never connect to them).
-pub fn host_addresses() -> Vec<IpAddr> {
+/// What a sandbox may never reach of the host's own surroundings, as (address, prefix length): every
+/// address of the host's interfaces (as a single address), the network each one is on (its netmask),
+/// and the host's default gateways (from the main routing tables). Without the networks, `allow-all`
+/// would open the host's LAN, its router and whatever a cloud puts on the host's subnet.
+pub fn host_networks() -> Vec<(IpAddr, u8)> {
     let mut out = Vec::new();
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs allocates a list we walk read-only and free below.
-    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
-        return out;
+    if unsafe { libc::getifaddrs(&mut ifap) } == 0 {
+        let mut cur = ifap;
+        while !cur.is_null() {
+            // SAFETY: cur is a valid node of the list returned by getifaddrs.
+            let ifa = unsafe { &*cur };
+            // SAFETY: both pointers, when not null, point at sockaddrs of the family they carry.
+            if let Some(addr) = unsafe { sockaddr_ip(ifa.ifa_addr) } {
+                let bits = if addr.is_ipv4() { 32 } else { 128 };
+                out.push((addr, bits));
+                // SAFETY: as above; the netmask has the address's family.
+                if let Some(mask) = unsafe { sockaddr_ip(ifa.ifa_netmask) } {
+                    let prefix = match mask {
+                        IpAddr::V4(m) => u32::from(m).count_ones() as u8,
+                        IpAddr::V6(m) => u128::from(m).count_ones() as u8,
+                    };
+                    if prefix > 0 && prefix < bits {
+                        out.push((addr, prefix));
+                    }
+                }
+            }
+            cur = ifa.ifa_next;
+        }
+        // SAFETY: frees the list getifaddrs allocated.
+        unsafe { libc::freeifaddrs(ifap) };
     }
-    let mut cur = ifap;
-    while !cur.is_null() {
-        // SAFETY: cur is a valid node of the list returned by getifaddrs.
-        let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() {
-            // SAFETY: ifa_addr points at a sockaddr whose family says which struct it is.
-            let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
-            if family == libc::AF_INET {
-                // SAFETY: AF_INET means sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
-            } else if family == libc::AF_INET6 {
-                // SAFETY: AF_INET6 means sockaddr_in6.
-                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                out.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
+    out.extend(default_gateways().into_iter().map(|g| (g, if g.is_ipv4() { 32 } else { 128 })));
+    out
+}
+
+/// The address in `sa`, for AF_INET and AF_INET6.
+///
+/// # Safety
+/// `sa` is null or points at a sockaddr whose family field says which struct it is.
+unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's promise; the family is the first field of every sockaddr.
+    match unsafe { (*sa).sa_family } as i32 {
+        libc::AF_INET => {
+            // SAFETY: AF_INET means sockaddr_in.
+            let sin = unsafe { &*(sa as *const libc::sockaddr_in) };
+            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: AF_INET6 means sockaddr_in6.
+            let sin6 = unsafe { &*(sa as *const libc::sockaddr_in6) };
+            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+        }
+        _ => None,
+    }
+}
+
+/// Next hops of the host's default routes, IPv4 (`/proc/net/route`) and IPv6 (`/proc/net/ipv6_route`).
+fn default_gateways() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    // Iface Destination Gateway Flags …, addresses as little-endian hex.
+    for line in std::fs::read_to_string("/proc/net/route").unwrap_or_default().lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if let (Some(&"00000000"), Some(gw)) = (f.get(1), f.get(2).and_then(|g| u32::from_str_radix(g, 16).ok())) {
+            if gw != 0 {
+                out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(gw))));
             }
         }
-        cur = ifa.ifa_next;
     }
-    // SAFETY: frees the list getifaddrs allocated.
-    unsafe { libc::freeifaddrs(ifap) };
+    // dest dest_len src src_len next_hop …, addresses as 32 hex digits.
+    for line in std::fs::read_to_string("/proc/net/ipv6_route").unwrap_or_default().lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() > 4 && f[0].bytes().all(|b| b == b'0') && f[1] == "00" {
+            if let Ok(hop) = u128::from_str_radix(f[4], 16) {
+                if hop != 0 {
+                    out.push(IpAddr::V6(Ipv6Addr::from(hop)));
+                }
+            }
+        }
+    }
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_networks_hold_each_address_its_network_and_the_default_gateway() {
+        let nets = host_networks();
+        assert!(nets.contains(&(IpAddr::V4(Ipv4Addr::LOCALHOST), 32)), "{nets:?}");
+        assert!(nets.contains(&(IpAddr::V4(Ipv4Addr::LOCALHOST), 8)), "loopback's /8: {nets:?}");
+        let route = std::fs::read_to_string("/proc/net/route").unwrap();
+        let has_default = route.lines().skip(1).any(|l| l.split_whitespace().nth(1) == Some("00000000"));
+        if has_default {
+            let gw = default_gateways();
+            assert!(gw.iter().any(|g| g.is_ipv4()), "a default route exists but no gateway was read: {route}");
+            assert!(gw.iter().all(|g| nets.contains(&(*g, if g.is_ipv4() { 32 } else { 128 }))));
+        }
+    }
     use std::io::{Read, Write};
     use std::os::unix::process::CommandExt;
 

@@ -12,6 +12,12 @@ pub struct Cidr {
 }
 
 impl Cidr {
+    /// The network of `prefix` bits around `addr` (`None` when the prefix is longer than the address).
+    pub fn new(addr: IpAddr, prefix: u8) -> Option<Cidr> {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        (prefix <= max).then_some(Cidr { addr, prefix })
+    }
+
     /// Whether `ip` lies in this network.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {

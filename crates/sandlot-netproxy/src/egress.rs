@@ -74,8 +74,8 @@ impl Dial for TcpDialer {
 pub struct Shared {
     /// Admin name → addresses mappings (`--resolve NAME=IP`); these names may reach any address.
     pub overrides: HashMap<String, Vec<IpAddr>>,
-    /// The host's own addresses (always denied).
-    pub host_addrs: Vec<IpAddr>,
+    /// The host's own addresses and networks (always denied).
+    pub host_nets: Arc<crate::policy::HostNetworks>,
     /// Upstream dialer.
     pub dialer: Arc<dyn Dial>,
     /// The sandbox side's gateway address, where DNS is answered.
@@ -86,7 +86,7 @@ pub struct Shared {
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").field("overrides", &self.overrides).field("host_addrs", &self.host_addrs).finish()
+        f.debug_struct("Shared").field("overrides", &self.overrides).field("host_nets", &self.host_nets).finish()
     }
 }
 

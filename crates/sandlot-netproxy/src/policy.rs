@@ -9,6 +9,7 @@
 //! to a rule that only names a domain.
 
 use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 
@@ -37,6 +38,49 @@ pub const ALWAYS_DENY: &[&str] = &[
 ];
 
 pub use sandlot_api::{HostRule, Mode, NetworkSpec};
+
+/// The host's own addresses, the networks its interfaces are on, and its default gateways: what a
+/// sandbox with `allow-all` would otherwise reach next to the host (its LAN, its router, a cloud's
+/// services on the host's subnet). Shared by every policy and replaced when the host's addresses
+/// change, so running sandboxes follow at once.
+#[derive(Debug, Default)]
+pub struct HostNetworks(RwLock<Vec<Cidr>>);
+
+impl HostNetworks {
+    /// A set holding `nets`.
+    pub fn new(nets: Vec<Cidr>) -> Arc<HostNetworks> {
+        let set = Arc::new(HostNetworks::default());
+        set.replace(nets);
+        set
+    }
+
+    /// A set of literal CIDRs or addresses (tests, fixed configurations).
+    pub fn of(nets: &[&str]) -> Arc<HostNetworks> {
+        HostNetworks::new(nets.iter().map(|n| n.parse().expect("a CIDR")).collect())
+    }
+
+    /// Replaces the set; returns whether it changed.
+    pub fn replace(&self, mut nets: Vec<Cidr>) -> bool {
+        nets.sort_by_key(|c| c.to_string());
+        nets.dedup();
+        let mut cur = self.0.write().unwrap_or_else(|p| p.into_inner());
+        if *cur == nets {
+            return false;
+        }
+        *cur = nets;
+        true
+    }
+
+    /// The first network of the set holding `ip`.
+    pub fn find(&self, ip: IpAddr) -> Option<Cidr> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).iter().find(|c| c.contains(ip)).copied()
+    }
+
+    /// The networks, as CIDR text.
+    pub fn list(&self) -> Vec<String> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).iter().map(|c| c.to_string()).collect()
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Pattern {
@@ -87,8 +131,8 @@ pub struct Policy {
     cidrs: Vec<Cidr>,
     deny: Vec<Cidr>,
     always_deny: Vec<Cidr>,
-    /// The host's own addresses: always denied, whatever an admin exempts.
-    host: Vec<Cidr>,
+    /// The host's own addresses and networks: always denied, whatever an admin exempts.
+    host: Arc<HostNetworks>,
     /// Parts of the always-deny list the sandbox's tenant was opted into by an admin.
     exempt: Vec<Cidr>,
     rules: Vec<(Pattern, HostRule)>,
@@ -129,9 +173,10 @@ fn allow(rule: impl Into<String>, reason: impl Into<String>) -> Decision {
 }
 
 impl Policy {
-    /// Compiles `spec`; `host_addrs` are the host's own addresses (always denied); `exempt` are the
-    /// always-denied ranges an admin opted the sandbox's tenant into (reachable when `spec` allows).
-    pub fn compile(spec: &NetworkSpec, host_addrs: &[IpAddr], exempt: &[String]) -> Result<Policy, String> {
+    /// Compiles `spec`; `host` holds the host's own addresses and networks (always denied, read at
+    /// each decision so a change applies at once); `exempt` are the always-denied ranges an admin
+    /// opted the sandbox's tenant into (reachable when `spec` allows).
+    pub fn compile(spec: &NetworkSpec, host: &Arc<HostNetworks>, exempt: &[String]) -> Result<Policy, String> {
         let mut names = Vec::new();
         let mut cidrs = Vec::new();
         for a in &spec.allow {
@@ -143,7 +188,7 @@ impl Policy {
         }
         let deny = spec.deny.iter().map(|d| d.parse::<Cidr>()).collect::<Result<Vec<_>, _>>()?;
         let always_deny: Vec<Cidr> = ALWAYS_DENY.iter().map(|c| c.parse().expect("static CIDR")).collect();
-        let host = host_addrs.iter().map(|ip| ip.to_string().parse::<Cidr>().expect("an address")).collect();
+        let host = Arc::clone(host);
         let mut rules = Vec::new();
         for (host, rule) in &spec.rules {
             let p = Pattern::parse(host)?;
@@ -206,8 +251,11 @@ impl Policy {
         // The host's own addresses (its services on a private interface) cannot be exempted: an
         // exemption of a company range would otherwise open the sandlot host itself.
         if !a.admin_mapped {
-            if let Some(c) = self.host.iter().find(|c| c.contains(a.ip)) {
-                return deny(format!("always-deny {c}"), format!("{} is an address of the sandlot host", a.ip));
+            if let Some(c) = self.host.find(a.ip) {
+                return deny(
+                    format!("always-deny {c}"),
+                    format!("{} is an address of the sandlot host, its gateway or a network it is on", a.ip),
+                );
             }
         }
         if !a.admin_mapped && !self.exempt.iter().any(|c| c.contains(a.ip)) {
@@ -252,25 +300,51 @@ impl Policy {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_hosts_networks_are_denied_to_allow_all_and_follow_a_change_at_once() {
+        let nets = HostNetworks::of(&["203.0.113.0/24", "198.51.100.1"]);
+        let spec: NetworkSpec = serde_json::from_str(r#"{"mode":"allow-all"}"#).unwrap();
+        let p = Policy::compile(&spec, &nets, &["203.0.113.0/24".into()]).unwrap();
+        let at = |ip: &str| Attempt {
+            ip: ip.parse().unwrap(),
+            port: 22,
+            names: &[],
+            server_name: None,
+            admin_mapped: false,
+        };
+        let on_link = p.decide(&at("203.0.113.7"));
+        assert!(!on_link.allow, "an exemption does not open the host's own network: {on_link:?}");
+        assert_eq!(on_link.rule, "always-deny 203.0.113.0/24");
+        assert!(!p.decide(&at("198.51.100.1")).allow, "the gateway");
+        assert!(p.decide(&at("198.51.100.2")).allow);
+        // The host moved to another network: the compiled policy follows without a recompile.
+        assert!(nets.replace(vec!["198.51.100.0/24".parse().unwrap()]));
+        assert!(!nets.replace(vec!["198.51.100.0/24".parse().unwrap()]), "no change the second time");
+        assert!(p.decide(&at("203.0.113.7")).allow);
+        assert!(!p.decide(&at("198.51.100.2")).allow);
+    }
+
     fn policy(json: &str) -> Policy {
-        Policy::compile(&serde_json::from_str(json).unwrap(), &["192.0.2.10".parse().unwrap()], &[]).unwrap()
+        Policy::compile(&serde_json::from_str(json).unwrap(), &HostNetworks::of(&["192.0.2.10"]), &[]).unwrap()
     }
 
     #[test]
     fn a_tenant_exemption_lifts_only_its_own_range_and_only_where_the_policy_allows() {
         let spec: NetworkSpec = serde_json::from_str(r#"{"mode":"allowlist","allow":["10.20.0.0/16"]}"#).unwrap();
-        let p = Policy::compile(&spec, &[], &["10.20.30.0/24".into()]).unwrap();
+        let p = Policy::compile(&spec, &HostNetworks::of(&[]), &["10.20.30.0/24".into()]).unwrap();
         assert!(p.decide(&attempt("10.20.30.4", 5432, &[], None)).allow);
         // Allowed by the sandbox's CIDR but not exempt: the always-deny list still wins.
         let d = p.decide(&attempt("10.20.31.4", 5432, &[], None));
         assert!(!d.allow && d.rule == "always-deny 10.0.0.0/8", "{d:?}");
         // Exempt but not allowed by the sandbox's own policy.
         let strict: NetworkSpec = serde_json::from_str(r#"{"mode":"allowlist","allow":["pypi.org"]}"#).unwrap();
-        let p = Policy::compile(&strict, &[], &["10.20.30.0/24".into()]).unwrap();
+        let p = Policy::compile(&strict, &HostNetworks::of(&[]), &["10.20.30.0/24".into()]).unwrap();
         assert!(!p.decide(&attempt("10.20.30.4", 5432, &[], None)).allow);
-        assert!(Policy::compile(&strict, &[], &["not-a-cidr".into()]).unwrap_err().contains("tenant exemption"));
+        assert!(Policy::compile(&strict, &HostNetworks::of(&[]), &["not-a-cidr".into()])
+            .unwrap_err()
+            .contains("tenant exemption"));
         // The host's own address stays denied inside an exempt range.
-        let p = Policy::compile(&spec, &["10.20.30.1".parse().unwrap()], &["10.20.30.0/24".into()]).unwrap();
+        let p = Policy::compile(&spec, &HostNetworks::of(&["10.20.30.1"]), &["10.20.30.0/24".into()]).unwrap();
         let d = p.decide(&attempt("10.20.30.1", 22, &[], None));
         assert!(!d.allow && d.rule == "always-deny 10.20.30.1/32", "{d:?}");
     }
@@ -282,7 +356,7 @@ mod tests {
             let mut rule = HostRule::default();
             rule.headers.insert(name.to_string(), value.to_string());
             spec.rules.insert("a.test".into(), rule);
-            assert!(Policy::compile(&spec, &[], &[]).is_err(), "{name:?}: {value:?}");
+            assert!(Policy::compile(&spec, &HostNetworks::of(&[]), &[]).is_err(), "{name:?}: {value:?}");
         }
     }
 
@@ -367,7 +441,7 @@ mod tests {
             r#"{"mode":"allowlist","allow":["a.com"],"rules":{"a.com":{"headers":{"x":"y\r\nz: w"}}}}"#,
         ] {
             let spec: NetworkSpec = serde_json::from_str(bad).unwrap();
-            assert!(Policy::compile(&spec, &[], &[]).is_err(), "{bad}");
+            assert!(Policy::compile(&spec, &HostNetworks::of(&[]), &[]).is_err(), "{bad}");
         }
         assert!(serde_json::from_str::<NetworkSpec>(r#"{"mode":"open"}"#).is_err());
     }

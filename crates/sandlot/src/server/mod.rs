@@ -189,11 +189,13 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     let ca = sandlot_netproxy::broker::Ca::load_or_create(&state_dir.join("ca")).context("loading the egress CA")?;
     let broker =
         sandlot_netproxy::broker::Broker::new(Arc::new(ca), &args.extra_ca).context("setting up TLS brokering")?;
+    let host_nets = sandlot_netproxy::policy::HostNetworks::new(host_networks());
+    tracing::info!("always denied to sandboxes, as the host's own: {}", host_nets.list().join(", "));
     let net = Arc::new(sandlot_netproxy::egress::Shared {
         broker: Some(Arc::new(broker)),
         gateway: sandlot_linux::net::GATEWAY_ADDR,
         overrides: parse_resolve(&args.resolve)?,
-        host_addrs: sandlot_linux::net::host_addresses(),
+        host_nets: Arc::clone(&host_nets),
         dialer: Arc::new(sandlot_netproxy::egress::TcpDialer { loopback_only: args.test_loopback_only }),
     });
     let engine = Engine::new(EngineConfig {
@@ -219,6 +221,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(sandboxes::expiry_loop(Arc::clone(&app), shutdown_rx.clone()));
+    tokio::spawn(watch_host_networks(host_nets, shutdown_rx.clone()));
     if let Some(events) = engine.take_net_events() {
         let app = Arc::clone(&app);
         std::thread::Builder::new()
@@ -271,6 +274,35 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+/// The host's addresses, networks and gateways, as the policy's always-denied set.
+fn host_networks() -> Vec<sandlot_netproxy::cidr::Cidr> {
+    sandlot_linux::net::host_networks()
+        .into_iter()
+        .filter_map(|(ip, prefix)| sandlot_netproxy::cidr::Cidr::new(ip, prefix))
+        .collect()
+}
+
+/// How often the host's addresses are read again: a new interface, a DHCP lease on another subnet or
+/// a changed default route is denied to sandboxes within this long.
+const HOST_NETWORKS_EVERY: Duration = Duration::from_secs(10);
+
+/// Keeps the always-denied host networks current until shutdown.
+async fn watch_host_networks(
+    nets: Arc<sandlot_netproxy::policy::HostNetworks>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(HOST_NETWORKS_EVERY) => {}
+            _ = shutdown.changed() => return,
+        }
+        let now = tokio::task::spawn_blocking(host_networks).await.unwrap_or_default();
+        if !now.is_empty() && nets.replace(now) {
+            tracing::info!("the host's networks changed; always denied now: {}", nets.list().join(", "));
+        }
     }
 }
 

@@ -1039,3 +1039,36 @@ fn socket_buffers_in_a_sandbox_namespace_are_bounded() {
     assert_eq!(lines[..2], ["4096\t131072\t1048576", "4096\t16384\t1048576"], "{out:?}");
     assert_ne!(lines.get(2), Some(&"rc=0"), "sandbox root raised its buffers: {out:?}");
 }
+
+/// `allow-all` does not open the host's surroundings: its default gateway and the network of its
+/// interface are always denied (here 192.0.2.1 and 192.0.2.0/24 on the test machine; before the fix
+/// only the host's own address was). The decision is the policy's; the loopback-only dialer would
+/// fail the connection anyway, so the audit row is what is asserted.
+#[test]
+fn allow_all_never_reaches_the_hosts_gateway_or_its_network() {
+    let route = std::fs::read_to_string("/proc/net/route").unwrap();
+    let Some(gw) = route.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&"00000000")).then(|| u32::from_str_radix(f[2], 16).ok()).flatten()
+    }) else {
+        println!("no IPv4 default route on this host: nothing to check");
+        return;
+    };
+    let gw = std::net::Ipv4Addr::from(u32::from_be(gw));
+    let srv = server(&[], &[]);
+    let client = srv.client();
+    let sb = with_net(&client, net(r#"{"mode":"allow-all"}"#));
+    let out = sb.shell(&format!("curl -sS -m 3 http://{gw}:8080/ >/dev/null 2>&1; echo rc=$?")).unwrap();
+    assert!(!out.stdout.contains("rc=0"), "{out:?}");
+    let rows = audit_actions(&client, sb.id());
+    let denied = rows
+        .iter()
+        .find(|(a, d)| a == "net.deny" && d["dst"].as_str().is_some_and(|t| t.starts_with(&gw.to_string())))
+        .unwrap_or_else(|| panic!("no denial of {gw}: {rows:?}"));
+    let rule = denied.1["rule"].as_str().unwrap();
+    assert!(rule.starts_with("always-deny "), "{denied:?}");
+    assert!(!rows
+        .iter()
+        .any(|(a, d)| a == "net.allow" && d["dst"].as_str().is_some_and(|t| t.contains(&gw.to_string()))));
+    assert_no_dial_bug(&srv);
+}
