@@ -308,6 +308,10 @@ pub struct SnapshotInfo {
     pub image: String,
     /// Creation time, Unix milliseconds.
     pub created_at_ms: i64,
+    /// Bytes charged to the tenant's snapshot quota: what the sandbox's layer referenced when the
+    /// snapshot was taken (the most it can ever hold on its own).
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 /// Body of `GET /v1/snapshots`.

@@ -487,8 +487,8 @@ impl Engine {
     }
 
     /// Makes read-only snapshot `snap` of sandbox `id`'s writable layer (running or stopped). O(1) on
-    /// the layers volume: a btrfs snapshot after a syncfs.
-    pub async fn snapshot(&self, id: &str, snap: &str) -> Result<(), EngineError> {
+    /// the layers volume: a btrfs snapshot after a syncfs. Returns the bytes the snapshot references.
+    pub async fn snapshot(&self, id: &str, snap: &str) -> Result<u64, EngineError> {
         if self.volume.is_none() {
             return Err(EngineError::Host(
                 "snapshots need the layers volume (the server runs with --no-disk-quota)".into(),
@@ -496,15 +496,20 @@ impl Engine {
         }
         let src = Layer::at(&self.sandboxes_dir(), id).dir;
         let dst = self.snapshots_dir().join(snap);
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        let bytes = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
             std::fs::create_dir_all(dst.parent().expect("has a parent"))?;
             sandlot_linux::volume::sync(&src)?;
             sandlot_linux::volume::snapshot(&src, &dst, true)?;
-            sandlot_linux::volume::sync(&dst)
+            sandlot_linux::volume::sync(&dst)?;
+            let bytes = sandlot_linux::volume::referenced_bytes(&dst);
+            if bytes.is_err() {
+                let _ = sandlot_linux::volume::remove_subvolume(&dst);
+            }
+            bytes
         })
         .await
         .map_err(|e| EngineError::Host(e.to_string()))??;
-        Ok(())
+        Ok(bytes)
     }
 
     /// Deletes snapshot `snap`.

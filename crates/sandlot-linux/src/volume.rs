@@ -177,6 +177,27 @@ pub fn snapshot(src: &Path, dst: &Path, readonly: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Bytes subvolume `dir` references (its qgroup's `rfer`: data it shares with other subvolumes
+/// counts too), as btrfs accounts them at the last commit. The caller syncs first for a current figure.
+pub fn referenced_bytes(dir: &Path) -> io::Result<u64> {
+    let out = Command::new("btrfs").args(["qgroup", "show", "--raw", "-f"]).arg(dir).output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "reading the size of {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            f.next().filter(|q| q.starts_with("0/"))?;
+            f.next()?.parse().ok()
+        })
+        .ok_or_else(|| io::Error::other(format!("no qgroup for {} in `btrfs qgroup show`", dir.display())))
+}
+
 /// Flushes every dirty page of the filesystem holding `dir` (syncfs): after it returns, every file
 /// written there so far survives a crash.
 pub fn sync(dir: &Path) -> io::Result<()> {

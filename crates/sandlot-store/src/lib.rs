@@ -99,7 +99,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
     image       TEXT NOT NULL,
     base        INTEGER NOT NULL,
     created_ms  INTEGER NOT NULL,
-    deleted     INTEGER NOT NULL DEFAULT 0
+    deleted     INTEGER NOT NULL DEFAULT 0,
+    bytes       INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS audit (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -126,6 +127,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("sandboxes", "snapshot", "TEXT"),
     ("sandboxes", "network", "TEXT NOT NULL DEFAULT '{}'"),
     ("tenants", "network_exempt", "TEXT NOT NULL DEFAULT '[]'"),
+    ("snapshots", "bytes", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 fn migrate(conn: &Connection) -> Result<()> {
@@ -323,8 +325,8 @@ impl Store {
     /// Records a snapshot.
     pub fn insert_snapshot(&self, tenant: &str, snap: &SnapshotInfo, base: u32) -> Result<()> {
         self.conn().execute(
-            "INSERT INTO snapshots(id, tenant, name, sandbox_id, image, base, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![snap.id, tenant, snap.name, snap.sandbox_id, snap.image, base, snap.created_at_ms],
+            "INSERT INTO snapshots(id, tenant, name, sandbox_id, image, base, created_ms, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![snap.id, tenant, snap.name, snap.sandbox_id, snap.image, base, snap.created_at_ms, snap.bytes as i64],
         )?;
         Ok(())
     }
@@ -332,7 +334,7 @@ impl Store {
     fn snapshots_where(&self, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<(SnapshotInfo, u32)>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(&format!(
-            "SELECT id, name, sandbox_id, image, created_ms, base FROM snapshots WHERE deleted = 0 AND {filter} ORDER BY created_ms DESC"
+            "SELECT id, name, sandbox_id, image, created_ms, base, bytes FROM snapshots WHERE deleted = 0 AND {filter} ORDER BY created_ms DESC"
         ))?;
         let rows = stmt.query_map(args, |r| {
             Ok((
@@ -342,6 +344,7 @@ impl Store {
                     sandbox_id: r.get(2)?,
                     image: r.get(3)?,
                     created_at_ms: r.get(4)?,
+                    bytes: r.get::<_, i64>(6)? as u64,
                 },
                 r.get::<_, u32>(5)?,
             ))
@@ -357,6 +360,16 @@ impl Store {
     /// The tenant's snapshots, newest first.
     pub fn list_snapshots(&self, tenant: &str) -> Result<Vec<SnapshotInfo>> {
         Ok(self.snapshots_where("tenant = ?1", &[&tenant])?.into_iter().map(|(s, _)| s).collect())
+    }
+
+    /// How many snapshots the tenant keeps, and the bytes they are charged.
+    pub fn snapshot_usage(&self, tenant: &str) -> Result<(u64, u64)> {
+        let (n, bytes): (i64, i64) = self.conn().query_row(
+            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM snapshots WHERE deleted = 0 AND tenant = ?1",
+            params![tenant],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok((n as u64, bytes as u64))
     }
 
     /// Ids of every snapshot not deleted (garbage collection keeps these).

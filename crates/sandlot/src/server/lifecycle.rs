@@ -183,21 +183,62 @@ fn new_snapshot_id() -> String {
     super::sandboxes::random_id("snap_")
 }
 
+/// Whether a snapshot counts against its tenant's snapshot limits: the ones a caller keeps, not the
+/// one a fork takes and deletes once its copies exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Charge {
+    Tenant,
+    Transient,
+}
+
+fn snapshot_limit(message: String) -> ApiError {
+    ApiError::new(StatusCode::TOO_MANY_REQUESTS, sandlot_api::codes::LIMIT_REACHED, message)
+}
+
 /// Takes a snapshot of `rec` and records it for `tenant`.
-async fn take_snapshot(app: &App, rec: &SandboxRecord, name: Option<String>) -> Result<SnapshotInfo, ApiError> {
+async fn take_snapshot(
+    app: &App,
+    rec: &SandboxRecord,
+    name: Option<String>,
+    charge: Charge,
+) -> Result<SnapshotInfo, ApiError> {
     match rec.info.state {
         SandboxState::Running | SandboxState::Paused | SandboxState::Stopped => {}
         _ => return Err(illegal(rec, "snapshot")),
     }
-    let snap = SnapshotInfo {
+    // One check-take-record at a time per tenant, so two sandboxes of one tenant cannot both pass
+    // the check on the same room.
+    let _tenant = lock(app, &format!("snapshots@{}", rec.tenant)).await;
+    let (count, charged) = app.store.snapshot_usage(&rec.tenant)?;
+    if charge == Charge::Tenant && count >= app.cfg.max_snapshots_per_tenant {
+        return Err(snapshot_limit(format!(
+            "tenant {} keeps {count} snapshots, the most this server allows (--max-snapshots-per-tenant); \
+             delete one (DELETE /v1/snapshots/ID) and retry",
+            rec.tenant
+        )));
+    }
+    let mut snap = SnapshotInfo {
         id: new_snapshot_id(),
         name,
         sandbox_id: rec.info.id.clone(),
         image: rec.info.image.clone(),
         created_at_ms: now_ms(),
+        bytes: 0,
     };
     let t0 = std::time::Instant::now();
-    app.engine.snapshot(&rec.info.id, &snap.id).await?;
+    snap.bytes = app.engine.snapshot(&rec.info.id, &snap.id).await?;
+    let quota = app.cfg.snapshot_quota_mb << 20;
+    if charge == Charge::Tenant && charged + snap.bytes > quota {
+        let _ = app.engine.delete_snapshot(&snap.id).await;
+        return Err(snapshot_limit(format!(
+            "this snapshot would hold {} MiB; tenant {}'s snapshots already hold {} MiB of {} MiB \
+             (--snapshot-quota-mb): delete snapshots (DELETE /v1/snapshots/ID) and retry",
+            snap.bytes.div_ceil(1 << 20),
+            rec.tenant,
+            charged.div_ceil(1 << 20),
+            app.cfg.snapshot_quota_mb
+        )));
+    }
     let base = sandlot_linux::IdRange::for_slot(rec.slot).base;
     app.store.insert_snapshot(&rec.tenant, &snap, base)?;
     app.store.audit(
@@ -233,7 +274,7 @@ pub async fn snapshot(
     let rec = record(&app, &caller, &id)?;
     let _g = lock(&app, &id).await;
     let rec = fresh(&app, &rec)?;
-    Ok((StatusCode::CREATED, Json(take_snapshot(&app, &rec, req.name).await?)))
+    Ok((StatusCode::CREATED, Json(take_snapshot(&app, &rec, req.name, Charge::Tenant).await?)))
 }
 
 pub async fn list_snapshots(State(app): State<AppState>, caller: Caller) -> Result<Json<SnapshotList>, ApiError> {
@@ -268,7 +309,7 @@ pub async fn fork(
     let snap = {
         let _g = lock(&app, &id).await;
         let rec = fresh(&app, &rec)?;
-        take_snapshot(&app, &rec, None).await?
+        take_snapshot(&app, &rec, None, Charge::Transient).await?
     };
     let base = sandlot_linux::IdRange::for_slot(rec.slot).base;
     let mut made = Vec::new();

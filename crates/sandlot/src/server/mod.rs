@@ -54,6 +54,13 @@ pub struct ServeArgs {
     /// Most sandboxes alive at once on this server.
     #[arg(long, default_value_t = 256)]
     pub max_sandboxes: usize,
+    /// Most snapshots one tenant may keep.
+    #[arg(long, default_value_t = 64)]
+    pub max_snapshots_per_tenant: u64,
+    /// Disk one tenant's snapshots may be charged, in MiB: each is charged what its sandbox's layer
+    /// referenced when it was taken (the most it can hold once the sandbox has changed every file).
+    #[arg(long, default_value_t = 8192)]
+    pub snapshot_quota_mb: u64,
     /// Memory limit of a sandbox when the request names none, in MiB.
     #[arg(long, default_value_t = 512)]
     pub default_memory_mb: u64,

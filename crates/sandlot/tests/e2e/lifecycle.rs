@@ -405,3 +405,38 @@ fn forks_share_the_past_not_the_future() {
     parent.delete().unwrap();
     server.assert_clean();
 }
+
+/// Snapshots are charged to their tenant: each at what its sandbox's layer referenced when taken, up to
+/// `--snapshot-quota-mb` in all and `--max-snapshots-per-tenant` in number. The review's attack:
+/// snapshot, rewrite the files, snapshot again, … grew the shared volume past the sandbox's `disk_mb`
+/// (+286 MiB from a 64 MiB sandbox), charged to nobody.
+#[test]
+fn snapshots_are_charged_to_the_tenant_and_capped() {
+    let server = Server::start_with(&["--snapshot-quota-mb", "100", "--max-snapshots-per-tenant", "3"]);
+    let client = server.client();
+    let sb = server.create(&CreateSandbox { disk_mb: Some(64), ..Default::default() });
+    let rewrite = "head -c 40000000 /dev/urandom > /home/user/blob && sync && echo ok";
+    let mut snaps = Vec::new();
+    for _ in 0..2 {
+        assert_eq!(sb.shell(rewrite).unwrap().stdout, "ok\n");
+        let snap = sb.snapshot(None).unwrap();
+        assert!((40_000_000..48 << 20).contains(&snap.bytes), "charged {} bytes", snap.bytes);
+        snaps.push(snap);
+    }
+    assert_eq!(sb.shell(rewrite).unwrap().stdout, "ok\n");
+    let err = expect_error(sb.snapshot(None), 429, "limit_reached");
+    assert!(err.to_string().contains("of 100 MiB"), "{err}");
+    assert_eq!(client.snapshots().unwrap().len(), 2, "the refused snapshot is not kept");
+    // Room again once one is deleted.
+    client.delete_snapshot(&snaps[0].id).unwrap();
+    sb.snapshot(None).unwrap();
+
+    // The count: a tenant at the cap cannot take another, however small.
+    let small = server.sandbox();
+    small.snapshot(None).unwrap();
+    let err = expect_error(small.snapshot(None), 429, "limit_reached");
+    assert!(err.to_string().contains("keeps 3 snapshots"), "{err}");
+    // A fork's own snapshot is not one the tenant keeps: forks still work at the cap.
+    assert_eq!(small.fork(1).unwrap().len(), 1);
+    assert_eq!(client.snapshots().unwrap().len(), 3);
+}
