@@ -785,9 +785,13 @@ pub mod codes {
     pub const TOO_LARGE: &str = "too_large";
     /// 429: the server runs its maximum number of sandboxes (`--max-sandboxes`).
     pub const LIMIT_REACHED: &str = "limit_reached";
+    /// 429: the running sandboxes together hold this server's capacity (memory, pids or disk, times
+    /// `--overcommit`); retry when some have ended.
+    pub const SERVER_FULL: &str = "server_full";
     /// 500: a bug or a host problem; retrying may help.
     pub const INTERNAL: &str = "internal";
-    /// 503: reserved for a server that is shutting down or overloaded (not yet returned).
+    /// 503: the server is overloaded: it has its maximum of API connections open (in total or from
+    /// the caller's address); retry shortly.
     pub const UNAVAILABLE: &str = "unavailable";
 }
 

@@ -92,7 +92,9 @@ fn limits(app: &App, req: &CreateSandbox) -> Result<Limits, ApiError> {
             cfg.max_timeout_s
         )));
     }
-    Ok(Limits { cpu, memory_mb, pids, disk_mb, timeout_s })
+    let limits = Limits { cpu, memory_mb, pids, disk_mb, timeout_s };
+    super::capacity::check_against_host(app.ledger.host(), &limits)?;
+    Ok(limits)
 }
 
 fn validate(app: &App, req: &CreateSandbox) -> Result<(String, Limits), ApiError> {
@@ -156,17 +158,13 @@ pub fn new_record(tenant: &str, image: &str, limits: Limits, env: &BTreeMap<Stri
 
 /// Inserts `rec` and starts it; on failure the record ends `failed` with the reason.
 pub async fn start_record(app: &App, mut rec: SandboxRecord, source: LayerSource) -> Result<SandboxInfo, ApiError> {
-    if app.engine.running_ids().len() >= app.cfg.max_sandboxes {
-        return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            sandlot_api::codes::LIMIT_REACHED,
-            format!("this server runs at most {} sandboxes at once; delete one and retry", app.cfg.max_sandboxes),
-        ));
-    }
     let id = rec.info.id.clone();
+    // Reserved before the boot is awaited: concurrent creates cannot all pass the check and all boot.
+    app.ledger.reserve(&id, &rec.info.limits)?;
     // Locked before the row exists, so a concurrent get_or_create waits for the boot to finish.
     let _g = super::lifecycle::lock(app, &id).await;
     if let Err(e) = app.store.insert_sandbox(&rec) {
+        app.ledger.release(&id);
         if let Some(name) = &rec.info.name {
             if app.store.get_by_name(&rec.tenant, name)?.is_some() {
                 return Err(name_taken(name));
@@ -190,6 +188,7 @@ pub async fn start_record(app: &App, mut rec: SandboxRecord, source: LayerSource
         }
         Err(e) => {
             let _ = app.engine.destroy(&id).await;
+            app.ledger.release(&id);
             app.store.set_state(&id, SandboxState::Failed, Some(&e.message))?;
             app.store.audit(&rec.tenant, Some(&id), "sandbox.create_failed", &json!({"reason": e.message}))?;
             Err(e)
@@ -320,6 +319,7 @@ pub async fn remove_sandbox(
     let id = &rec.info.id;
     let _g = super::lifecycle::lock(app, id).await;
     app.engine.destroy(id).await?;
+    app.ledger.release(id);
     app.store.set_state(id, SandboxState::Deleted, reason)?;
     app.store.audit(&rec.tenant, Some(id), action, &json!({"reason": reason}))?;
     Ok(())
@@ -400,6 +400,10 @@ pub async fn expiry_loop(app: AppState, mut shutdown: tokio::sync::watch::Receiv
                 SandboxState::Running | SandboxState::Stopped if i.expires_at_ms <= now => {
                     Some(format!("lifetime of {} s ended", i.limits.timeout_s))
                 }
+                // Paused by its owner: the lifetime is wall-clock and ends all the same.
+                SandboxState::Paused if i.reason.is_none() && i.expires_at_ms <= now => {
+                    Some(format!("lifetime of {} s ended while paused", i.limits.timeout_s))
+                }
                 SandboxState::Running => i
                     .idle_timeout_s
                     .filter(|idle| active + *idle as i64 * 1000 <= now)
@@ -411,6 +415,9 @@ pub async fn expiry_loop(app: AppState, mut shutdown: tokio::sync::watch::Receiv
             };
             let Some(why) = why else { continue };
             let action = match (i.state, i.on_timeout) {
+                // Its lifetime ended while its owner had it paused: what `on_timeout` says (`pause`
+                // marks it paused by expiry, to be stopped after `stop_after_s`).
+                (SandboxState::Paused, a) if i.reason.is_none() => a,
                 (SandboxState::Paused, _) => TimeoutAction::Stop,
                 (SandboxState::Stopped, TimeoutAction::Delete) => TimeoutAction::Delete,
                 (SandboxState::Stopped, _) => continue, // a stopped persistent sandbox waits for its owner
@@ -442,6 +449,7 @@ pub async fn death_loop(app: AppState, mut deaths: tokio::sync::mpsc::UnboundedR
         tracing::warn!(sandbox = %id, "supervisor ended unexpectedly: {why}");
         let reason = format!("supervisor ended: {why}");
         let _ = app.engine.destroy(&id).await;
+        app.ledger.release(&id);
         let recs = app.store.live_sandboxes().unwrap_or_default();
         if let Some(rec) = recs.into_iter().find(|r| r.info.id == id) {
             let _ = app.store.set_state(&id, SandboxState::Failed, Some(&reason));
@@ -488,6 +496,6 @@ pub fn net_audit_loop(
     while let Some(ev) = events.blocking_recv() {
         let tenant = app.store.tenant_of(&ev.sandbox).ok().flatten().unwrap_or_default();
         let action = if ev.decision.allow { "net.allow" } else { "net.deny" };
-        let _ = app.store.audit(&tenant, Some(&ev.sandbox), action, &json!(ev));
+        app.audit_limited(super::audit::Class::Net, &tenant, Some(&ev.sandbox), action, &json!(ev));
     }
 }
