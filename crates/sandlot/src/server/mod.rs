@@ -7,6 +7,7 @@ mod error;
 mod exec;
 mod extract;
 mod files;
+mod keys;
 mod lifecycle;
 mod listener;
 mod ports;
@@ -429,7 +430,8 @@ fn router(app: AppState) -> Router {
         .layer(DefaultBodyLimit::disable());
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
-        .route("/v1/keys", post(sandboxes::create_key))
+        .route("/v1/keys", post(keys::create).get(keys::list))
+        .route("/v1/keys/{id}", axum::routing::delete(keys::revoke))
         .route("/v1/tenants/{tenant}/network", get(tenants::get_network).put(tenants::set_network))
         .route("/v1/audit", get(sandboxes::audit))
         .route("/v1/sandboxes", post(sandboxes::create).get(sandboxes::list))

@@ -6,9 +6,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use sandlot_api::{
-    AuditList, CreateKey, CreateSandbox, KeyCreated, Limits, SandboxInfo, SandboxList, SandboxState, TimeoutAction,
-};
+use sandlot_api::{AuditList, CreateSandbox, Limits, SandboxInfo, SandboxList, SandboxState, TimeoutAction};
 use sandlot_engine::LayerSource;
 use sandlot_store::{now_ms, SandboxRecord};
 use serde::Deserialize;
@@ -338,30 +336,6 @@ pub async fn delete(
     }
     remove_sandbox(&app, &rec, "sandbox.delete", None).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-pub async fn create_key(
-    State(app): State<AppState>,
-    caller: Caller,
-    ApiJson(req): ApiJson<CreateKey>,
-) -> Result<impl IntoResponse, ApiError> {
-    if !caller.admin {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            sandlot_api::codes::FORBIDDEN,
-            "only an admin key may create keys (see <state-dir>/admin.key)",
-        ));
-    }
-    let t = &req.tenant;
-    if t == "admin" {
-        return Err(ApiError::invalid("the tenant name `admin` is reserved for the bootstrap admin key"));
-    }
-    if t.is_empty() || t.len() > 64 || !t.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        return Err(ApiError::invalid("tenant must be 1-64 characters of A-Z a-z 0-9 - _ ."));
-    }
-    let key = app.store.create_key(t, false)?;
-    app.store.audit(&caller.tenant, None, "key.create", &json!({"tenant": t}))?;
-    Ok((StatusCode::CREATED, Json(KeyCreated { tenant: t.clone(), key })))
 }
 
 #[derive(Deserialize)]
