@@ -86,7 +86,7 @@ pub fn check_against_host(host: &Host, l: &Limits) -> Result<(), ApiError> {
     }
     if let (Some(d), Some(max)) = (l.disk_mb, host.disk_mb) {
         if d > max {
-            return Err(too_much("disk_mb", d, max, "the layers volume"));
+            return Err(too_much("disk_mb", d, max, "the layers volume, or the filesystem that holds it if smaller"));
         }
     }
     Ok(())
@@ -179,7 +179,7 @@ mod tests {
         let e = check_against_host(&HOST, &limits(16, 751, 16)).unwrap_err();
         assert!(e.message.contains("pids 751 exceeds this server's maximum of 750"), "{}", e.message);
         let e = check_against_host(&HOST, &limits(16, 8, 1001)).unwrap_err();
-        assert!(e.message.contains("maximum of 1000 (the layers volume)"), "{}", e.message);
+        assert!(e.message.contains("maximum of 1000 (the layers volume"), "{}", e.message);
         check_against_host(&HOST, &limits(1000, 750, 1000)).unwrap();
     }
 
