@@ -22,6 +22,19 @@ const ATTACK_CONNECTIONS: usize = 2000;
 fn connect_from(from: Ipv4Addr, port: u16) -> std::io::Result<TcpStream> {
     use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
     let fd: OwnedFd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    // The port is picked at connect, not at bind: a bind to port 0 searches the port space for a port
+    // free for every destination, which grows slow over thousands of sockets.
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads an int of the given size from a valid pointer, on a descriptor we own.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
     bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(SocketAddrV4::new(from, 0)))?;
     connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)))?;
     Ok(TcpStream::from(fd))
