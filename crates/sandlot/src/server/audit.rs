@@ -20,18 +20,21 @@ const PER_SECOND: f64 = 10.0;
 /// How often old rows are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3_600);
 
-/// Classes of rate-limited rows, each with its own budget so one cannot starve the other.
+/// Classes of rate-limited rows, each with its own budget so one cannot starve another (a flood of
+/// allowed connections must not hide the denial that follows it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Class {
     Exec,
-    Net,
+    NetAllow,
+    NetDeny,
 }
 
 impl Class {
     fn as_str(self) -> &'static str {
         match self {
             Class::Exec => "exec",
-            Class::Net => "net",
+            Class::NetAllow => "net.allow",
+            Class::NetDeny => "net.deny",
         }
     }
 }
@@ -121,7 +124,7 @@ mod tests {
         assert_eq!(gate.admit("t", Class::Exec), None);
         // Another tenant, and another class of the same tenant, have budgets of their own.
         assert_eq!(gate.admit("u", Class::Exec), Some(0));
-        assert_eq!(gate.admit("t", Class::Net), Some(0));
+        assert_eq!(gate.admit("t", Class::NetDeny), Some(0));
         std::thread::sleep(Duration::from_millis(150));
         assert_eq!(gate.admit("t", Class::Exec), Some(2), "the next row to pass reports what was left out");
     }

@@ -467,7 +467,10 @@ pub fn net_audit_loop(
 ) {
     while let Some(ev) = events.blocking_recv() {
         let tenant = app.store.tenant_of(&ev.sandbox).ok().flatten().unwrap_or_default();
-        let action = if ev.decision.allow { "net.allow" } else { "net.deny" };
-        app.audit_limited(super::audit::Class::Net, &tenant, Some(&ev.sandbox), action, &json!(ev));
+        let (action, class) = match ev.decision.allow {
+            true => ("net.allow", super::audit::Class::NetAllow),
+            false => ("net.deny", super::audit::Class::NetDeny),
+        };
+        app.audit_limited(class, &tenant, Some(&ev.sandbox), action, &json!(ev));
     }
 }
