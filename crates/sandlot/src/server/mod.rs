@@ -103,13 +103,13 @@ pub struct ServeArgs {
     pub overcommit: f64,
     /// Most API connections open at once, all clients together; more are answered 503 and closed
     /// [default: an eighth of the daemon's descriptor limit].
-    #[arg(long)]
-    pub max_api_connections: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_api_connections: Option<u64>,
     /// Most API connections open at once from one client address [default: a quarter of
     /// --max-api-connections, at most 256]. Behind a reverse proxy every client shares its address:
     /// raise this to --max-api-connections there.
-    #[arg(long)]
-    pub max_api_connections_per_ip: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_api_connections_per_ip: Option<u64>,
     /// TESTING ONLY: the network proxy refuses to dial anything outside loopback (and logs it as a bug).
     #[arg(long, hide = true)]
     pub test_loopback_only: bool,
@@ -285,7 +285,11 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
     tracing::info!("sandlot listening on http://{} (state in {})", args.listen, state_dir.display());
     let router = router(Arc::clone(&app));
     let mut rx = shutdown_rx.clone();
-    let caps = listener::Caps::new(fd_limit, args.max_api_connections, args.max_api_connections_per_ip);
+    let caps = listener::Caps::new(
+        fd_limit,
+        args.max_api_connections.map(|n| n as usize),
+        args.max_api_connections_per_ip.map(|n| n as usize),
+    );
     tracing::info!(
         "API connections: at most {} open, {} per client address; request heads within {:?}",
         caps.total,
