@@ -85,9 +85,29 @@ impl Client {
 
     /// Creates an API key for `tenant` (the tenant is created if new). Needs the admin key.
     pub fn create_key(&self, tenant: &str) -> Result<KeyCreated> {
-        let body = CreateKey { tenant: tenant.to_string() };
-        let response = self.send_json(self.request("POST", "/v1/keys"), &body)?;
+        self.create_key_with(&CreateKey { tenant: tenant.to_string(), ..CreateKey::default() })
+    }
+
+    /// Creates an API key as `request` says (an expiry with `expires_in_s` or `expires_at_ms`).
+    /// Needs the admin key.
+    pub fn create_key_with(&self, request: &CreateKey) -> Result<KeyCreated> {
+        let response = self.send_json(self.request("POST", "/v1/keys"), request)?;
         json(response, "the created key")
+    }
+
+    /// Lists API keys (ids, prefixes, tenants, times; never secrets), of `tenant` or of all. Needs the
+    /// admin key.
+    pub fn list_keys(&self, tenant: Option<&str>) -> Result<Vec<sandlot_api::KeyInfo>> {
+        let pairs: Vec<(&str, &str)> = tenant.map(|t| ("tenant", t)).into_iter().collect();
+        let response = self.send(self.request("GET", &format!("/v1/keys{}", url::query(&pairs))))?;
+        let list: sandlot_api::KeyList = json(response, "the key list")?;
+        Ok(list.keys)
+    }
+
+    /// Revokes the API key with id `id`: requests with it get 401 from now on. Needs the admin key.
+    pub fn revoke_key(&self, id: &str) -> Result<()> {
+        drain(self.send(self.request("DELETE", &format!("/v1/keys/{}", url::segment(id))))?);
+        Ok(())
     }
 
     /// The always-denied ranges `tenant`'s sandboxes are opted into (admin key only).

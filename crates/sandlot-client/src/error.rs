@@ -171,7 +171,7 @@ fn kind_of_code(code: &str) -> Option<ErrorKind> {
         codes::NOT_FOUND | codes::FILE_NOT_FOUND => ErrorKind::NotFound,
         codes::CONFLICT | codes::WRONG_FILE_KIND | codes::ALREADY_EXISTS => ErrorKind::Conflict,
         codes::TOO_LARGE => ErrorKind::TooLarge,
-        codes::LIMIT_REACHED => ErrorKind::LimitReached,
+        codes::LIMIT_REACHED | codes::SERVER_FULL => ErrorKind::LimitReached,
         codes::INTERNAL | codes::UNAVAILABLE => ErrorKind::Server,
         _ => return None,
     })

@@ -222,6 +222,12 @@ impl Broker {
         let http = hyper::server::conn::http1::Builder::new();
         let (sender, client) = if tls {
             let accept = tokio_rustls::TlsAcceptor::from(Arc::clone(&self.server)).accept(client);
+            // A sandbox that sent its ClientHello and then stalls must not hold its connection slot.
+            let accept = async {
+                tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await.unwrap_or_else(|_| {
+                    Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the sandbox's TLS handshake stalled"))
+                })
+            };
             let (up, acc) = tokio::join!(upstream_side, accept);
             (up, Either::Tls(acc?))
         } else {
@@ -349,6 +355,10 @@ type Upstream = hyper::client::conn::http1::SendRequest<Incoming>;
 pub struct UpstreamPool {
     idle: Mutex<HashMap<UpstreamKey, Vec<(std::time::Instant, Upstream)>>>,
 }
+
+/// How long the sandbox side of a brokered TLS connection may take to finish its handshake once its
+/// ClientHello arrived: one round trip on a local link; 10 s allows for a loaded host.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long an idle upstream connection is reused: shorter than common server keep-alive timeouts
 /// (5 s and up), so a reused connection is rarely one the server is closing.

@@ -29,6 +29,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections one sandbox may have open through the proxy at once; more are reset. Each costs the
 /// daemon two descriptors (and a pipe pair while bytes move), so one sandbox must not spend them all.
 const MAX_CONNECTIONS: usize = 512;
+/// Share of the daemon's descriptor limit that proxied connections of all sandboxes together may
+/// hold: a connection costs up to four (both sockets, and a pipe pair while bytes move), so an eighth
+/// of the limit in connections is at most half the descriptors, and 40 sandboxes at their own cap of
+/// [`MAX_CONNECTIONS`] can no longer pin the daemon at its limit.
+pub const SHARE_OF_FDS: u64 = 8;
 /// Name resolutions one sandbox may have in flight (each holds a thread of the shared blocking pool).
 const MAX_RESOLVING: usize = 8;
 /// DNS queries one sandbox may have waiting for an answer; more get SERVFAIL at once.
@@ -82,6 +87,18 @@ pub struct Shared {
     pub gateway: Ipv4Addr,
     /// TLS terminator for hosts with header rules (credential brokering).
     pub broker: Option<Arc<crate::broker::Broker>>,
+    /// Connections open through the proxies of every sandbox together.
+    pub open_total: Arc<std::sync::atomic::AtomicUsize>,
+    /// Cap of `open_total` (see [`Shared::total_cap`]); more are reset and audited.
+    pub max_open_total: usize,
+}
+
+impl Shared {
+    /// The cap on proxied connections of all sandboxes together for a daemon whose descriptor limit is
+    /// `fd_limit` (see [`SHARE_OF_FDS`]).
+    pub fn total_cap(fd_limit: u64) -> usize {
+        (fd_limit / SHARE_OF_FDS).max(64) as usize
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -305,9 +322,19 @@ impl SandboxNet {
             self.record("tcp", dst, None, Decision { allow: false, rule: "connection-limit".into(), reason });
             return reset(stream);
         };
+        let Some(total_slot) = Slot::take(&self.shared.open_total, self.shared.max_open_total) else {
+            drop(slot);
+            let dst = stream.local_addr().map(|a| unmap(a).to_string()).unwrap_or_default();
+            let reason = format!(
+                "the server has its maximum of {} proxied connections open (all sandboxes together)",
+                self.shared.max_open_total
+            );
+            self.record("tcp", dst, None, Decision { allow: false, rule: "server-connection-limit".into(), reason });
+            return reset(stream);
+        };
         let net = Arc::clone(self);
         conns.spawn(async move {
-            let _slot = slot;
+            let _slot = (slot, total_slot);
             net.tcp(stream).await;
         });
     }
@@ -475,25 +502,7 @@ impl SandboxNet {
         // protocol would stall waiting for client bytes.
         let brokered = names.first().is_some_and(|n| policy.brokers(n));
         if matches!(dst.port(), 443 | 80) || brokered {
-            let deadline = tokio::time::Instant::now() + SNIFF_TIMEOUT;
-            let mut buf = vec![0u8; 4096];
-            loop {
-                let tls = head.first().map_or(dst.port() == 443, |b| *b == 22);
-                let verdict = if tls { sniff::tls_sni(&head) } else { sniff::http_host(&head) };
-                match verdict {
-                    Sniff::Name(n) => {
-                        server_name = Some(n);
-                        break;
-                    }
-                    Sniff::NoName => break,
-                    Sniff::NeedMore if head.len() >= sniff::MAX_SNIFF => break,
-                    Sniff::NeedMore => {}
-                }
-                match tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
-                    Ok(Ok(n)) if n > 0 => head.extend_from_slice(&buf[..n]),
-                    _ => break,
-                }
-            }
+            (head, server_name) = sniff_head(&mut tcp, dst.port() == 443, SNIFF_TIMEOUT).await;
         }
         let decision = policy.decide(&Attempt {
             ip: real.ip(),
@@ -554,6 +563,30 @@ impl SandboxNet {
             tracing::debug!(sandbox = %self.id, "connection to {real}: {e}");
             // A failed transfer must not look complete to the sandbox (a FIN would): reset it.
             reset(tcp);
+        }
+    }
+}
+
+/// Reads a connection's first bytes until they name the server (TLS SNI or HTTP Host), say they never
+/// will, fill [`sniff::MAX_SNIFF`], or `deadline` passes: a client that connects and sends nothing (or
+/// a byte at a time) holds its slot for `deadline` at most, never for good. Returns the bytes read
+/// (to forward) and the name found. `tls_port`: the port suggests TLS when nothing was read yet.
+async fn sniff_head<S: AsyncRead + Unpin>(s: &mut S, tls_port: bool, deadline: Duration) -> (Vec<u8>, Option<String>) {
+    let deadline = tokio::time::Instant::now() + deadline;
+    let mut head = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let tls = head.first().map_or(tls_port, |b| *b == 22);
+        let verdict = if tls { sniff::tls_sni(&head) } else { sniff::http_host(&head) };
+        match verdict {
+            Sniff::Name(n) => return (head, Some(n)),
+            Sniff::NoName => return (head, None),
+            Sniff::NeedMore if head.len() >= sniff::MAX_SNIFF => return (head, None),
+            Sniff::NeedMore => {}
+        }
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => head.extend_from_slice(&buf[..n]),
+            _ => return (head, None),
         }
     }
 }
@@ -710,6 +743,53 @@ fn recv_with_destination(fd: std::os::fd::RawFd, buf: &mut [u8]) -> io::Result<O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_connection_that_never_sends_its_head_is_decided_at_the_sniff_deadline() {
+        // The sandbox side connects and sends two bytes of a ClientHello, then nothing.
+        let (mut sandbox, mut proxy) = tokio::io::duplex(1024);
+        sandbox.write_all(&[22, 3]).await.unwrap();
+        let t0 = tokio::time::Instant::now();
+        let sniffed =
+            tokio::time::timeout(Duration::from_secs(5), sniff_head(&mut proxy, true, Duration::from_millis(300)))
+                .await
+                .expect("the sniff phase outlived its deadline");
+        assert_eq!(sniffed, (vec![22, 3], None));
+        assert!(t0.elapsed() >= Duration::from_millis(300), "decided before the deadline: {:?}", t0.elapsed());
+        // The real deadline is short: a stalled client holds its slot for seconds, not for good.
+        assert_eq!(SNIFF_TIMEOUT, Duration::from_secs(5));
+        drop(sandbox);
+    }
+
+    #[tokio::test]
+    async fn a_connection_over_the_servers_total_cap_is_reset_and_audited() {
+        let shared = Arc::new(Shared {
+            overrides: HashMap::new(),
+            host_nets: Default::default(),
+            dialer: Arc::new(TcpDialer { loopback_only: true }),
+            gateway: Ipv4Addr::new(10, 0, 0, 1),
+            broker: None,
+            // Another sandbox holds the server's only place.
+            open_total: Arc::new(std::sync::atomic::AtomicUsize::new(1)),
+            max_open_total: 1,
+        });
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let policy = Policy::compile(&Default::default(), &crate::policy::HostNetworks::of(&[]), &[]).unwrap();
+        let net = SandboxNet::new("sb_test", policy, Arc::clone(&shared), tx);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let mut conns = JoinSet::new();
+        net.accepted(&mut conns, listener.accept().await).await;
+        assert!(conns.is_empty(), "the connection was taken on");
+        let mut buf = [0u8; 1];
+        let err = client.read(&mut buf).await.expect_err("the refused connection was not reset");
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+        let ev = rx.try_recv().expect("the refusal was not audited");
+        assert_eq!((ev.kind, ev.decision.allow, ev.decision.rule.as_str()), ("tcp", false, "server-connection-limit"));
+        assert!(ev.decision.reason.contains("maximum of 1 proxied connections"), "{}", ev.decision.reason);
+        assert_eq!(net.open.load(Ordering::Acquire), 0, "the sandbox's own place was not given back");
+        assert_eq!(shared.open_total.load(Ordering::Acquire), 1);
+    }
 
     #[test]
     fn a_virtual_address_is_not_reused_while_its_answer_may_be_cached() {

@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OptionalExtension};
-use sandlot_api::{AuditEntry, Limits, NetworkSpec, SandboxInfo, SandboxState, SnapshotInfo, TimeoutAction};
+use sandlot_api::{AuditEntry, KeyInfo, Limits, NetworkSpec, SandboxInfo, SandboxState, SnapshotInfo, TimeoutAction};
 use sha2::{Digest, Sha256};
 
 /// Store failures.
@@ -38,6 +38,22 @@ pub struct Principal {
     pub admin: bool,
 }
 
+/// What an API key is worth now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// A valid key.
+    Valid(Principal),
+    /// No such key.
+    Unknown,
+    /// The key expired at this time (Unix ms).
+    Expired(i64),
+    /// The key was revoked at this time (Unix ms).
+    Revoked(i64),
+}
+
+/// How often a key's `last_used` is written at most: a write per minute per key, not per request.
+const LAST_USED_RESOLUTION_MS: i64 = 60_000;
+
 /// A sandbox row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxRecord {
@@ -64,7 +80,10 @@ CREATE TABLE IF NOT EXISTS api_keys (
     prefix      TEXT NOT NULL,
     tenant      TEXT NOT NULL REFERENCES tenants(name),
     admin       INTEGER NOT NULL DEFAULT 0,
-    created_ms  INTEGER NOT NULL
+    created_ms  INTEGER NOT NULL,
+    expires_ms  INTEGER,
+    revoked_ms  INTEGER,
+    last_used_ms INTEGER
 );
 CREATE TABLE IF NOT EXISTS sandboxes (
     id          TEXT PRIMARY KEY,
@@ -111,6 +130,7 @@ CREATE TABLE IF NOT EXISTS audit (
     detail      TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_sandbox ON audit(sandbox_id, seq);
+CREATE INDEX IF NOT EXISTS audit_at ON audit(at_ms);
 PRAGMA user_version = 1;
 ";
 
@@ -128,18 +148,21 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("sandboxes", "network", "TEXT NOT NULL DEFAULT '{}'"),
     ("tenants", "network_exempt", "TEXT NOT NULL DEFAULT '[]'"),
     ("snapshots", "bytes", "INTEGER NOT NULL DEFAULT 0"),
+    ("api_keys", "expires_ms", "INTEGER"),
+    ("api_keys", "revoked_ms", "INTEGER"),
+    ("api_keys", "last_used_ms", "INTEGER"),
 ];
 
 fn migrate(conn: &Connection) -> Result<()> {
-    let exists: bool = conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sandboxes')",
-        [],
-        |r| r.get(0),
-    )?;
-    if !exists {
-        return Ok(());
-    }
     for (table, col, def) in ADDED_COLUMNS {
+        let exists: bool = conn.query_row(
+            "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+            [table],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            continue;
+        }
         let mut stmt = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
         let have: Vec<String> = stmt.query_map([table], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
         if !have.iter().any(|h| h == col) {
@@ -147,6 +170,50 @@ fn migrate(conn: &Connection) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Bytes of a command line (or of a list of names) an audit row keeps: enough to read what ran, small
+/// enough that a tenant running commands with megabyte argvs cannot fill the host's disk through the
+/// audit log. What is cut is identified by its full length and SHA-256.
+pub const AUDIT_LIST_BYTES: usize = 1024;
+
+/// The first [`AUDIT_LIST_BYTES`] of `items` (each counted with a NUL after it, as `execve` sees an
+/// argv; the last kept item cut at a character boundary), and whether anything was cut.
+pub fn audit_head(items: &[String]) -> (Vec<String>, bool) {
+    let mut used = 0;
+    let mut out = Vec::new();
+    for item in items {
+        if used + item.len() < AUDIT_LIST_BYTES {
+            used += item.len() + 1;
+            out.push(item.clone());
+            continue;
+        }
+        let mut cut = AUDIT_LIST_BYTES.saturating_sub(used + 1);
+        while !item.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.push(item[..cut].to_string());
+        return (out, true);
+    }
+    (out, false)
+}
+
+/// An audit row's view of a command line: `{"argv": [...]}` when it fits in [`AUDIT_LIST_BYTES`];
+/// else its head, with `argv_truncated: true`, `argv_bytes` (the full size, NULs included) and
+/// `argv_sha256` (of every argument followed by a NUL).
+pub fn audit_argv(argv: &[String]) -> serde_json::Value {
+    let (head, cut) = audit_head(argv);
+    if !cut {
+        return serde_json::json!({ "argv": head });
+    }
+    let mut h = Sha256::new();
+    for a in argv {
+        h.update(a.as_bytes());
+        h.update([0u8]);
+    }
+    let sha: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let bytes: usize = argv.iter().map(|a| a.len() + 1).sum();
+    serde_json::json!({ "argv": head, "argv_truncated": true, "argv_bytes": bytes, "argv_sha256": sha })
 }
 
 /// Milliseconds since the Unix epoch.
@@ -157,6 +224,12 @@ pub fn now_ms() -> i64 {
 fn digest(key: &str) -> String {
     let d = Sha256::digest(key.as_bytes());
     d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A key's public id: derived from its digest (a hash of a hash of 238 random bits reveals nothing),
+/// so it needs no column and old keys have one too.
+fn key_id(digest: &str) -> String {
+    format!("key_{}", &digest[..16])
 }
 
 fn random_token(prefix: &str) -> String {
@@ -214,27 +287,84 @@ impl Store {
 
     /// Creates an API key for `tenant` (creating the tenant if new) and returns it in clear.
     pub fn create_key(&self, tenant: &str, admin: bool) -> Result<String> {
+        Ok(self.create_key_expiring(tenant, admin, None)?.0)
+    }
+
+    /// Creates an API key for `tenant` that stops working at `expires_ms` (if given); returns the key
+    /// in clear and its id.
+    pub fn create_key_expiring(&self, tenant: &str, admin: bool, expires_ms: Option<i64>) -> Result<(String, String)> {
         let key = random_token("sl_");
+        let d = digest(&key);
         let now = now_ms();
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         tx.execute("INSERT OR IGNORE INTO tenants(name, created_ms) VALUES (?1, ?2)", params![tenant, now])?;
         tx.execute(
-            "INSERT INTO api_keys(digest, prefix, tenant, admin, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![digest(&key), &key[..8], tenant, admin, now],
+            "INSERT INTO api_keys(digest, prefix, tenant, admin, created_ms, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![d, &key[..8], tenant, admin, now, expires_ms],
         )?;
         tx.commit()?;
-        Ok(key)
+        Ok((key, key_id(&d)))
     }
 
-    /// The principal of `key`, or `None` when it is unknown.
-    pub fn authenticate(&self, key: &str) -> Result<Option<Principal>> {
-        Ok(self
-            .conn()
-            .query_row("SELECT tenant, admin FROM api_keys WHERE digest = ?1", params![digest(key)], |r| {
-                Ok(Principal { tenant: r.get(0)?, admin: r.get(1)? })
+    /// What `key` is worth now; a valid key's last use is recorded (to the minute).
+    pub fn authenticate(&self, key: &str) -> Result<Auth> {
+        let d = digest(key);
+        let conn = self.conn();
+        let row = conn
+            .query_row(
+                "SELECT tenant, admin, expires_ms, revoked_ms FROM api_keys WHERE digest = ?1",
+                params![d],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, Option<i64>>(2)?, r.get::<_, Option<i64>>(3)?)),
+            )
+            .optional()?;
+        let Some((tenant, admin, expires, revoked)) = row else { return Ok(Auth::Unknown) };
+        let now = now_ms();
+        if let Some(at) = revoked {
+            return Ok(Auth::Revoked(at));
+        }
+        if let Some(at) = expires.filter(|at| *at <= now) {
+            return Ok(Auth::Expired(at));
+        }
+        conn.execute(
+            "UPDATE api_keys SET last_used_ms = ?2 WHERE digest = ?1 AND (last_used_ms IS NULL OR last_used_ms <= ?3)",
+            params![d, now, now - LAST_USED_RESOLUTION_MS],
+        )?;
+        Ok(Auth::Valid(Principal { tenant, admin }))
+    }
+
+    /// API keys, of one tenant or all, oldest first (revoked ones included, marked).
+    pub fn list_keys(&self, tenant: Option<&str>) -> Result<Vec<KeyInfo>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT digest, prefix, tenant, admin, created_ms, expires_ms, last_used_ms, revoked_ms FROM api_keys
+             WHERE (?1 IS NULL OR tenant = ?1) ORDER BY created_ms, digest",
+        )?;
+        let rows = stmt.query_map(params![tenant], |r| {
+            Ok(KeyInfo {
+                id: key_id(&r.get::<_, String>(0)?),
+                prefix: r.get(1)?,
+                tenant: r.get(2)?,
+                admin: r.get(3)?,
+                created_at_ms: r.get(4)?,
+                expires_at_ms: r.get(5)?,
+                last_used_at_ms: r.get(6)?,
+                revoked_at_ms: r.get(7)?,
             })
-            .optional()?)
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Revokes the key with id `id` (kept, marked, so its holder is told it was revoked); returns it
+    /// as it was, or `None` if there is no such key.
+    pub fn revoke_key(&self, id: &str) -> Result<Option<KeyInfo>> {
+        let Some(key) = self.list_keys(None)?.into_iter().find(|k| k.id == id) else { return Ok(None) };
+        let Some(hex) = id.strip_prefix("key_") else { return Ok(None) };
+        self.conn().execute(
+            "UPDATE api_keys SET revoked_ms = ?2 WHERE substr(digest, 1, 16) = ?1 AND revoked_ms IS NULL",
+            params![hex, now_ms()],
+        )?;
+        Ok(Some(key))
     }
 
     /// Records a new sandbox.
@@ -490,6 +620,24 @@ impl Store {
         Ok(())
     }
 
+    /// Deletes audit records older than `before_ms`, a batch at a time (so the database is never
+    /// locked for long); returns how many went.
+    pub fn prune_audit(&self, before_ms: i64) -> Result<usize> {
+        /// Rows one statement deletes: a few milliseconds of work between other writers' turns.
+        const BATCH: i64 = 5_000;
+        let mut total = 0;
+        loop {
+            let n = self.conn().execute(
+                "DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE at_ms < ?1 LIMIT ?2)",
+                params![before_ms, BATCH],
+            )?;
+            total += n;
+            if (n as i64) < BATCH {
+                return Ok(total);
+            }
+        }
+    }
+
     /// Audit records, newest first; `tenant = None` reads every tenant's (admin).
     pub fn list_audit(&self, tenant: Option<&str>, sandbox_id: Option<&str>, limit: u32) -> Result<Vec<AuditEntry>> {
         let conn = self.conn();
@@ -549,15 +697,36 @@ mod tests {
         let admin = store.ensure_admin_key().unwrap().expect("first admin key");
         assert!(store.ensure_admin_key().unwrap().is_none(), "only one bootstrap key");
         let key = store.create_key("acme", false).unwrap();
-        assert_eq!(store.authenticate(&key).unwrap(), Some(Principal { tenant: "acme".into(), admin: false }));
-        assert!(store.authenticate(&admin).unwrap().unwrap().admin);
-        assert_eq!(store.authenticate("sl_wrong").unwrap(), None);
+        assert_eq!(store.authenticate(&key).unwrap(), Auth::Valid(Principal { tenant: "acme".into(), admin: false }));
+        assert!(matches!(store.authenticate(&admin).unwrap(), Auth::Valid(p) if p.admin));
+        assert_eq!(store.authenticate("sl_wrong").unwrap(), Auth::Unknown);
         drop(store);
         let raw = std::fs::read(dir.path().join("s.db")).unwrap();
         let wal = std::fs::read(dir.path().join("s.db-wal")).unwrap_or_default();
         for bytes in [raw, wal] {
             assert!(!bytes.windows(key.len()).any(|w| w == key.as_bytes()), "key in clear on disk");
         }
+    }
+
+    #[test]
+    fn keys_are_listed_without_secrets_and_can_be_revoked_or_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        let (key, id) = store.create_key_expiring("acme", false, None).unwrap();
+        let (old, _) = store.create_key_expiring("acme", false, Some(now_ms() - 1)).unwrap();
+        store.create_key("other", false).unwrap();
+        let listed = store.list_keys(Some("acme")).unwrap();
+        assert_eq!(listed.len(), 2);
+        assert!(listed.iter().any(|k| (k.id.as_str(), k.prefix.as_str()) == (id.as_str(), &key[..8])));
+        assert!(matches!(store.authenticate(&old).unwrap(), Auth::Expired(_)));
+        assert!(matches!(store.authenticate(&key).unwrap(), Auth::Valid(_)));
+        let mine = |s: &Store| s.list_keys(Some("acme")).unwrap().into_iter().find(|k| k.id == id).unwrap();
+        assert!(mine(&store).last_used_at_ms.is_some());
+        assert_eq!(store.revoke_key(&id).unwrap().map(|k| k.tenant), Some("acme".to_string()));
+        assert!(matches!(store.authenticate(&key).unwrap(), Auth::Revoked(_)));
+        assert!(mine(&store).revoked_at_ms.is_some());
+        assert_eq!(store.revoke_key("key_0000000000000000").unwrap(), None);
+        assert_eq!(store.list_keys(None).unwrap().len(), 3);
     }
 
     #[test]
@@ -596,6 +765,34 @@ mod tests {
         assert_eq!(rec.info.state, SandboxState::Stopped);
         assert_eq!(rec.info.limits.disk_mb, None);
         assert!(!rec.info.persistent);
+    }
+
+    #[test]
+    fn a_megabyte_argv_is_stored_as_its_first_kib_with_length_and_digest() {
+        let argv = vec!["/bin/echo".to_string(), "é".repeat(1 << 19)];
+        let v = audit_argv(&argv);
+        let stored = v.to_string();
+        assert!(stored.len() < AUDIT_LIST_BYTES + 300, "{} bytes stored", stored.len());
+        assert_eq!(v["argv_truncated"], true);
+        assert_eq!(v["argv_bytes"], 10 + (1 << 20) + 1);
+        assert_eq!(v["argv"][0], "/bin/echo");
+        assert!(v["argv"][1].as_str().unwrap().starts_with("éé"));
+        assert_eq!(v["argv_sha256"].as_str().unwrap().len(), 64);
+        assert_eq!(audit_argv(&["true".to_string()]), serde_json::json!({"argv": ["true"]}));
+    }
+
+    #[test]
+    fn audit_rows_older_than_the_retention_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        store.audit("a", None, "old", &serde_json::json!({})).unwrap();
+        store.audit("a", None, "old", &serde_json::json!({})).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let cut = now_ms();
+        store.audit("a", None, "new", &serde_json::json!({})).unwrap();
+        assert_eq!(store.prune_audit(cut).unwrap(), 2);
+        let left = store.list_audit(None, None, 10).unwrap();
+        assert_eq!(left.iter().map(|e| e.action.as_str()).collect::<Vec<_>>(), ["new"]);
     }
 
     #[test]

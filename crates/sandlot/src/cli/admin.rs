@@ -19,14 +19,48 @@ pub enum KeysCmd {
     /// Create an API key for a tenant and print it.
     #[command(long_about = KEYS_CREATE_LONG)]
     Create(KeyCreateArgs),
+    /// List API keys: id, prefix, tenant, created, expires, last used, revoked (never the secret).
+    #[command(long_about = "List API keys, of one tenant (--tenant) or all: id, the secret's first 8 \
+characters, tenant, creation time, expiry, last use (to the minute) and revocation. The secret is never \
+shown again. Needs the admin key.\n\nExample:\n  sudo sandlot keys ls --tenant alice")]
+    Ls(KeyListArgs),
+    /// Revoke an API key by id: requests with it get 401 from now on.
+    #[command(long_about = "Revoke an API key by its id (from `sandlot keys ls`): every request with it \
+gets 401 from now on, with a message saying it was revoked. The bootstrap admin key cannot be revoked. \
+Needs the admin key.\n\nExample:\n  sudo sandlot keys rm key_3f2a9c0d1e4b5a67")]
+    Rm(KeyRmArgs),
 }
 
 impl KeysCmd {
     pub(super) fn conn(&self) -> &Conn {
         match self {
             KeysCmd::Create(args) => &args.conn,
+            KeysCmd::Ls(args) => &args.conn,
+            KeysCmd::Rm(args) => &args.conn,
         }
     }
+}
+
+/// Arguments of `sandlot keys ls`.
+#[derive(clap::Args, Debug)]
+pub struct KeyListArgs {
+    /// Only this tenant's keys.
+    #[arg(long, value_name = "T")]
+    tenant: Option<String>,
+    /// Print JSON (`{"keys": [...]}`) instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `sandlot keys rm`.
+#[derive(clap::Args, Debug)]
+pub struct KeyRmArgs {
+    /// Id of the key (`key_…`, from `sandlot keys ls`).
+    id: String,
+    #[command(flatten)]
+    conn: Conn,
 }
 
 /// Arguments of `sandlot keys create`.
@@ -35,7 +69,10 @@ pub struct KeyCreateArgs {
     /// Tenant the key acts for.
     #[arg(long, value_name = "T")]
     tenant: String,
-    /// Print `{"tenant": …, "key": …}` instead of the bare key.
+    /// The key stops working this many seconds from now (default: never).
+    #[arg(long, value_name = "SECONDS")]
+    expires_in: Option<u64>,
+    /// Print `{"tenant": …, "key": …, "id": …}` instead of the bare key.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -100,14 +137,54 @@ pub(super) fn keys(cmd: KeysCmd) -> anyhow::Result<i32> {
     match cmd {
         KeysCmd::Create(args) => {
             let client = args.conn.client()?;
+            let request = sandlot_client::api::CreateKey {
+                tenant: args.tenant.clone(),
+                expires_in_s: args.expires_in,
+                expires_at_ms: None,
+            };
             let created =
-                client.create_key(&args.tenant).doing(&format!("creating a key for tenant {}", args.tenant))?;
+                client.create_key_with(&request).doing(&format!("creating a key for tenant {}", args.tenant))?;
             if args.json {
                 print_json(&created)?;
             } else {
                 println!("{}", created.key);
-                eprintln!("sandlot: key for tenant {} (shown once; store it now)", created.tenant);
+                let until = created.expires_at_ms.map(|t| format!(", valid until {}", utc_time(t))).unwrap_or_default();
+                eprintln!(
+                    "sandlot: key {} for tenant {}{until} (shown once; store it now)",
+                    created.id, created.tenant
+                );
             }
+            Ok(0)
+        }
+        KeysCmd::Ls(args) => {
+            let client = args.conn.client()?;
+            let keys = client.list_keys(args.tenant.as_deref()).doing("listing API keys")?;
+            if args.json {
+                print_json(&sandlot_client::api::KeyList { keys })?;
+                return Ok(0);
+            }
+            let time = |t: Option<i64>| t.map_or_else(|| "-".to_string(), utc_time);
+            let rows: Vec<Vec<String>> = keys
+                .iter()
+                .map(|k| {
+                    vec![
+                        k.id.clone(),
+                        format!("{}…", k.prefix),
+                        k.tenant.clone(),
+                        utc_time(k.created_at_ms),
+                        time(k.expires_at_ms),
+                        time(k.last_used_at_ms),
+                        time(k.revoked_at_ms),
+                    ]
+                })
+                .collect();
+            print_table(&["ID", "PREFIX", "TENANT", "CREATED", "EXPIRES", "LAST USED", "REVOKED"], &rows)?;
+            Ok(0)
+        }
+        KeysCmd::Rm(args) => {
+            let client = args.conn.client()?;
+            client.revoke_key(&args.id).doing(&format!("revoking key {}", args.id))?;
+            eprintln!("sandlot: key {} revoked", args.id);
             Ok(0)
         }
     }

@@ -116,24 +116,47 @@ fn spec(app: &AppState, rec: &SandboxRecord, req: ExecRequest) -> Result<ExecSpe
     })
 }
 
-fn audit_end(app: &AppState, rec: &SandboxRecord, proc: &Process, user: &str, r: &ExecResult) {
-    let _ = app.store.audit(
-        &rec.tenant,
-        Some(&rec.info.id),
-        "exec",
-        &json!({
-            "pid": proc.id, "argv": proc.argv, "user": user, "status": r.status, "exit_code": r.exit_code,
-            "duration_ms": r.duration_ms, "stdout_bytes": r.stdout_bytes, "stderr_bytes": r.stderr_bytes,
-        }),
-    );
+/// The audit row of an exec as it starts: its command line (the first KiB, with length and digest if
+/// longer) and the names of the variables the request set (their values may be secrets).
+fn audit_start(proc: &Process, user: &str, env_names: &[String], background: bool) -> serde_json::Value {
+    let mut row = sandlot_store::audit_argv(&proc.argv);
+    let (names, cut) = sandlot_store::audit_head(env_names);
+    row["pid"] = json!(proc.id);
+    row["user"] = json!(user);
+    row["env"] = json!(names);
+    if cut {
+        row["env_truncated"] = json!(true);
+    }
+    if background {
+        row["background"] = json!(true);
+    }
+    row
 }
 
-/// Writes the exec's audit row once it ends, for calls that answer before that.
-fn audit_when_done(app: &AppState, rec: SandboxRecord, proc: &Arc<Process>, user: &'static str) {
+fn with_outcome(mut row: serde_json::Value, r: &ExecResult) -> serde_json::Value {
+    row["status"] = json!(r.status);
+    row["exit_code"] = json!(r.exit_code);
+    row["duration_ms"] = json!(r.duration_ms);
+    row["stdout_bytes"] = json!(r.stdout_bytes);
+    row["stderr_bytes"] = json!(r.stderr_bytes);
+    row
+}
+
+fn audit(app: &AppState, rec: &SandboxRecord, action: &str, row: &serde_json::Value) {
+    app.audit_limited(super::audit::Class::Exec, &rec.tenant, Some(&rec.info.id), action, row);
+}
+
+/// Writes the exec's row once it ends, for calls that answer before that. A background exec's start
+/// row already holds its command line: its end row (`exec.end`) holds the pid and the outcome only.
+fn audit_when_done(app: &AppState, rec: SandboxRecord, proc: &Arc<Process>, row: serde_json::Value, started: bool) {
     let (app, proc) = (Arc::clone(app), Arc::clone(proc));
     tokio::spawn(async move {
         let r = proc.wait().await;
-        audit_end(&app, &rec, &proc, user, &r);
+        if started {
+            audit(&app, &rec, "exec.end", &with_outcome(json!({"pid": proc.id}), &r));
+        } else {
+            audit(&app, &rec, "exec", &with_outcome(row, &r));
+        }
     });
 }
 
@@ -147,24 +170,21 @@ pub async fn exec(
     let (rec, sb) = running(&app, &caller, &id).await?;
     let background = req.background;
     let user = req.user.name();
+    let env_names: Vec<String> = req.env.keys().cloned().collect();
     let spec = spec(&app, &rec, req)?;
     let proc = sb.spawn(spec).await?;
+    let row = audit_start(&proc, user, &env_names, background);
     if background {
-        let _ = app.store.audit(
-            &rec.tenant,
-            Some(&rec.info.id),
-            "exec.start",
-            &json!({"pid": proc.id, "argv": proc.argv, "user": user, "background": true}),
-        );
-        audit_when_done(&app, rec, &proc, user);
+        audit(&app, &rec, "exec.start", &row);
+        audit_when_done(&app, rec, &proc, serde_json::Value::Null, true);
         return Ok((StatusCode::ACCEPTED, Json(ProcessStarted { pid: proc.id })).into_response());
     }
     if wants_ndjson(&headers) {
-        audit_when_done(&app, rec, &proc, user);
+        audit_when_done(&app, rec, &proc, row, false);
         return Ok(ndjson(proc));
     }
     let r = proc.wait().await;
-    audit_end(&app, &rec, &proc, user, &r);
+    audit(&app, &rec, "exec", &with_outcome(row, &r));
     Ok(Json(r).into_response())
 }
 

@@ -34,11 +34,18 @@ impl FromRequestParts<AppState> for Caller {
 }
 
 impl Caller {
-    /// The caller an API key stands for; an unknown key is a 401.
+    /// The caller an API key stands for; an unknown, expired or revoked key is a 401 that says which.
     pub fn with_key(app: &AppState, key: &str) -> Result<Caller, ApiError> {
+        use sandlot_store::Auth;
         match app.store.authenticate(key)? {
-            Some(p) => Ok(Caller { tenant: p.tenant, admin: p.admin }),
-            None => Err(unauthenticated("unknown API key")),
+            Auth::Valid(p) => Ok(Caller { tenant: p.tenant, admin: p.admin }),
+            Auth::Unknown => Err(unauthenticated("unknown API key")),
+            Auth::Expired(at) => Err(unauthenticated(&format!(
+                "this API key expired at {at} (Unix ms); ask the admin for a new one (`sandlot keys create`)"
+            ))),
+            Auth::Revoked(at) => Err(unauthenticated(&format!(
+                "this API key was revoked at {at} (Unix ms); ask the admin for a new one (`sandlot keys create`)"
+            ))),
         }
     }
 }

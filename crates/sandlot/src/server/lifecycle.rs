@@ -69,7 +69,9 @@ pub async fn resume(app: &App, rec: &SandboxRecord, why: &str) -> Result<Sandbox
         SandboxState::Running => return Ok(rec),
         SandboxState::Paused => app.engine.freeze(&id, false).await?,
         SandboxState::Stopped => {
+            app.ledger.reserve(&id, &rec.info.limits)?;
             if let Err(e) = boot(app, &rec, LayerSource::Existing).await {
+                app.ledger.release(&id);
                 app.store.audit(&rec.tenant, Some(&id), "sandbox.resume_failed", &json!({"reason": e.message}))?;
                 return Err(e);
             }
@@ -77,8 +79,15 @@ pub async fn resume(app: &App, rec: &SandboxRecord, why: &str) -> Result<Sandbox
         _ => return Err(illegal(&rec, "resume")),
     }
     let from = rec.info.state;
-    // A resumed sandbox gets a fresh lifetime.
-    let expires = now_ms() + rec.info.limits.timeout_s as i64 * 1000;
+    // A lifetime is wall-clock: resuming keeps the deadline, so pause/resume cannot extend it. Only a
+    // sandbox whose lifetime already ended (paused or stopped by expiry, resumed by its owner) starts
+    // a new one.
+    let now = now_ms();
+    let expires = if rec.info.expires_at_ms > now {
+        rec.info.expires_at_ms
+    } else {
+        now + rec.info.limits.timeout_s as i64 * 1000
+    };
     app.store.set_expiry(&id, expires)?;
     app.store.set_state(&id, SandboxState::Running, None)?;
     app.store.touch(&id, now_ms())?;
@@ -105,6 +114,7 @@ pub async fn stop(app: &App, rec: &SandboxRecord, why: Option<&str>) -> Result<S
         _ => return Err(illegal(&rec, "stop")),
     }
     app.engine.stop(&id).await?;
+    app.ledger.release(&id);
     app.store.set_state(&id, SandboxState::Stopped, why)?;
     app.store.audit(&rec.tenant, Some(&id), "sandbox.stop", &json!({"from": rec.info.state.as_str(), "why": why}))?;
     rec.info.state = SandboxState::Stopped;
@@ -119,6 +129,14 @@ pub async fn pause(app: &App, rec: &SandboxRecord, why: Option<&str>) -> Result<
     let id = rec.info.id.clone();
     match rec.info.state {
         SandboxState::Running => {}
+        // Paused by its owner when its lifetime ends: from now on it counts as paused by expiry, so it
+        // is stopped after `stop_after_s`.
+        SandboxState::Paused if why.is_some() && rec.info.reason.is_none() => {
+            app.store.set_state(&id, SandboxState::Paused, why)?;
+            app.store.touch(&id, now_ms())?;
+            rec.info.reason = why.map(str::to_string);
+            return Ok(rec);
+        }
         SandboxState::Paused => return Ok(rec),
         _ => return Err(illegal(&rec, "pause")),
     }

@@ -1,11 +1,15 @@
 //! `sandlot serve`: configuration, start-up recovery, the HTTP router and graceful shutdown.
 
+mod audit;
+mod capacity;
 pub mod config;
 mod error;
 mod exec;
 mod extract;
 mod files;
+mod keys;
 mod lifecycle;
+mod listener;
 mod ports;
 mod sandboxes;
 mod tenants;
@@ -95,6 +99,24 @@ pub struct ServeArgs {
     /// (repeatable): private PKIs, and test servers.
     #[arg(long = "extra-ca", value_name = "FILE")]
     pub extra_ca: Vec<PathBuf>,
+    /// Audit rows older than this many days are deleted (hourly, and at start-up).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=36_500))]
+    pub audit_retention_days: u64,
+    /// How far the memory and disk limits of running sandboxes together may exceed the host's memory
+    /// and layers volume: limits are ceilings that most sandboxes never reach, and an overrun costs the
+    /// sandboxes (an OOM kill in one, ENOSPC on the volume), not the host. pids are never overcommitted
+    /// (sandboxes together get three quarters of pid_max).
+    #[arg(long, default_value_t = 1.5, value_parser = parse_overcommit)]
+    pub overcommit: f64,
+    /// Most API connections open at once, all clients together; more are answered 503 and closed
+    /// [default: an eighth of the daemon's descriptor limit].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_api_connections: Option<u64>,
+    /// Most API connections open at once from one client address [default: a quarter of
+    /// --max-api-connections, at most 256]. Behind a reverse proxy every client shares its address:
+    /// raise this to --max-api-connections there.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_api_connections_per_ip: Option<u64>,
     /// TESTING ONLY: the network proxy refuses to dial anything outside loopback (and logs it as a bug).
     #[arg(long, hide = true)]
     pub test_loopback_only: bool,
@@ -117,6 +139,10 @@ pub struct App {
     pub locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub engine: Arc<Engine>,
     pub cfg: ServeArgs,
+    /// The host's capacity and what running sandboxes hold of it.
+    pub ledger: capacity::Ledger,
+    /// Per-tenant rate limits of exec and network audit rows.
+    pub audit_gate: audit::Gate,
 }
 
 pub type AppState = Arc<App>;
@@ -156,10 +182,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
              Start it with `sudo sandlot serve`"
         );
     }
-    match sandlot_linux::raise_fd_limit() {
-        Ok(n) => tracing::debug!("descriptor limit {n}"),
-        Err(e) => tracing::warn!("could not raise the descriptor limit: {e}"),
-    }
+    let fd_limit = match sandlot_linux::raise_fd_limit() {
+        Ok(n) => {
+            tracing::debug!("descriptor limit {n}");
+            n
+        }
+        Err(e) => {
+            tracing::warn!("could not raise the descriptor limit: {e}; assuming {FALLBACK_FD_LIMIT}");
+            FALLBACK_FD_LIMIT
+        }
+    };
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
     // Sandbox uids must traverse it to reach their layers; nobody may list or read it.
@@ -168,14 +200,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // so it never shows on the host and vanishes with the daemon, however it ends.
     sandlot_linux::volume::enter_private_mount_namespace().context("creating the daemon's mount namespace")?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let r = runtime.block_on(serve(args, state_dir));
+    let r = runtime.block_on(serve(args, state_dir, fd_limit));
     // Sandboxes are gone by now; a proxied connection whose teardown is still waiting on a TCP timer
     // (the network stack blocks on it when a stream is dropped) must not hold the exit.
     runtime.shutdown_timeout(Duration::from_secs(2));
     r
 }
 
-async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
+/// The descriptor limit assumed when it cannot be read: the usual soft default.
+const FALLBACK_FD_LIMIT: u64 = 1024;
+
+async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Result<()> {
     let db = state_dir.join("sandlot.db");
     let store = Store::open(&db).with_context(|| format!("opening {}", db.display()))?;
     store.integrity_check()?;
@@ -204,7 +239,10 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
         overrides: parse_resolve(&args.resolve)?,
         host_nets: Arc::clone(&host_nets),
         dialer: Arc::new(sandlot_netproxy::egress::TcpDialer { loopback_only: args.test_loopback_only }),
+        open_total: Default::default(),
+        max_open_total: sandlot_netproxy::egress::Shared::total_cap(fd_limit),
     });
+    tracing::info!("proxied connections: at most {} open, all sandboxes together", net.max_open_total);
     let engine = Engine::new(EngineConfig {
         net,
         state_dir: state_dir.clone(),
@@ -217,8 +255,19 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
         tracing::warn!("--no-disk-quota: sandbox writable layers have no size limit and can fill the host's disk");
     }
     recover(&store, &engine)?;
+    let host = capacity::Host::detect(&state_dir, (!args.no_disk_quota).then_some(args.layers_volume_gb))
+        .context("reading the host's capacity (/proc/meminfo, /proc/sys/kernel/pid_max, the state filesystem)")?;
+    tracing::info!(
+        "host capacity: {} MiB of memory, pid_max {}, {:?} MiB for layers; overcommit {}",
+        host.memory_mb,
+        host.pid_max,
+        host.disk_mb,
+        args.overcommit
+    );
 
     let app = Arc::new(App {
+        ledger: capacity::Ledger::new(host, args.overcommit, args.max_sandboxes),
+        audit_gate: Default::default(),
         store,
         engine: Arc::clone(&engine),
         cfg: args.clone(),
@@ -229,6 +278,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(sandboxes::expiry_loop(Arc::clone(&app), shutdown_rx.clone()));
     tokio::spawn(watch_host_networks(host_nets, shutdown_rx.clone()));
+    tokio::spawn(audit::retention_loop(Arc::clone(&app), shutdown_rx.clone()));
     if let Some(events) = engine.take_net_events() {
         let app = Arc::clone(&app);
         std::thread::Builder::new()
@@ -245,18 +295,23 @@ async fn serve(args: ServeArgs, state_dir: PathBuf) -> anyhow::Result<()> {
     tracing::info!("sandlot listening on http://{} (state in {})", args.listen, state_dir.display());
     let router = router(Arc::clone(&app));
     let mut rx = shutdown_rx.clone();
-    // Event streams are many small writes: without TCP_NODELAY, Nagle holds each one back until the
-    // client's delayed ACK (40 ms) arrives.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            let _ = shutdown_tx.send(true);
-            let _ = rx.changed().await;
-        })
-        .await?;
+    let caps = listener::Caps::new(
+        fd_limit,
+        args.max_api_connections.map(|n| n as usize),
+        args.max_api_connections_per_ip.map(|n| n as usize),
+    );
+    tracing::info!(
+        "API connections: at most {} open, {} per client address; request heads within {:?}",
+        caps.total,
+        caps.per_ip,
+        listener::HEADER_READ_TIMEOUT
+    );
+    listener::serve(listener, router, caps, async move {
+        shutdown_signal().await;
+        let _ = shutdown_tx.send(true);
+        let _ = rx.changed().await;
+    })
+    .await?;
     tracing::info!("shutting down: stopping persistent sandboxes, deleting ephemeral ones");
     for rec in app.store.live_sandboxes().unwrap_or_default() {
         let running = matches!(rec.info.state, SandboxState::Running | SandboxState::Paused);
@@ -311,6 +366,15 @@ async fn watch_host_networks(
             tracing::info!("the host's networks changed; always denied now: {}", nets.list().join(", "));
         }
     }
+}
+
+/// `--overcommit`: a ratio between 0.1 and 10.
+fn parse_overcommit(s: &str) -> Result<f64, String> {
+    let r: f64 = s.parse().map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    if !(0.1..=10.0).contains(&r) {
+        return Err(format!("{r} is out of range: give a ratio between 0.1 and 10 (1 = no overcommit)"));
+    }
+    Ok(r)
 }
 
 /// `NAME=IP` pairs of `--resolve`.
@@ -409,7 +473,8 @@ fn router(app: AppState) -> Router {
         .layer(DefaultBodyLimit::disable());
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
-        .route("/v1/keys", post(sandboxes::create_key))
+        .route("/v1/keys", post(keys::create).get(keys::list))
+        .route("/v1/keys/{id}", axum::routing::delete(keys::revoke))
         .route("/v1/tenants/{tenant}/network", get(tenants::get_network).put(tenants::set_network))
         .route("/v1/audit", get(sandboxes::audit))
         .route("/v1/sandboxes", post(sandboxes::create).get(sandboxes::list))

@@ -6,9 +6,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use sandlot_api::{
-    AuditList, CreateKey, CreateSandbox, KeyCreated, Limits, SandboxInfo, SandboxList, SandboxState, TimeoutAction,
-};
+use sandlot_api::{AuditList, CreateSandbox, Limits, SandboxInfo, SandboxList, SandboxState, TimeoutAction};
 use sandlot_engine::LayerSource;
 use sandlot_store::{now_ms, SandboxRecord};
 use serde::Deserialize;
@@ -64,23 +62,21 @@ fn limits(app: &App, req: &CreateSandbox) -> Result<Limits, ApiError> {
             "cpu must be between 0.01 and {host_cpus} (this host's cores), got {cpu}"
         )));
     }
+    // The upper bounds are the host's (checked below, with the maximum in the message).
     let memory_mb = req.memory_mb.unwrap_or(cfg.default_memory_mb);
-    if !(16..=1 << 20).contains(&memory_mb) {
-        return Err(ApiError::invalid(format!("memory_mb must be between 16 and 1048576, got {memory_mb}")));
+    if memory_mb < 16 {
+        return Err(ApiError::invalid(format!("memory_mb must be at least 16, got {memory_mb}")));
     }
     let pids = req.pids.unwrap_or(cfg.default_pids);
-    if !(8..=65536).contains(&pids) {
-        return Err(ApiError::invalid(format!("pids must be between 8 and 65536, got {pids}")));
+    if pids < 8 {
+        return Err(ApiError::invalid(format!("pids must be at least 8, got {pids}")));
     }
     let disk_mb = match (req.disk_mb, app.engine.disk_limits()) {
         (_, false) => None,
         (d, true) => {
             let d = d.unwrap_or(cfg.default_disk_mb);
-            let max = cfg.layers_volume_gb << 10;
-            if !(16..=max).contains(&d) {
-                return Err(ApiError::invalid(format!(
-                    "disk_mb must be between 16 and {max} (the layers volume), got {d}"
-                )));
+            if d < 16 {
+                return Err(ApiError::invalid(format!("disk_mb must be at least 16, got {d}")));
             }
             Some(d)
         }
@@ -92,7 +88,9 @@ fn limits(app: &App, req: &CreateSandbox) -> Result<Limits, ApiError> {
             cfg.max_timeout_s
         )));
     }
-    Ok(Limits { cpu, memory_mb, pids, disk_mb, timeout_s })
+    let limits = Limits { cpu, memory_mb, pids, disk_mb, timeout_s };
+    super::capacity::check_against_host(app.ledger.host(), &limits)?;
+    Ok(limits)
 }
 
 fn validate(app: &App, req: &CreateSandbox) -> Result<(String, Limits), ApiError> {
@@ -156,17 +154,13 @@ pub fn new_record(tenant: &str, image: &str, limits: Limits, env: &BTreeMap<Stri
 
 /// Inserts `rec` and starts it; on failure the record ends `failed` with the reason.
 pub async fn start_record(app: &App, mut rec: SandboxRecord, source: LayerSource) -> Result<SandboxInfo, ApiError> {
-    if app.engine.running_ids().len() >= app.cfg.max_sandboxes {
-        return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            sandlot_api::codes::LIMIT_REACHED,
-            format!("this server runs at most {} sandboxes at once; delete one and retry", app.cfg.max_sandboxes),
-        ));
-    }
     let id = rec.info.id.clone();
+    // Reserved before the boot is awaited: concurrent creates cannot all pass the check and all boot.
+    app.ledger.reserve(&id, &rec.info.limits)?;
     // Locked before the row exists, so a concurrent get_or_create waits for the boot to finish.
     let _g = super::lifecycle::lock(app, &id).await;
     if let Err(e) = app.store.insert_sandbox(&rec) {
+        app.ledger.release(&id);
         if let Some(name) = &rec.info.name {
             if app.store.get_by_name(&rec.tenant, name)?.is_some() {
                 return Err(name_taken(name));
@@ -190,6 +184,7 @@ pub async fn start_record(app: &App, mut rec: SandboxRecord, source: LayerSource
         }
         Err(e) => {
             let _ = app.engine.destroy(&id).await;
+            app.ledger.release(&id);
             app.store.set_state(&id, SandboxState::Failed, Some(&e.message))?;
             app.store.audit(&rec.tenant, Some(&id), "sandbox.create_failed", &json!({"reason": e.message}))?;
             Err(e)
@@ -320,6 +315,7 @@ pub async fn remove_sandbox(
     let id = &rec.info.id;
     let _g = super::lifecycle::lock(app, id).await;
     app.engine.destroy(id).await?;
+    app.ledger.release(id);
     app.store.set_state(id, SandboxState::Deleted, reason)?;
     app.store.audit(&rec.tenant, Some(id), action, &json!({"reason": reason}))?;
     Ok(())
@@ -338,30 +334,6 @@ pub async fn delete(
     }
     remove_sandbox(&app, &rec, "sandbox.delete", None).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-pub async fn create_key(
-    State(app): State<AppState>,
-    caller: Caller,
-    ApiJson(req): ApiJson<CreateKey>,
-) -> Result<impl IntoResponse, ApiError> {
-    if !caller.admin {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            sandlot_api::codes::FORBIDDEN,
-            "only an admin key may create keys (see <state-dir>/admin.key)",
-        ));
-    }
-    let t = &req.tenant;
-    if t == "admin" {
-        return Err(ApiError::invalid("the tenant name `admin` is reserved for the bootstrap admin key"));
-    }
-    if t.is_empty() || t.len() > 64 || !t.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        return Err(ApiError::invalid("tenant must be 1-64 characters of A-Z a-z 0-9 - _ ."));
-    }
-    let key = app.store.create_key(t, false)?;
-    app.store.audit(&caller.tenant, None, "key.create", &json!({"tenant": t}))?;
-    Ok((StatusCode::CREATED, Json(KeyCreated { tenant: t.clone(), key })))
 }
 
 #[derive(Deserialize)]
@@ -400,6 +372,10 @@ pub async fn expiry_loop(app: AppState, mut shutdown: tokio::sync::watch::Receiv
                 SandboxState::Running | SandboxState::Stopped if i.expires_at_ms <= now => {
                     Some(format!("lifetime of {} s ended", i.limits.timeout_s))
                 }
+                // Paused by its owner: the lifetime is wall-clock and ends all the same.
+                SandboxState::Paused if i.reason.is_none() && i.expires_at_ms <= now => {
+                    Some(format!("lifetime of {} s ended while paused", i.limits.timeout_s))
+                }
                 SandboxState::Running => i
                     .idle_timeout_s
                     .filter(|idle| active + *idle as i64 * 1000 <= now)
@@ -411,6 +387,9 @@ pub async fn expiry_loop(app: AppState, mut shutdown: tokio::sync::watch::Receiv
             };
             let Some(why) = why else { continue };
             let action = match (i.state, i.on_timeout) {
+                // Its lifetime ended while its owner had it paused: what `on_timeout` says (`pause`
+                // marks it paused by expiry, to be stopped after `stop_after_s`).
+                (SandboxState::Paused, a) if i.reason.is_none() => a,
                 (SandboxState::Paused, _) => TimeoutAction::Stop,
                 (SandboxState::Stopped, TimeoutAction::Delete) => TimeoutAction::Delete,
                 (SandboxState::Stopped, _) => continue, // a stopped persistent sandbox waits for its owner
@@ -457,12 +436,14 @@ async fn supervisor_died(app: AppState, id: String, why: String) {
     let Some(rec) = rec else {
         // Deleted meanwhile: nothing to keep.
         let _ = app.engine.destroy(&id).await;
+        app.ledger.release(&id);
         return;
     };
     if !matches!(rec.info.state, SandboxState::Running | SandboxState::Paused) {
         // Already stopped (or failed) by a transition that won the lock: its layer is not ours to touch.
         return;
     }
+    app.ledger.release(&id);
     if rec.info.persistent {
         let kept = app.engine.stop(&id).await;
         let reason = format!("{reason}; files kept, resume to start it again");
@@ -514,7 +495,10 @@ pub fn net_audit_loop(
 ) {
     while let Some(ev) = events.blocking_recv() {
         let tenant = app.store.tenant_of(&ev.sandbox).ok().flatten().unwrap_or_default();
-        let action = if ev.decision.allow { "net.allow" } else { "net.deny" };
-        let _ = app.store.audit(&tenant, Some(&ev.sandbox), action, &json!(ev));
+        let (action, class) = match ev.decision.allow {
+            true => ("net.allow", super::audit::Class::NetAllow),
+            false => ("net.deny", super::audit::Class::NetDeny),
+        };
+        app.audit_limited(class, &tenant, Some(&ev.sandbox), action, &json!(ev));
     }
 }

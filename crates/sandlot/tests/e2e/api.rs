@@ -74,6 +74,52 @@ fn admin_creates_tenant_keys_and_validates_names() {
     }
 }
 
+/// A revoked key gets 401 saying it was revoked; the admin lists keys without their secrets, by
+/// tenant; a tenant key may neither list nor revoke; the admin key cannot be revoked.
+#[test]
+fn a_revoked_key_gets_401() {
+    let server = Server::start();
+    let admin = server.client();
+    let made = admin.create_key("alice").unwrap();
+    let alice = Client::new(server.url(), &made.key);
+    assert!(alice.list().unwrap().is_empty());
+    let keys = admin.list_keys(Some("alice")).unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!((keys[0].id.as_str(), keys[0].prefix.as_str()), (made.id.as_str(), &made.key[..8]));
+    assert!(keys[0].last_used_at_ms.is_some() && keys[0].revoked_at_ms.is_none(), "{keys:?}");
+    let listed = serde_json::to_string(&admin.list_keys(None).unwrap()).unwrap();
+    assert!(!listed.contains(&made.key) && !listed.contains(server.admin_key()), "a secret was listed");
+    expect_error(alice.list_keys(None), 403, "forbidden");
+    expect_error(alice.revoke_key(&made.id), 403, "forbidden");
+    admin.revoke_key(&made.id).unwrap();
+    let err = expect_error(alice.list(), 401, "unauthenticated");
+    assert!(err.to_string().contains("revoked"), "{err}");
+    assert!(admin.list_keys(Some("alice")).unwrap()[0].revoked_at_ms.is_some());
+    expect_error(admin.revoke_key("key_0000000000000000"), 404, "not_found");
+    let admin_id = admin.list_keys(Some("admin")).unwrap()[0].id.clone();
+    expect_error(admin.revoke_key(&admin_id), 409, "conflict");
+    assert!(admin.list().is_ok(), "the admin key still works");
+}
+
+/// A key made with `expires_in_s` gets 401 saying it expired once that time has passed.
+#[test]
+fn an_expired_key_gets_401() {
+    let server = Server::start();
+    let admin = server.client();
+    let request = sandlot_client::api::CreateKey { tenant: "bob".into(), expires_in_s: Some(1), expires_at_ms: None };
+    let made = admin.create_key_with(&request).unwrap();
+    assert!(made.expires_at_ms.is_some());
+    let bob = Client::new(server.url(), &made.key);
+    assert!(bob.list().is_ok(), "valid before its expiry");
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let err = expect_error(bob.list(), 401, "unauthenticated");
+    assert!(err.to_string().contains("expired"), "{err}");
+    let bad = sandlot_client::api::CreateKey { tenant: "bob".into(), expires_in_s: Some(0), expires_at_ms: None };
+    expect_error(admin.create_key_with(&bad), 400, "invalid_request");
+    let past = sandlot_client::api::CreateKey { tenant: "bob".into(), expires_in_s: None, expires_at_ms: Some(1) };
+    expect_error(admin.create_key_with(&past), 400, "invalid_request");
+}
+
 /// Another tenant's sandbox is 404 `not_found` for get, exec, processes, files and delete, is absent
 /// from its list, and survives the attempts.
 #[test]

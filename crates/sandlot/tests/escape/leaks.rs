@@ -194,6 +194,7 @@ fn leak_without_landlock_planted_symlinks_cannot_reach_host_files() {
     let server = Server::with(Options {
         disabled_layers: vec!["landlock"],
         inherited_dir: Some((dir.path().to_path_buf(), LEAKED_FD)),
+        ..Options::default()
     });
     let sb = server.sandbox();
     for line in read_planted(&sb) {

@@ -15,6 +15,7 @@
 //! - [`limits`]: fork, memory, disk, inode, output, tmpfs, request-size, CPU and time exhaustion.
 //! - [`layers`]: each defence layer alone (`--insecure-disable-layer`), and per-sandbox host uid ranges.
 //! - [`leaks`]: descriptors that cross from the host side into sandbox code.
+//! - [`bounds`]: the daemon's own resources: API connections, host capacity, the audit log, lifetimes.
 //!
 //! succeeds; the reason says what happens instead. Run them with `--run-ignored all` (nextest) or
 //! `--include-ignored` (cargo test) to see them fail.
@@ -24,6 +25,7 @@ mod common;
 mod probe;
 mod server;
 
+mod bounds;
 mod files;
 mod host;
 mod hostside;

@@ -30,6 +30,10 @@ pub struct Options {
     /// A host directory the daemon inherits, opened without close-on-exec, at this descriptor number
     /// (as a daemon started from a script, a CI runner or a service manager may inherit descriptors).
     pub inherited_dir: Option<(PathBuf, i32)>,
+    /// Extra `serve` options.
+    pub args: Vec<String>,
+    /// The daemon's descriptor limit (soft and hard), set before exec; the daemon cannot raise it.
+    pub fd_limit: Option<u64>,
 }
 
 /// A running `sandlot serve` owned by one test.
@@ -104,6 +108,20 @@ impl Server {
         cmd.arg("--test-loopback-only");
         for layer in &options.disabled_layers {
             cmd.arg("--insecure-disable-layer").arg(layer);
+        }
+        cmd.args(&options.args);
+        if let Some(limit) = options.fd_limit {
+            // SAFETY: between fork and exec the closure only calls setrlimit on a stack value and reads
+            // errno on failure.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let r = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         if let Some((fd, target)) = inherited {
             let (source, target) = (fd.as_raw_fd(), *target);
