@@ -58,6 +58,15 @@ pub struct ServeArgs {
     /// Most sandboxes alive at once on this server.
     #[arg(long, default_value_t = 256)]
     pub max_sandboxes: usize,
+    /// Domain under which each exposed sandbox port gets an origin of its own:
+    /// `http://{port}-{id}.{DOMAIN}:{api port}/` (point `*.DOMAIN` at this server). Browsers then keep
+    /// one preview's pages, cookies and storage away from every other preview and from the API.
+    /// Default: `localhost` when listening on loopback (browsers and curl resolve `*.localhost` there);
+    /// otherwise none, and previews are served under `/v1/sandboxes/{id}/ports/{port}/` with every
+    /// response sandboxed by CSP and its cookies dropped. `--preview-domain=` (empty) turns host
+    /// routing off.
+    #[arg(long)]
+    pub preview_domain: Option<String>,
     /// Most snapshots one tenant may keep.
     #[arg(long, default_value_t = 64)]
     pub max_snapshots_per_tenant: u64,
@@ -148,6 +157,14 @@ pub struct App {
 pub type AppState = Arc<App>;
 
 impl App {
+    /// The domain of host-routed preview origins, if any (see `--preview-domain`).
+    pub fn preview_domain(&self) -> Option<String> {
+        match &self.cfg.preview_domain {
+            Some(d) => Some(d.trim_matches('.').to_ascii_lowercase()).filter(|d| !d.is_empty()),
+            None => self.cfg.listen.ip().is_loopback().then(|| "localhost".to_string()),
+        }
+    }
+
     /// Records API activity on sandbox `id` (for its idle timeout).
     pub fn touch(&self, id: &str) {
         self.activity.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), sandlot_store::now_ms());
@@ -293,6 +310,13 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
     tracing::info!("sandlot listening on http://{} (state in {})", args.listen, state_dir.display());
+    match app.preview_domain() {
+        Some(d) => tracing::info!("preview URLs: http://PORT-ID.{d}:{}/", args.listen.port()),
+        None => tracing::warn!(
+            "no --preview-domain: preview URLs share the API's origin (pages are CSP-sandboxed, their cookies dropped); \
+             set --preview-domain to give each sandbox port an origin of its own"
+        ),
+    }
     let router = router(Arc::clone(&app));
     let mut rx = shutdown_rx.clone();
     let caps = listener::Caps::new(
@@ -512,5 +536,6 @@ fn router(app: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(16 << 20))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), ports::by_host))
         .with_state(app)
 }

@@ -1,6 +1,17 @@
-//! Inbound HTTP to a server inside a sandbox: `/v1/sandboxes/{id}/ports/{port}/…` is proxied through the
-//! sandbox's supervisor to `127.0.0.1:port` in the sandbox. Allowed with the owner's API key, or with the
-//! per-port token of a preview URL (which is then kept as a cookie scoped to that port's path).
+//! Inbound HTTP to a server inside a sandbox, proxied through the sandbox's supervisor to
+//! `127.0.0.1:port` in the sandbox. Allowed with the owner's API key, or with the per-port token of a
+//! preview URL (which is then kept as a cookie).
+//!
+//! Two ways in:
+//! - **host-routed** (`--preview-domain D`, `localhost` by default on a loopback listener): the
+//!   request's `Host` is `{port}-{id}.D`. Each sandbox port is then an origin of its own, so a page
+//!   from one sandbox cannot read another's preview nor the API, and its cookies are its own (a
+//!   `Domain` attribute, which would reach every sibling, is removed). Preview tokens work only here
+//!   when a domain is set.
+//! - **path-routed** (`/v1/sandboxes/{id}/ports/{port}/…`): one origin shared with the API and every
+//!   other preview. With the owner's key (programs) that is harmless. With a token (browsers), only
+//!   when no domain is available, and then every response is sandboxed by CSP (an opaque origin: it
+//!   can read nothing of the API's origin) and its `Set-Cookie` is dropped.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -36,7 +47,15 @@ pub async fn expose(
         .and_then(|h| h.to_str().ok())
         .map(str::to_string)
         .unwrap_or_else(|| app.cfg.listen.to_string());
-    let url = format!("http://{host}/v1/sandboxes/{id}/ports/{}/?{TOKEN_PARAM}={token}", req.port);
+    let url = match app.preview_domain() {
+        Some(domain) => {
+            // The port the client reached this server on, kept in the preview URL.
+            let port =
+                host.rsplit_once(':').map(|(_, p)| p.to_string()).unwrap_or_else(|| app.cfg.listen.port().to_string());
+            format!("http://{}-{id}.{domain}:{port}/?{TOKEN_PARAM}={token}", req.port)
+        }
+        None => format!("http://{host}/v1/sandboxes/{id}/ports/{}/?{TOKEN_PARAM}={token}", req.port),
+    };
     app.store.audit(&rec.tenant, Some(&id), "port.expose", &json!({"port": req.port}))?;
     Ok((StatusCode::CREATED, Json(PortInfo { port: req.port, url, token })))
 }
@@ -68,23 +87,95 @@ fn inner_uri(uri: &Uri, prefix: &str) -> String {
     }
 }
 
-pub async fn proxy_root(state: State<AppState>, ApiPath((id, port)): ApiPath<(String, u16)>, req: Request) -> Response {
-    proxy_inner(state, id, port, req).await.unwrap_or_else(IntoResponse::into_response)
+/// How a preview request reached us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// `Host: {port}-{id}.{domain}`: an origin of its own; the path is the sandbox server's.
+    Host,
+    /// `/v1/sandboxes/{id}/ports/{port}/…`: the API's origin; the prefix is removed.
+    Path,
+}
+
+/// Sends a request whose `Host` names a preview origin (`{port}-{id}.{domain}`) to that sandbox port;
+/// every other request goes on to the API's routes.
+pub async fn by_host(State(app): State<AppState>, req: Request, next: axum::middleware::Next) -> Response {
+    let target = app.preview_domain().and_then(|domain| {
+        let host = req.headers().get(header::HOST)?.to_str().ok()?;
+        preview_target(host, &domain)
+    });
+    match target {
+        Some((id, port)) => {
+            proxy_inner(&app, id, port, req, Route::Host).await.unwrap_or_else(IntoResponse::into_response)
+        }
+        None => next.run(req).await,
+    }
+}
+
+/// `(id, port)` of a preview host `{port}-{id}.{domain}[:port]`.
+fn preview_target(host: &str, domain: &str) -> Option<(String, u16)> {
+    let name = match host.rsplit_once(':') {
+        Some((name, p)) if p.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    let label = name.strip_suffix(domain)?.strip_suffix('.')?;
+    let (port, id) = label.split_once('-')?;
+    let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;
+    (id.starts_with("sb_") && id.len() > 3 && id[3..].bytes().all(|b| b.is_ascii_alphanumeric()))
+        .then(|| (id.to_string(), port))
+}
+
+pub async fn proxy_root(
+    State(app): State<AppState>,
+    ApiPath((id, port)): ApiPath<(String, u16)>,
+    req: Request,
+) -> Response {
+    proxy_inner(&app, id, port, req, Route::Path).await.unwrap_or_else(IntoResponse::into_response)
 }
 
 pub async fn proxy(
-    state: State<AppState>,
+    State(app): State<AppState>,
     ApiPath((id, port, _rest)): ApiPath<(String, u16, String)>,
     req: Request,
 ) -> Response {
-    proxy_inner(state, id, port, req).await.unwrap_or_else(IntoResponse::into_response)
+    proxy_inner(&app, id, port, req, Route::Path).await.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn proxy_inner(State(app): State<AppState>, id: String, port: u16, req: Request) -> Result<Response, ApiError> {
+/// The `Cookie` header without our token cookie: the sandbox's server has no use for it.
+fn cookies_without_token(headers: &axum::http::HeaderMap) -> Option<HeaderValue> {
+    let kept: Vec<&str> = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|c| c.split(';'))
+        .map(str::trim)
+        .filter(|kv| !kv.is_empty() && !kv.starts_with(&format!("{TOKEN_PARAM}=")))
+        .collect();
+    (!kept.is_empty()).then(|| HeaderValue::from_str(&kept.join("; ")).ok()).flatten()
+}
+
+/// A `Set-Cookie` value with any `Domain` attribute removed: the cookie stays with the preview's own
+/// host instead of reaching every sibling under the preview domain.
+fn host_only_cookie(v: &HeaderValue) -> Option<HeaderValue> {
+    let s = v.to_str().ok()?;
+    let kept: Vec<&str> = s.split(';').filter(|a| !a.trim().to_ascii_lowercase().starts_with("domain=")).collect();
+    HeaderValue::from_str(&kept.join(";")).ok()
+}
+
+/// What a path-routed response to a browser may do: run its scripts and forms, but as an opaque
+/// origin that can read nothing of the API's origin or another preview's.
+const PATH_PREVIEW_CSP: &str = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads";
+
+async fn proxy_inner(app: &AppState, id: String, port: u16, req: Request, route: Route) -> Result<Response, ApiError> {
     // Who may pass: the owner's API key, or this port's token.
     // A malformed Authorization header is no key: the port token may still admit the request.
+    let by_key = bearer_key(req.headers()).flatten().is_some();
     let caller = match bearer_key(req.headers()).flatten() {
-        Some(key) => Caller::with_key(&app, key)?,
+        Some(key) => Caller::with_key(app, key)?,
+        None if route == Route::Path && app.preview_domain().is_some() => {
+            // Browsers use the preview's own origin; the shared one takes the key only.
+            return Err(ApiError::not_found(&format!("sandbox {id}")));
+        }
         None => {
             let (token, _) = token_from(&req);
             let expected = app.port_tokens.lock().unwrap_or_else(|p| p.into_inner()).get(&(id.clone(), port)).cloned();
@@ -97,18 +188,29 @@ async fn proxy_inner(State(app): State<AppState>, id: String, port: u16, req: Re
             }
         }
     };
-    let _ = record(&app, &caller, &id)?;
-    let (_, sb) = running(&app, &caller, &id).await?;
+    let _ = record(app, &caller, &id)?;
+    let (_, sb) = running(app, &caller, &id).await?;
     let (token, from_query) = token_from(&req);
-    let prefix = format!("/v1/sandboxes/{id}/ports/{port}");
+    let prefix = match route {
+        Route::Host => String::new(),
+        Route::Path => format!("/v1/sandboxes/{id}/ports/{port}"),
+    };
     let mut req = req;
     // A protocol upgrade (WebSocket) is spliced byte for byte once the server inside answers 101.
     let wants_upgrade = req.headers().contains_key(header::UPGRADE);
     let client_upgrade = wants_upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     parts.uri = inner_uri(&parts.uri, &prefix).parse().map_err(|_| ApiError::invalid("bad path"))?;
-    // The sandbox's server sees its own request, not our key.
+    // The sandbox's server sees its own request, not our key nor our token.
     parts.headers.remove(header::AUTHORIZATION);
+    match cookies_without_token(&parts.headers) {
+        Some(c) => {
+            parts.headers.insert(header::COOKIE, c);
+        }
+        None => {
+            parts.headers.remove(header::COOKIE);
+        }
+    }
     let stream = sb.connect(port).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -131,6 +233,26 @@ async fn proxy_inner(State(app): State<AppState>, id: String, port: u16, req: Re
         }
     }
     let (mut rparts, rbody) = resp.into_parts();
+    let theirs: Vec<HeaderValue> = rparts.headers.get_all(header::SET_COOKIE).iter().cloned().collect();
+    rparts.headers.remove(header::SET_COOKIE);
+    match route {
+        Route::Host => {
+            for v in theirs.iter().filter_map(host_only_cookie) {
+                rparts.headers.append(header::SET_COOKIE, v);
+            }
+        }
+        // On the shared origin a sandbox's cookie would reach the API and every other preview.
+        // Appended, not replacing the server's own policy: every policy given must hold.
+        Route::Path if !by_key => {
+            rparts.headers.append(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(PATH_PREVIEW_CSP));
+        }
+        // A program with the owner's key gets the response as the server sent it.
+        Route::Path => {
+            for v in theirs {
+                rparts.headers.append(header::SET_COOKIE, v);
+            }
+        }
+    }
     if let (true, Some(t)) = (from_query, token) {
         let cookie = format!("{TOKEN_PARAM}={t}; Path={prefix}/; HttpOnly; SameSite=Lax");
         if let Ok(v) = HeaderValue::from_str(&cookie) {

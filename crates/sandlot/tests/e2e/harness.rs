@@ -364,15 +364,19 @@ impl Server {
     ) -> std::io::Result<RawResponse> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        // A `host` among `headers` replaces ours (preview origins are chosen by Host).
+        let host = headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("host"))
+            .map_or_else(|| format!("127.0.0.1:{}", self.port), |(_, v)| v.to_string());
         let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.port,
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
             body.len()
         );
         if let Some(key) = key {
             req.push_str(&format!("Authorization: Bearer {key}\r\n"));
         }
-        for (name, value) in headers {
+        for (name, value) in headers.iter().filter(|(n, _)| !n.eq_ignore_ascii_case("host")) {
             req.push_str(&format!("{name}: {value}\r\n"));
         }
         req.push_str("\r\n");
