@@ -14,6 +14,8 @@
 //! - [`limits`]: fork, memory, disk, inode, output, tmpfs, request-size, CPU and time exhaustion.
 //! - [`layers`]: each defence layer alone (`--insecure-disable-layer`), and per-sandbox host uid ranges.
 //! - [`leaks`]: descriptors that cross from the host side into sandbox code.
+//! - [`pid1`]: the supervisor under load and odd inputs (connection floods, FIFOs, deep trees, unread
+//!   stdin, ptrace stops, /proc through the file API).
 //!
 //! succeeds; the reason says what happens instead. Run them with `--run-ignored all` (nextest) or
 //! `--include-ignored` (cargo test) to see them fail.
@@ -28,5 +30,6 @@ mod host;
 mod layers;
 mod leaks;
 mod limits;
+mod pid1;
 mod privileges;
 mod syscalls;
