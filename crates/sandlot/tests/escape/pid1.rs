@@ -376,3 +376,43 @@ fn pid1_file_operations_beyond_16_are_refused() {
     sb.write_file("/tmp/after", b"ok").unwrap();
     assert_eq!(sb.read_file("/tmp/after").unwrap(), b"ok");
 }
+
+/// A preview client uploading 128 MiB to a sandbox server that never reads (pid 1 used to queue it all
+/// for the server): the client is pushed back (its writes stall) and pid 1's memory grows by less than
+/// 16 MiB.
+#[test]
+fn pid1_preview_upload_to_a_server_that_never_reads_is_pushed_back() {
+    let _heavy = Heavy::lock();
+    let server = Server::start();
+    let sb = server.sandbox();
+    let pid = supervisor_pid(&server, &sb);
+    let hold = "import socket, time\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+                s.bind(('127.0.0.1', 8000)); s.listen(8)\nc, _ = s.accept()\ntime.sleep(600)\n";
+    sb.write_file("/home/user/hold.py", hold.as_bytes()).unwrap();
+    sb.spawn(&ExecRequest { shell: Some("exec python3 /home/user/hold.py".into()), ..ExecRequest::default() }).unwrap();
+    let port = sb.expose_port(8000).unwrap();
+    let path = port.url.split_once("127.0.0.1").and_then(|(_, rest)| rest.split_once('/')).unwrap().1.to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sh(&sb, User::User, "grep -q ':1F40 ' /proc/net/tcp && echo up").stdout != "up\n" {
+        assert!(Instant::now() < deadline, "the server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let before = vm_rss_kib(pid);
+    let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    write!(s, "POST /{path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", 256u64 << 20).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    let chunk = vec![b'x'; 1 << 20];
+    let mut sent = 0usize;
+    while sent < 128 << 20 {
+        match s.write(&chunk) {
+            Ok(n) => sent += n,
+            Err(_) => break,
+        }
+    }
+    let grown = vm_rss_kib(pid).saturating_sub(before);
+    eprintln!("client sent {} MiB before it stalled; pid 1 grew by {grown} KiB", sent >> 20);
+    assert!(sent < 128 << 20, "the client was never pushed back: {} MiB accepted", sent >> 20);
+    assert!(grown < 16 << 10, "pid 1 grew by {grown} KiB for a server that never reads");
+    drop(s);
+    assert_pid1_lives(pid, &sb);
+}
