@@ -172,7 +172,8 @@ impl Table {
                 break;
             }
             // A child that stopped under ptrace (PTRACE_TRACEME makes pid 1 its tracer) or was continued
-            // is still alive: only an exit or a fatal signal ends a process.
+            // is still alive: only an exit or a fatal signal ends a process. (Pid 1 does not resume such a
+            // child: only the thread that forked it, the control loop, could. SIGKILL still ends it.)
             if !libc::WIFEXITED(status) && !libc::WIFSIGNALED(status) {
                 continue;
             }
