@@ -416,3 +416,70 @@ fn pid1_preview_upload_to_a_server_that_never_reads_is_pushed_back() {
     drop(s);
     assert_pid1_lives(pid, &sb);
 }
+
+/// A full command leaf (a fork bomb holds all of `pids: 64`) and then a burst of 60 background execs,
+/// each costing pid 1 a fork and three threads: every exec is answered, started or failed with a
+/// message naming the process limit, and pid 1 lives (it used to panic when a thread could not start).
+#[test]
+fn pid1_survives_a_burst_of_execs_into_a_full_command_leaf() {
+    let _heavy = Heavy::lock();
+    let server = Server::start();
+    let sb = server.create(&CreateSandbox { pids: Some(64), ..CreateSandbox::default() });
+    let pid = supervisor_pid(&server, &sb);
+    let bomb = r#"
+import os, time
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
+        n += 1
+except OSError:
+    pass
+open("/tmp/full", "w").write(str(n))
+time.sleep(600)
+"#;
+    sb.write_file("/home/user/bomb.py", bomb.as_bytes()).unwrap();
+    let bomber = sb
+        .spawn(&ExecRequest {
+            argv: Some(vec!["python3".into(), "/home/user/bomb.py".into()]),
+            ..ExecRequest::default()
+        })
+        .unwrap();
+    // The bomb writes /tmp/full once a fork has failed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sb.read_file("/tmp/full").is_err() {
+        assert!(Instant::now() < deadline, "the bomb did not fill the leaf");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let burst: Vec<_> = (0..60)
+        .map(|_| {
+            let sb = sb.clone();
+            std::thread::spawn(move || {
+                let p = sb.spawn(&ExecRequest { shell: Some("exec sleep 30".into()), ..ExecRequest::default() })?;
+                Ok::<_, Error>((p, sb.processes()?.into_iter().find(|i| i.pid == p)))
+            })
+        })
+        .collect();
+    let mut started = 0;
+    let mut failed = Vec::new();
+    for t in burst {
+        let (p, info) = t.join().unwrap().expect("the API answered the exec");
+        let info = info.expect("listed");
+        if info.running {
+            started += 1;
+        } else {
+            let r = sb.wait(p).unwrap();
+            failed.push((r.exit_code, r.stderr));
+        }
+    }
+    eprintln!("{started} execs started, {} refused", failed.len());
+    assert!(!failed.is_empty(), "no exec hit the limit: the test did not fill the sandbox");
+    for (code, stderr) in &failed {
+        assert!(*code == 126 && stderr.contains("process limit"), "exit {code}: {stderr}");
+    }
+    assert!(alive(pid), "the supervisor (host pid {pid}) died");
+    sb.kill_process(bomber, Some(9)).unwrap();
+    assert_pid1_lives(pid, &sb);
+}
