@@ -234,12 +234,17 @@ fn on_pseudo_fs(fd: &impl AsRawFd) -> bool {
     st.f_type == libc::PROC_SUPER_MAGIC || st.f_type == libc::SYSFS_MAGIC
 }
 
-/// Whether the directory holding `path` is on procfs or sysfs (true when that cannot be told).
+/// Whether the directory holding `path` is on procfs or sysfs (true when that cannot be told). An
+/// `O_PATH` handle, so a directory the user may search but not read still answers.
 fn parent_on_pseudo_fs(path: &Path) -> bool {
-    match path.parent().map(File::open) {
-        Some(Ok(dir)) => on_pseudo_fs(&dir),
-        _ => true,
+    let Some(Ok(parent)) = path.parent().map(cstring) else { return true };
+    // SAFETY: a valid NUL-terminated path; the descriptor is owned by the OwnedFd below.
+    let fd = unsafe { libc::open(parent.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return true;
     }
+    // SAFETY: just opened, owned by nothing else.
+    on_pseudo_fs(&unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Opens a file for a download: without blocking (a FIFO would hold the thread until a writer comes),

@@ -62,6 +62,10 @@ impl StdinQueue {
     /// this process or [`MAX_STDIN_QUEUED_TOTAL`] for the sandbox.
     fn push(&self, data: &[u8], eof: bool) -> bool {
         let mut st = self.lock();
+        if st.closed {
+            // The process closed its stdin or is gone: the bytes go nowhere, as they would in a pipe.
+            return true;
+        }
         if st.bytes + data.len() > MAX_STDIN_QUEUED {
             return false;
         }
@@ -404,9 +408,11 @@ fn start_stdin_writer(mut w: std::process::ChildStdin, total: &Arc<AtomicUsize>)
             let ok = w.write_all(&b).is_ok();
             theirs.written(b.len());
             if !ok {
-                return;
+                break;
             }
         }
+        // Whatever still waits (the process closed its stdin or died) no longer counts.
+        theirs.close();
     })?;
     Ok(q)
 }

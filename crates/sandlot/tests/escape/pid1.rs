@@ -483,3 +483,25 @@ time.sleep(600)
     sb.kill_process(bomber, Some(9)).unwrap();
     assert_pid1_lives(pid, &sb);
 }
+
+/// Stdin written to a process that closed its own (pid 1 would keep counting it, and the sandbox-wide
+/// budget would then refuse every other process's input): 32 MiB to the closed stdin are dropped as a
+/// pipe would drop them, and a process that reads still gets 16 MiB.
+#[test]
+fn pid1_stdin_of_a_process_that_closed_it_does_not_starve_the_others() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let closed =
+        sb.spawn(&ExecRequest { shell: Some("exec 0<&-; exec sleep 600".into()), ..ExecRequest::default() }).unwrap();
+    let chunk = "x".repeat(8 << 20);
+    std::thread::sleep(Duration::from_millis(300));
+    for i in 0..4 {
+        sb.write_stdin(closed, &chunk, false).unwrap_or_else(|e| panic!("write {i} to the closed stdin: {e}"));
+    }
+    let reader = sb.spawn(&ExecRequest { shell: Some("exec wc -c".into()), ..ExecRequest::default() }).unwrap();
+    sb.write_stdin(reader, &chunk, false).unwrap();
+    sb.write_stdin(reader, &chunk, true).unwrap();
+    let r = sb.wait(reader).unwrap();
+    assert_eq!((r.exit_code, r.stdout.trim()), (0, "16777216"), "{r:?}");
+    sb.kill_process(closed, None).unwrap();
+}
