@@ -210,7 +210,8 @@ fn pid1_2_gib_of_unread_stdin_is_bounded() {
             }
         }
         peak = peak.max(vm_rss_kib(pid));
-        assert!(peak < 96 << 10, "pid 1's RSS grew to {peak} KiB after {} MiB of stdin", (i + 1) * 8);
+        // The 16 MiB queue plus pid 1's ~10 MiB of its own, with room to spare.
+        assert!(peak < 48 << 10, "pid 1's RSS grew to {peak} KiB after {} MiB of stdin", (i + 1) * 8);
     }
     let (at, e): (usize, Error) = refused.expect("2 GiB of unread stdin were all accepted");
     assert_eq!((e.status(), e.code()), (Some(409), Some("conflict")), "{e:?}");
