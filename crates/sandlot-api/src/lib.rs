@@ -828,7 +828,8 @@ pub mod codes {
     pub const PERMISSION_DENIED: &str = "permission_denied";
     /// 413: the body is larger than the server allows.
     pub const TOO_LARGE: &str = "too_large";
-    /// 429: the server runs its maximum number of sandboxes (`--max-sandboxes`).
+    /// 429: the server runs its maximum number of sandboxes (`--max-sandboxes`), or a sandbox has as many
+    /// inbound connections or file operations open as its supervisor allows at once.
     pub const LIMIT_REACHED: &str = "limit_reached";
     /// 429: the running sandboxes together hold this server's capacity (memory, pids or disk, times
     /// `--overcommit`); retry when some have ended.

@@ -87,6 +87,10 @@ pub enum EngineError {
     /// Nothing accepts connections on the asked port inside the sandbox.
     #[error("{0}")]
     PortUnreachable(String),
+    /// The sandbox's supervisor is at one of its concurrency limits (connections, file operations,
+    /// threads); retrying later may work.
+    #[error("{0}")]
+    Busy(String),
     /// Unknown image.
     #[error("unknown image {0:?}; available: host")]
     UnknownImage(String),

@@ -111,6 +111,8 @@ pub struct Process {
     pub started_at_ms: i64,
     started: Instant,
     stdin_open: std::sync::atomic::AtomicBool,
+    /// Why the supervisor closed standard input on its own (the process did not read it), if it did.
+    stdin_closed_why: Mutex<Option<String>>,
     state: Mutex<State>,
     /// Length of the log, for followers waiting on new entries.
     changed: watch::Sender<usize>,
@@ -211,6 +213,7 @@ impl Process {
             started_at_ms,
             started: Instant::now(),
             stdin_open: std::sync::atomic::AtomicBool::new(stdin_open),
+            stdin_closed_why: Mutex::new(None),
             state: Mutex::new(State { out: [Capture::new(cap), Capture::new(cap)], log: Vec::new(), end: None }),
             changed: watch::channel(0).0,
             reservation,
@@ -304,6 +307,17 @@ impl Process {
 
     pub(crate) fn close_stdin(&self) {
         self.stdin_open.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The supervisor closed standard input because the process did not read it.
+    pub(crate) fn stdin_closed_by_supervisor(&self, why: String) {
+        *self.stdin_closed_why.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.close_stdin();
+    }
+
+    /// Why the supervisor closed standard input on its own, if it did.
+    pub fn stdin_closed_reason(&self) -> Option<String> {
+        self.stdin_closed_why.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Waits for the end.

@@ -9,7 +9,9 @@ use bytes::Bytes;
 use sandlot_linux::cgroup::{CgroupLimits, SandboxCgroup};
 use sandlot_linux::launch::{self, Launched};
 use sandlot_linux::layers::Layer;
-use sandlot_protocol::{encode, parse_prefix, Event, FileErrorKind, FileOp, Request, Spawn, Termination, MAX_PAYLOAD};
+use sandlot_protocol::{
+    encode, parse_prefix, Event, FileErrorKind, FileOp, Request, Spawn, Termination, MAX_PAYLOAD, STREAM_WINDOW,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -72,8 +74,10 @@ impl FileStream {
 
 /// An inbound connection being set up or open.
 struct Conn {
-    ready: Option<oneshot::Sender<Result<(), String>>>,
+    ready: Option<oneshot::Sender<Result<(), EngineError>>>,
     data: mpsc::Sender<Option<Vec<u8>>>,
+    /// Bytes we may still send before the supervisor acknowledges some ([`STREAM_WINDOW`]).
+    window: Arc<tokio::sync::Semaphore>,
 }
 
 struct Shared {
@@ -411,15 +415,16 @@ impl Sandbox {
         let conn = self.next.fetch_add(1, Ordering::SeqCst);
         let (ready_tx, ready_rx) = oneshot::channel();
         let (data_tx, mut data_rx) = mpsc::channel::<Option<Vec<u8>>>(64);
+        let window = Arc::new(tokio::sync::Semaphore::new(STREAM_WINDOW));
         self.shared
             .conns
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(conn, Conn { ready: Some(ready_tx), data: data_tx });
+            .insert(conn, Conn { ready: Some(ready_tx), data: data_tx, window: Arc::clone(&window) });
         self.send(&Request::Connect { conn, port }, &[]).await?;
         match ready_rx.await {
             Ok(Ok(())) => {}
-            Ok(Err(message)) => return Err(EngineError::PortUnreachable(message)),
+            Ok(Err(e)) => return Err(e),
             Err(_) => return Err(EngineError::Gone(self.id.clone())),
         }
         let (ours, theirs) = tokio::io::duplex(256 << 10);
@@ -443,6 +448,13 @@ impl Sandbox {
                 let frame = if n == 0 {
                     encode(&Request::StreamClose { conn }, &[])
                 } else {
+                    // Wait until the sandbox server has read enough of what went before: a server that
+                    // does not read stalls its client here, not the supervisor's memory. Closed when the
+                    // connection ends.
+                    match window.acquire_many(n as u32).await {
+                        Ok(permit) => permit.forget(),
+                        Err(_) => break,
+                    }
                     encode(&Request::StreamData { conn }, &buf[..n])
                 };
                 let Ok(frame) = frame else { break };
@@ -646,10 +658,19 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     let _ = tx.send(Ok(()));
                 }
             }
-            Event::ConnectFailed { conn, message } => {
+            Event::ConnectFailed { conn, message, busy } => {
                 let c = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
                 if let Some(tx) = c.and_then(|mut c| c.ready.take()) {
-                    let _ = tx.send(Err(message));
+                    let _ = tx.send(Err(if busy {
+                        EngineError::Busy(message)
+                    } else {
+                        EngineError::PortUnreachable(message)
+                    }));
+                }
+            }
+            Event::StdinClosed { proc, message } => {
+                if let Some((p, _)) = shared.proc(proc) {
+                    p.stdin_closed_by_supervisor(message);
                 }
             }
             Event::StreamData { conn } => {
@@ -658,9 +679,17 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     let _ = tx.send(Some(payload)).await;
                 }
             }
+            Event::StreamAck { conn, bytes } => {
+                if let Some(c) = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).get(&conn) {
+                    // Never more than the window: the supervisor is the untrusted side.
+                    let room = STREAM_WINDOW.saturating_sub(c.window.available_permits());
+                    c.window.add_permits((bytes as usize).min(room));
+                }
+            }
             Event::StreamClose { conn } => {
                 let c = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
                 if let Some(c) = c {
+                    c.window.close();
                     let _ = c.data.send(None).await;
                 }
             }

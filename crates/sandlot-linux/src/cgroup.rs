@@ -48,7 +48,11 @@ const CPU_PERIOD_US: u64 = 100_000;
 const SUP: &str = "sup";
 const WORK: &str = "work";
 const HEADROOM_BYTES: u64 = 32 << 20;
-const HEADROOM_PIDS: u64 = 32;
+/// Pids (threads) only pid 1 can use once `work` is full: two threads per inbound connection (the
+/// supervisor allows 64, `ports::MAX_CONNECTIONS`), one per file operation (16, `files::MAX_FILE_OPS`),
+/// and 16 for its own threads and those of an exec or two. A fork bomb in `work` thus never starves
+/// the preview and file APIs; past these caps the supervisor answers "busy" instead of starting threads.
+pub const SUPERVISOR_PIDS: u64 = 2 * 64 + 16 + 16;
 const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
 
 /// Where sandbox cgroups are made.
@@ -114,7 +118,7 @@ impl Cgroups {
         let quota = ((limits.cpu * CPU_PERIOD_US as f64).round() as u64).max(1000);
         let outer = CgroupLimits {
             memory_bytes: limits.memory_bytes + HEADROOM_BYTES,
-            pids: limits.pids + HEADROOM_PIDS,
+            pids: limits.pids + SUPERVISOR_PIDS,
             cpu: limits.cpu,
         };
         for (ctrl, dir) in &cg.dirs {

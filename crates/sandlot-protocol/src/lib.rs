@@ -17,6 +17,11 @@ pub const MAX_HEADER: usize = 4 << 20;
 /// Largest payload per frame; bulk data is split into frames of at most this size.
 pub const MAX_PAYLOAD: usize = 256 << 10;
 
+/// Bytes of `StreamData` the daemon may have sent on one connection and the supervisor not yet
+/// acknowledged with [`Event::StreamAck`] (written to the sandbox server). Bounds what pid 1 buffers for
+/// a server that does not read (64 connections × 256 KiB at most) and pushes back on the client instead.
+pub const STREAM_WINDOW: usize = MAX_PAYLOAD;
+
 /// Sandbox-side file descriptor number on which the supervisor finds its control socket.
 pub const CONTROL_FD: i32 = 3;
 
@@ -209,6 +214,14 @@ pub enum Event {
         /// How.
         end: Termination,
     },
+    /// The supervisor closed a process's standard input without being asked to: the process did not read
+    /// it and more bytes waited than the supervisor buffers. Later `Stdin` requests are dropped.
+    StdinClosed {
+        /// Process handle.
+        proc: u64,
+        /// Why, for the API caller.
+        message: String,
+    },
     /// Bytes of a file read or tar download, in the payload.
     Chunk {
         /// Request id.
@@ -232,11 +245,22 @@ pub enum Event {
         conn: u64,
         /// Why.
         message: String,
+        /// The sandbox is at its limit of open connections (or threads): retrying later may work.
+        #[serde(default)]
+        busy: bool,
     },
     /// Bytes from the sandbox side of a connection (in the payload).
     StreamData {
         /// Connection id.
         conn: u64,
+    },
+    /// `bytes` of the daemon's `StreamData` were written to the sandbox server: the daemon may send that
+    /// many more (see [`STREAM_WINDOW`]).
+    StreamAck {
+        /// Connection id.
+        conn: u64,
+        /// Bytes written.
+        bytes: u64,
     },
     /// The sandbox side closed (EOF or error); nothing more comes for `conn`.
     StreamClose {
@@ -290,6 +314,9 @@ pub enum FileErrorKind {
     TooLarge,
     /// Malformed input (bad tar entry, relative path…).
     Invalid,
+    /// The sandbox runs as many file operations as its supervisor allows at once (or cannot start a
+    /// thread): retrying later may work.
+    Busy,
     /// Anything else.
     Other,
 }

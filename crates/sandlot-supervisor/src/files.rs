@@ -3,24 +3,37 @@
 //! Each operation runs on its own thread whose fsuid/fsgid are set to the requesting sandbox user first
 //! (Linux keeps these per thread), so permission checks are the kernel's own and a `user` request cannot
 //! read `/root`. Paths resolve against the sandbox root (the supervisor has pivoted into it), so symlinks
-//! and `..` written by sandbox code lead only to the sandbox's own files.
+//! and `..` written by sandbox code lead only to the sandbox's own files. The thread also drops to the
+//! capabilities a command of that user has (`harden::limit_thread_caps`).
+//!
+//! Pid 1 must survive whatever the sandbox puts in its way: at most [`MAX_FILE_OPS`] operations run at
+//! once; a download opens without blocking and refuses anything but a regular file outside `/proc` and
+//! `/sys` (a FIFO would block its thread forever, `/proc/self/pagemap` never ends) and stops at the size
+//! seen at open; a recursive remove walks the tree iteratively, descriptor-relative, so depth costs no
+//! stack.
 
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::UNIX_EPOCH;
 
 use sandlot_protocol::{Event, FileErrorKind, FileOp, MAX_PAYLOAD};
 use serde_json::{json, Value};
 
-use crate::Outbox;
+use crate::{spawn_thread, Outbox};
+
+/// File operations running at once in one sandbox, each on a thread of pid 1 (threads count against
+/// the sandbox's pids limit). 16 covers a client that uploads or downloads several files in parallel;
+/// past it an operation is refused as busy rather than queued, so a burst never costs pid 1 more.
+const MAX_FILE_OPS: usize = 16;
 
 enum UploadMsg {
     Data(Vec<u8>),
@@ -28,13 +41,29 @@ enum UploadMsg {
     Abort,
 }
 
-/// Open uploads, keyed by request id; the control loop feeds them.
-#[derive(Default, Clone)]
+/// Open uploads, keyed by request id, which the control loop feeds; and the count of running operations.
+#[derive(Clone)]
 pub(crate) struct Uploads {
     open: Arc<Mutex<HashMap<u64, SyncSender<UploadMsg>>>>,
+    running: Arc<AtomicUsize>,
+    /// The commands' RLIMIT_FSIZE (0 = none): no file the API writes may be larger either.
+    max_file_bytes: u64,
+}
+
+/// Gives back a running-operation slot however the operation ends.
+struct OpSlot(Arc<AtomicUsize>);
+
+impl Drop for OpSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Uploads {
+    pub(crate) fn new(max_file_bytes: u64) -> Self {
+        Uploads { open: Arc::default(), running: Arc::default(), max_file_bytes }
+    }
+
     fn register(&self, req: u64) -> Receiver<UploadMsg> {
         // A small bound: a slow disk pushes back on the control socket instead of buffering in RAM.
         let (tx, rx) = sync_channel(8);
@@ -105,23 +134,38 @@ impl OpError {
 
 type OpResult = Result<Value, OpError>;
 
-/// Starts one file operation on its own thread.
+/// Starts one file operation on its own thread, unless [`MAX_FILE_OPS`] already run.
 pub(crate) fn start(out: &Outbox, uploads: &Uploads, req: u64, uid: u32, op: FileOp) {
+    let busy = |message: String| out.send(&Event::Failed { req, kind: FileErrorKind::Busy, message }, &[]);
+    if uploads.running.fetch_add(1, Ordering::SeqCst) >= MAX_FILE_OPS {
+        uploads.running.fetch_sub(1, Ordering::SeqCst);
+        busy(format!(
+            "the sandbox already runs {MAX_FILE_OPS} file operations (the limit per sandbox); retry when one has \
+             finished"
+        ));
+        return;
+    }
+    let slot = OpSlot(Arc::clone(&uploads.running));
     // Uploads are registered before the control loop reads their first Data frame.
     let rx = match &op {
         FileOp::Write { .. } | FileOp::Untar { .. } => Some(uploads.register(req)),
         _ => None,
     };
-    let out = out.clone();
-    let uploads = uploads.clone();
-    thread::spawn(move || {
-        let result = become_user(uid).and_then(|()| run(&out, req, op, rx));
-        uploads.forget(req);
+    let out2 = out.clone();
+    let ups = uploads.clone();
+    let started = spawn_thread("file-op", move || {
+        let _slot = slot;
+        let result = become_user(uid).and_then(|()| run(&out2, req, op, rx, ups.max_file_bytes));
+        ups.forget(req);
         match result {
-            Ok(value) => out.send(&Event::Done { req, value }, &[]),
-            Err(e) => out.send(&Event::Failed { req, kind: e.kind, message: e.message }, &[]),
+            Ok(value) => out2.send(&Event::Done { req, value }, &[]),
+            Err(e) => out2.send(&Event::Failed { req, kind: e.kind, message: e.message }, &[]),
         }
     });
+    if let Err(message) = started {
+        uploads.forget(req);
+        busy(message);
+    }
 }
 
 fn become_user(uid: u32) -> Result<(), OpError> {
@@ -134,7 +178,8 @@ fn become_user(uid: u32) -> Result<(), OpError> {
             return Err(OpError::new(FileErrorKind::Other, "cannot switch to the requested user"));
         }
     }
-    Ok(())
+    crate::harden::limit_thread_caps(uid)
+        .map_err(|e| OpError::new(FileErrorKind::Other, format!("cannot drop to the capabilities of uid {uid}: {e}")))
 }
 
 fn checked_path(p: &str) -> Result<PathBuf, OpError> {
@@ -145,11 +190,12 @@ fn checked_path(p: &str) -> Result<PathBuf, OpError> {
     Ok(path.to_path_buf())
 }
 
-fn run(out: &Outbox, req: u64, op: FileOp, rx: Option<Receiver<UploadMsg>>) -> OpResult {
+fn run(out: &Outbox, req: u64, op: FileOp, rx: Option<Receiver<UploadMsg>>, max_file_bytes: u64) -> OpResult {
     match op {
         FileOp::Read { path } => read(out, req, &checked_path(&path)?),
         FileOp::Write { path, mode, max_bytes } => {
-            write(&checked_path(&path)?, mode, max_bytes, rx.expect("registered"))
+            let max = if max_file_bytes > 0 { max_bytes.min(max_file_bytes) } else { max_bytes };
+            write(&checked_path(&path)?, mode, max, rx.expect("registered"))
         }
         FileOp::Stat { path } => {
             let path = checked_path(&path)?;
@@ -164,17 +210,86 @@ fn run(out: &Outbox, req: u64, op: FileOp, rx: Option<Receiver<UploadMsg>>) -> O
         }
         FileOp::Remove { path, recursive } => remove(&checked_path(&path)?, recursive),
         FileOp::Move { from, to, overwrite } => rename(&checked_path(&from)?, &checked_path(&to)?, overwrite),
-        FileOp::Untar { path, max_bytes } => untar(&checked_path(&path)?, max_bytes, rx.expect("registered")),
+        FileOp::Untar { path, max_bytes } => {
+            untar(&checked_path(&path)?, max_bytes, max_file_bytes, rx.expect("registered"))
+        }
         FileOp::Tar { path } => tar(out, req, &checked_path(&path)?),
     }
 }
 
-fn read(out: &Outbox, req: u64, path: &Path) -> OpResult {
-    let mut f = File::open(path).map_err(|e| OpError::io(path, e))?;
+fn cstring(path: &Path) -> Result<CString, OpError> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| OpError::new(FileErrorKind::Invalid, format!("{}: path contains NUL", path.display())))
+}
+
+/// Whether the file behind `fd` lives on procfs or sysfs: kernel interfaces, not files. Checked on the
+/// descriptor, so a symlink planted elsewhere (`/tmp/x -> /proc/1/environ`) is caught as well.
+fn on_pseudo_fs(fd: &impl AsRawFd) -> bool {
+    // SAFETY: plain data, all-zero is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes into a statfs of the right type.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    st.f_type == libc::PROC_SUPER_MAGIC || st.f_type == libc::SYSFS_MAGIC
+}
+
+/// Whether the directory holding `path` is on procfs or sysfs (true when that cannot be told). An
+/// `O_PATH` handle, so a directory the user may search but not read still answers.
+fn parent_on_pseudo_fs(path: &Path) -> bool {
+    let Some(Ok(parent)) = path.parent().map(cstring) else { return true };
+    // SAFETY: a valid NUL-terminated path; the descriptor is owned by the OwnedFd below.
+    let fd = unsafe { libc::open(parent.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return true;
+    }
+    // SAFETY: just opened, owned by nothing else.
+    on_pseudo_fs(&unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens a file for a download: without blocking (a FIFO would hold the thread until a writer comes),
+/// refusing anything but a regular file outside /proc and /sys. Returns it, blocking again, with the
+/// size seen now, past which nothing is read (a file that grows, or never ends, cannot hold a thread).
+fn open_regular(path: &Path, follow: bool) -> Result<(File, fs::Metadata), OpError> {
+    let c = cstring(path)?;
+    let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+    // SAFETY: a valid NUL-terminated path; the descriptor is owned by the File below.
+    let fd = unsafe {
+        libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC | nofollow)
+    };
+    if fd < 0 {
+        return Err(OpError::io(path, io::Error::last_os_error()));
+    }
+    // SAFETY: fd was just opened and is owned by nothing else.
+    let f = unsafe { File::from_raw_fd(fd) };
     let meta = f.metadata().map_err(|e| OpError::io(path, e))?;
     if !meta.is_file() {
-        return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: not a regular file", path.display())));
+        return Err(OpError::new(
+            FileErrorKind::WrongKind,
+            format!("{}: not a regular file (a directory, FIFO, socket or device cannot be read)", path.display()),
+        ));
     }
+    if on_pseudo_fs(&f) {
+        return Err(OpError::new(
+            FileErrorKind::PermissionDenied,
+            format!(
+                "{}: is a kernel interface under /proc or /sys, which the file API does not read; run a command \
+                 (cat) in the sandbox instead",
+                path.display()
+            ),
+        ));
+    }
+    // SAFETY: fcntl on our own descriptor.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+    }
+    Ok((f, meta))
+}
+
+fn read(out: &Outbox, req: u64, path: &Path) -> OpResult {
+    let (f, meta) = open_regular(path, true)?;
+    let mut f = f.take(meta.len());
     let mut buf = vec![0u8; MAX_PAYLOAD];
     let mut total = 0u64;
     loop {
@@ -269,8 +384,13 @@ fn stat(path: &Path) -> Result<(Value, bool), OpError> {
     } else {
         "other"
     };
-    let link_target =
-        if ft.is_symlink() { fs::read_link(path).ok().map(|t| t.to_string_lossy().into_owned()) } else { None };
+    // Not for links on /proc or /sys: /proc/1/fd/* would tell where pid 1's own descriptors lead (its
+    // threads pass every ptrace check on their own process, whatever their capabilities).
+    let link_target = if ft.is_symlink() && !parent_on_pseudo_fs(path) {
+        fs::read_link(path).ok().map(|t| t.to_string_lossy().into_owned())
+    } else {
+        None
+    };
     let mtime_ms =
         m.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as i64);
     let name = path.file_name().map_or_else(|| "/".to_string(), |n| n.to_string_lossy().into_owned());
@@ -332,7 +452,7 @@ fn remove(path: &Path, recursive: bool) -> OpResult {
     let m = fs::symlink_metadata(path).map_err(|e| OpError::io(path, e))?;
     let r = if m.is_dir() {
         if recursive {
-            fs::remove_dir_all(path)
+            remove_tree(path)
         } else {
             fs::remove_dir(path)
         }
@@ -350,6 +470,175 @@ fn remove(path: &Path, recursive: bool) -> OpResult {
         }
     })?;
     Ok(json!({"path": path}))
+}
+
+/// `(dev, ino)` of an open directory.
+fn ident(fd: &OwnedFd) -> io::Result<(u64, u64)> {
+    // SAFETY: plain data, all-zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes into a stat of the right type.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// Most subdirectory names remembered per level of a recursive remove; a directory with more is listed
+/// again once these are gone (bounds pid 1's memory on a flat directory of millions).
+const REMOVE_BATCH: usize = 1024;
+
+/// Opens directory `name` below `dir` as an `O_PATH` handle (no open-time check: Landlock's walk to the
+/// root costs O(depth) per real open), without following a symlink.
+fn open_dir_at(dir: libc::c_int, name: &CString) -> io::Result<OwnedFd> {
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a valid NUL-terminated name; the descriptor is owned by the OwnedFd.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just opened, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn unlink_at(dir: &OwnedFd, name: &CString, flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: a valid NUL-terminated name relative to an open directory.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENOENT) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Unlinks everything in `dir` that is not a directory; returns up to [`REMOVE_BATCH`] names of the
+/// subdirectories left.
+fn clear_files(dir: &OwnedFd) -> io::Result<Vec<CString>> {
+    let dot = CString::new(".").expect("no NUL");
+    // SAFETY: openat/fdopendir on our own descriptors; the DIR (owning `fd`) is closed below on every path.
+    let dirp = unsafe {
+        let fd = libc::openat(dir.as_raw_fd(), dot.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let d = libc::fdopendir(fd);
+        if d.is_null() {
+            let e = io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
+        }
+        d
+    };
+    let mut subdirs = Vec::new();
+    let result = loop {
+        // SAFETY: readdir on an open DIR; errno is cleared first to tell the end from an error.
+        let ent = unsafe {
+            *libc::__errno_location() = 0;
+            libc::readdir(dirp)
+        };
+        if ent.is_null() {
+            match io::Error::last_os_error().raw_os_error() {
+                Some(0) | None => break Ok(()),
+                _ => break Err(io::Error::last_os_error()),
+            }
+        }
+        // SAFETY: d_name of a returned dirent is a NUL-terminated string valid until the next readdir.
+        let (name, d_type) = unsafe { (std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()).to_owned(), (*ent).d_type) };
+        if name.as_bytes() == b"." || name.as_bytes() == b".." {
+            continue;
+        }
+        let is_dir = match d_type {
+            libc::DT_DIR => true,
+            libc::DT_UNKNOWN => {
+                // SAFETY: plain data, all-zero is a valid value.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: fstatat into a stat of the right type, with a NUL-terminated name.
+                let rc = unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+                rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+            }
+            _ => false,
+        };
+        if is_dir {
+            if subdirs.len() < REMOVE_BATCH {
+                subdirs.push(name);
+            }
+        } else if let Err(e) = unlink_at(dir, &name, 0) {
+            break Err(e);
+        }
+    };
+    // SAFETY: closes the DIR (and its descriptor) opened above.
+    unsafe { libc::closedir(dirp) };
+    result.map(|()| subdirs)
+}
+
+/// One directory on the way down a recursive remove.
+struct Level {
+    /// Its name in the level above.
+    name: CString,
+    /// `(dev, ino)`, to check the way back up.
+    ident: (u64, u64),
+    /// Subdirectories still to remove.
+    pending: Vec<CString>,
+    /// Listed again after a removal failed as not empty and nothing was left to descend into: a second
+    /// such failure is reported (sandbox code filling it as fast as it is emptied).
+    retried: bool,
+}
+
+/// `rm -r` without recursion: one directory handle open at a time, each level opened relative to the
+/// one above without following symlinks, the way back up checked against the identities recorded on the
+/// way down (a tree moved meanwhile is an error, never a walk into somewhere else). Each level is listed
+/// once and removed once; a 30,000-deep tree costs a 30,000-entry vector, not 30,000 stack frames.
+fn remove_tree(path: &Path) -> io::Result<()> {
+    let (parent, name) = match (path.parent(), path.file_name()) {
+        (Some(p), Some(n)) => (p, n),
+        _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    let name = CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let parent = File::open(parent).map(OwnedFd::from)?;
+    let mut cur = open_dir_at(parent.as_raw_fd(), &name)?;
+    let mut down = vec![Level { name, ident: ident(&cur)?, pending: clear_files(&cur)?, retried: false }];
+    let dotdot = CString::new("..").expect("no NUL");
+    loop {
+        let top = down.last_mut().expect("never empty here");
+        if let Some(sub) = top.pending.pop() {
+            match open_dir_at(cur.as_raw_fd(), &sub) {
+                Ok(fd) => {
+                    let level = Level { ident: ident(&fd)?, pending: clear_files(&fd)?, name: sub, retried: false };
+                    down.push(level);
+                    cur = fd;
+                }
+                // Replaced by a non-directory since it was listed: unlink it like one.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => unlink_at(&cur, &sub, 0)?,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+            continue;
+        }
+        let level = down.pop().expect("never empty here");
+        let up = match down.last() {
+            None => None,
+            Some(above) => {
+                let up = open_dir_at(cur.as_raw_fd(), &dotdot)?;
+                if ident(&up)? != above.ident {
+                    return Err(io::Error::other("the directory tree was moved while it was being removed"));
+                }
+                Some(up)
+            }
+        };
+        match unlink_at(up.as_ref().unwrap_or(&parent), &level.name, libc::AT_REMOVEDIR) {
+            Ok(()) => match up {
+                None => return Ok(()),
+                Some(up) => cur = up,
+            },
+            // More subdirectories than one batch, or new entries meanwhile: list it again, go on there.
+            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) && !level.retried => {
+                let pending = clear_files(&cur)?;
+                let retried = pending.is_empty();
+                down.push(Level { pending, retried, ..level });
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn rename(from: &Path, to: &Path, overwrite: bool) -> OpResult {
@@ -404,7 +693,7 @@ impl Read for UploadReader {
     }
 }
 
-fn untar(dest: &Path, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpResult {
+fn untar(dest: &Path, max_bytes: u64, max_file_bytes: u64, rx: Receiver<UploadMsg>) -> OpResult {
     fs::create_dir_all(dest).map_err(|e| OpError::io(dest, e))?;
     let mut reader = UploadReader { rx, buf: Vec::new(), pos: 0, total: 0, max: max_bytes, ended: false };
     let mut archive = tar::Archive::new(&mut reader);
@@ -420,6 +709,18 @@ fn untar(dest: &Path, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpResult {
             return Err(OpError::new(
                 FileErrorKind::Invalid,
                 format!("tar entry {}: absolute paths and `..` are not allowed", name.display()),
+            ));
+        }
+        // The size a file gets on disk (a sparse entry's real size, not its stored bytes): a command could
+        // not write a file past RLIMIT_FSIZE, and neither may an upload.
+        let size = entry.header().size().unwrap_or(u64::MAX).max(entry.size());
+        if max_file_bytes > 0 && size > max_file_bytes {
+            return Err(OpError::new(
+                FileErrorKind::TooLarge,
+                format!(
+                    "tar entry {}: {size} bytes, over the sandbox's largest file ({max_file_bytes} bytes)",
+                    name.display()
+                ),
             ));
         }
         let written = entry.unpack_in(dest).map_err(|e| tar_error(dest, e))?;
@@ -479,14 +780,73 @@ fn tar(out: &Outbox, req: u64, dir: &Path) -> OpResult {
     if !is_dir {
         return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: not a directory", dir.display())));
     }
+    let top = File::open(dir).map_err(|e| OpError::io(dir, e))?;
+    if on_pseudo_fs(&top) {
+        return Err(OpError::new(
+            FileErrorKind::PermissionDenied,
+            format!("{}: is under /proc or /sys, which the file API does not read", dir.display()),
+        ));
+    }
     let mut w = ChunkWriter { out, req, buf: Vec::with_capacity(MAX_PAYLOAD) };
     {
         let mut builder = tar::Builder::new(&mut w);
-        // Symlinks are archived as links: following them would read whatever the sandbox pointed them at.
-        builder.follow_symlinks(false);
-        builder.append_dir_all(".", dir).map_err(|e| OpError::io(dir, e))?;
+        builder.append_dir(".", dir).map_err(|e| OpError::io(dir, e))?;
+        // The tree is walked here rather than by `append_dir_all`, which would open FIFOs (blocking) and
+        // copy /proc files without end: names below `dir`, depth first, without recursion.
+        let mut stack = vec![PathBuf::new()];
+        while let Some(rel) = stack.pop() {
+            let src = dir.join(&rel);
+            for ent in fs::read_dir(&src).map_err(|e| OpError::io(&src, e))? {
+                let ent = ent.map_err(|e| OpError::io(&src, e))?;
+                tar_entry(&mut builder, &ent.path(), rel.join(ent.file_name()), &mut stack)?;
+            }
+        }
         builder.finish().map_err(|e| OpError::io(dir, e))?;
     }
     w.flush().map_err(|e| OpError::io(dir, e))?;
     Ok(json!({}))
+}
+
+/// Archives one entry as `name`; a directory is pushed on `stack` to be walked.
+fn tar_entry<W: Write>(
+    b: &mut tar::Builder<W>,
+    src: &Path,
+    name: PathBuf,
+    stack: &mut Vec<PathBuf>,
+) -> Result<(), OpError> {
+    let io_err = |e| OpError::io(src, e);
+    let m = fs::symlink_metadata(src).map_err(io_err)?;
+    let ft = m.file_type();
+    let mut header = tar::Header::new_gnu();
+    header.set_metadata(&m);
+    if ft.is_dir() {
+        // A /proc or /sys mounted below is not descended into: its files are kernel interfaces.
+        let d = File::open(src).map_err(io_err)?;
+        b.append_dir(&name, src).map_err(io_err)?;
+        if !on_pseudo_fs(&d) {
+            stack.push(name);
+        }
+    } else if ft.is_symlink() {
+        // Archived as a link: following it would read whatever the sandbox pointed it at.
+        let target = fs::read_link(src).map_err(io_err)?;
+        header.set_size(0);
+        b.append_link(&mut header, &name, target).map_err(io_err)?;
+    } else if ft.is_file() {
+        let (f, meta) = match open_regular(src, false) {
+            Ok(x) => x,
+            // Replaced by something else since it was listed, or a /proc file bound here: left out.
+            Err(e) if matches!(e.kind, FileErrorKind::WrongKind | FileErrorKind::PermissionDenied) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        header.set_metadata(&meta);
+        // Exactly the size in the header: what the file holds at open, zero-padded if it shrank meanwhile.
+        let size = meta.len();
+        let data = f.take(size).chain(io::repeat(0)).take(size);
+        b.append_data(&mut header, &name, data).map_err(io_err)?;
+    } else if !ft.is_socket() {
+        // FIFOs and device nodes: their header only (a socket cannot be archived).
+        header.set_size(0);
+        b.append_data(&mut header, &name, io::empty()).map_err(io_err)?;
+    }
+    Ok(())
 }

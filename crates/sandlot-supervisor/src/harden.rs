@@ -25,6 +25,25 @@ const ROOT_CAPS: [u32; 10] = [
     18, // CAP_SYS_CHROOT
 ];
 
+/// Gives the calling thread of the supervisor the capabilities a command of `uid` gets: [`ROOT_CAPS`]
+/// for root, none for anyone else (capabilities are per thread on Linux). File operations run on a
+/// thread of pid 1, which otherwise holds every capability of the sandbox's user namespace: with them a
+/// `root` (or, through CAP_SYS_PTRACE, any) file operation could read pid 1's own `/proc/1/environ` or
+/// memory maps. Irreversible for the thread, which ends with its operation.
+pub(crate) fn limit_thread_caps(uid: u32) -> io::Result<()> {
+    let mask = if uid == 0 { ROOT_CAPS.iter().fold(0u64, |m, c| m | (1u64 << c)) } else { 0 };
+    let data = [
+        CapData { effective: mask as u32, permitted: mask as u32, inheritable: 0 },
+        CapData { effective: (mask >> 32) as u32, permitted: (mask >> 32) as u32, inheritable: 0 },
+    ];
+    let header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    // SAFETY: capset reads a valid header and two data structs; pid 0 is the calling thread.
+    if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Open files a sandbox process may hold.
 const NOFILE: u64 = 65_536;
 

@@ -9,6 +9,11 @@
 //! It holds no host secret and trusts nothing from the workload. Its threads: one reads requests, one reaps
 //! children, one per output pipe, one per file operation; all writes to the socket go through
 //! [`Outbox`], which writes whole frames under a lock.
+//!
+//! Pid 1 must never die from load: its death ends the sandbox. Every thread is started with
+//! [`spawn_thread`], whose failure (EAGAIN once the sandbox's pids limit, which counts threads, is
+//! reached) becomes an error answer to the request that needed it; inbound connections and file
+//! operations are capped per sandbox; every queue between the control loop and a slow consumer is bounded.
 
 mod files;
 mod harden;
@@ -22,6 +27,18 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
 use sandlot_protocol::{read_frame, write_frame, Event, FrameError, Request, CONTROL_FD};
+
+/// Starts a named thread, or says why it could not. Thread creation fails (EAGAIN) when the sandbox's
+/// pids limit is reached; the caller answers its request with the error instead of panicking.
+pub(crate) fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    std::thread::Builder::new().name(name.into()).spawn(f).map(drop).map_err(|e| {
+        format!(
+            "the sandbox is at its process limit (pids, which counts threads) and its supervisor cannot start a \
+             thread for this request ({e}); retry once fewer processes run, or create the sandbox with a larger \
+             pids limit"
+        )
+    })
+}
 
 /// The write half of the control socket, shared by every thread.
 #[derive(Clone)]
@@ -89,8 +106,8 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
     }
     let procs =
         process::Table::new(outbox.clone(), harden::Hardening::new(opts.work_cgroup_fds.clone(), opts.max_file_bytes)?);
-    procs.start_reaper();
-    let uploads = files::Uploads::default();
+    procs.start_reaper().map_err(io::Error::other)?;
+    let uploads = files::Uploads::new(opts.max_file_bytes);
     let ports = ports::Ports::default();
 
     outbox.send(&Event::Ready { version: sandlot_protocol::VERSION }, &[]);

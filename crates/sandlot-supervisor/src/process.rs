@@ -1,27 +1,36 @@
 //! Spawning, reaping and piping processes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use sandlot_protocol::{Event, Spawn, Termination, MAX_PAYLOAD};
 
 use crate::harden::Hardening;
-use crate::Outbox;
+use crate::{spawn_thread, Outbox};
 
 /// How long output pipes may stay open after the process itself has exited (a daemonised grandchild
 /// holding them). Past this the exit is reported and later output of that handle is dropped.
 const PIPE_GRACE: Duration = Duration::from_millis(200);
+/// Bytes of standard input held for one process that has not read them yet. Twice the most one API
+/// call may send (8 MiB, `MAX_STDIN_BYTES` of the server), so a caller one call ahead of a process that
+/// does read always fits; past it the process is not reading, and pid 1 must not buffer for it without
+/// bound (its memory is the sandbox's headroom, not the commands' limit): its stdin is closed.
+const MAX_STDIN_QUEUED: usize = 16 << 20;
+/// Bytes of standard input held for all processes of the sandbox together: pid 1's memory headroom is
+/// 32 MiB (`HEADROOM_BYTES` of the cgroup), and pid 1 must stay inside it whatever many processes do.
+const MAX_STDIN_QUEUED_TOTAL: usize = 24 << 20;
 
 struct Proc {
     pid: i32,
-    stdin: Option<mpsc::Sender<StdinMsg>>,
+    stdin: Option<StdinQueue>,
     exit: Option<Termination>,
     open_pipes: u8,
     timed_out: bool,
@@ -29,9 +38,81 @@ struct Proc {
     timer: Option<mpsc::Sender<()>>,
 }
 
-enum StdinMsg {
-    Bytes(Vec<u8>),
-    Eof,
+/// Standard input waiting for a process, between the control loop and the process's writer thread;
+/// with the sandbox-wide count of queued bytes.
+#[derive(Clone)]
+struct StdinQueue(Arc<(Mutex<StdinState>, Condvar)>, Arc<AtomicUsize>);
+
+#[derive(Default)]
+struct StdinState {
+    chunks: VecDeque<Vec<u8>>,
+    /// Bytes in `chunks` plus the chunk being written.
+    bytes: usize,
+    eof: bool,
+    /// Stop now, dropping what waits (the process exited or overflowed its queue).
+    closed: bool,
+}
+
+impl StdinQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, StdinState> {
+        self.0 .0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `data`; `false` (and nothing queued) when it does not fit in [`MAX_STDIN_QUEUED`] for
+    /// this process or [`MAX_STDIN_QUEUED_TOTAL`] for the sandbox.
+    fn push(&self, data: &[u8], eof: bool) -> bool {
+        let mut st = self.lock();
+        if st.closed {
+            // The process closed its stdin or is gone: the bytes go nowhere, as they would in a pipe.
+            return true;
+        }
+        if st.bytes + data.len() > MAX_STDIN_QUEUED {
+            return false;
+        }
+        if self.1.fetch_add(data.len(), Ordering::SeqCst) + data.len() > MAX_STDIN_QUEUED_TOTAL {
+            self.1.fetch_sub(data.len(), Ordering::SeqCst);
+            return false;
+        }
+        if !data.is_empty() {
+            st.bytes += data.len();
+            st.chunks.push_back(data.to_vec());
+        }
+        st.eof |= eof;
+        self.0 .1.notify_one();
+        true
+    }
+
+    fn close(&self) {
+        let mut st = self.lock();
+        st.closed = true;
+        let dropped: usize = st.chunks.drain(..).map(|c| c.len()).sum();
+        st.bytes -= dropped;
+        self.1.fetch_sub(dropped, Ordering::SeqCst);
+        self.0 .1.notify_one();
+    }
+
+    /// The next chunk for the writer; `None` when it should close the pipe.
+    fn next(&self) -> Option<Vec<u8>> {
+        let mut st = self.lock();
+        loop {
+            if st.closed {
+                return None;
+            }
+            if let Some(c) = st.chunks.pop_front() {
+                return Some(c);
+            }
+            if st.eof {
+                return None;
+            }
+            st = self.0 .1.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn written(&self, n: usize) {
+        let mut st = self.lock();
+        st.bytes -= n;
+        self.1.fetch_sub(n, Ordering::SeqCst);
+    }
 }
 
 #[derive(Default)]
@@ -46,6 +127,8 @@ pub(crate) struct Table {
     inner: Arc<Mutex<Inner>>,
     out: Outbox,
     hardening: Arc<Hardening>,
+    /// Bytes of standard input queued for all processes.
+    stdin_queued: Arc<AtomicUsize>,
 }
 
 /// Blocks SIGCHLD in the calling thread (and so in every thread created after).
@@ -65,7 +148,7 @@ pub(crate) fn block_sigchld() -> io::Result<()> {
 
 impl Table {
     pub(crate) fn new(out: Outbox, hardening: Hardening) -> Self {
-        Table { inner: Arc::default(), out, hardening: Arc::new(hardening) }
+        Table { inner: Arc::default(), out, hardening: Arc::new(hardening), stdin_queued: Arc::default() }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -73,12 +156,12 @@ impl Table {
     }
 
     /// Starts the thread that reaps every child, ours and orphans reparented to pid 1.
-    pub(crate) fn start_reaper(&self) {
+    pub(crate) fn start_reaper(&self) -> Result<(), String> {
         let table = self.clone();
-        thread::spawn(move || loop {
+        spawn_thread("reaper", move || loop {
             wait_sigchld();
             table.reap();
-        });
+        })
     }
 
     fn reap(&self) {
@@ -91,6 +174,12 @@ impl Table {
             let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
             if pid <= 0 {
                 break;
+            }
+            // A child that stopped under ptrace (PTRACE_TRACEME makes pid 1 its tracer) or was continued
+            // is still alive: only an exit or a fatal signal ends a process. (Pid 1 does not resume such a
+            // child: only the thread that forked it, the control loop, could. SIGKILL still ends it.)
+            if !libc::WIFEXITED(status) && !libc::WIFSIGNALED(status) {
+                continue;
             }
             let Some(&handle) = inner.by_pid.get(&pid) else {
                 continue; // an orphan: reaped, nothing to report
@@ -109,10 +198,12 @@ impl Table {
             // Dropping the timer's sender wakes it: it then still kills whatever the command left in
             // its process group at the deadline.
             p.timer = None;
-            p.stdin = None;
+            if let Some(q) = p.stdin.take() {
+                q.close();
+            }
             if p.open_pipes > 0 {
                 let table = self.clone();
-                thread::spawn(move || {
+                let grace = spawn_thread("pipe-grace", move || {
                     thread::sleep(PIPE_GRACE);
                     let mut inner = table.lock();
                     if let Some(p) = inner.by_handle.get_mut(&handle) {
@@ -120,6 +211,10 @@ impl Table {
                     }
                     table.finish_locked(&mut inner, handle);
                 });
+                if grace.is_err() {
+                    // No thread to wait with: report the exit now; later output of the handle is dropped.
+                    p.open_pipes = 0;
+                }
             }
             self.finish_locked(&mut inner, handle);
         }
@@ -173,23 +268,41 @@ impl Table {
             }
         };
         let pid = child.id() as i32;
-        let stdin = child.stdin.take().map(start_stdin_writer);
-        let timer = s.timeout_ms.map(|ms| self.start_timer(handle, pid, Duration::from_millis(ms)));
+        let (stdout, stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+        // The readers may start before Started is sent: they take the table's lock (held here) before
+        // they send anything, and find the handle only once it is recorded. The timer comes last, so
+        // nothing can fail after it is armed.
+        let threads = self
+            .start_reader(handle, 1, stdout)
+            .and_then(|()| self.start_reader(handle, 2, stderr))
+            .and_then(|()| child.stdin.take().map(|w| start_stdin_writer(w, &self.stdin_queued)).transpose())
+            .and_then(|stdin| {
+                let timer = s.timeout_ms.map(|ms| self.start_timer(handle, pid, Duration::from_millis(ms)));
+                Ok((stdin, timer.transpose()?))
+            });
+        let (stdin, timer) = match threads {
+            Ok(t) => t,
+            Err(message) => {
+                // The command never gets to run unwatched: kill its group; the reaper reaps it as an
+                // orphan, and readers already started find no handle and end at EOF.
+                // SAFETY: plain syscall; the group id equals the child's pid (process_group(0)).
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+                drop(inner);
+                self.out.send(&Event::SpawnFailed { proc: handle, message }, &[]);
+                return;
+            }
+        };
         inner.by_pid.insert(pid, handle);
         inner.by_handle.insert(handle, Proc { pid, stdin, exit: None, open_pipes: 2, timed_out: false, timer });
-        // Started goes out before any output: the pipe readers begin only after this send.
+        // Started goes out before any output: the pipe readers wait for the lock held until after it.
         self.out.send(&Event::Started { proc: handle, pid }, &[]);
         drop(inner);
-        let stdout = child.stdout.take().expect("piped");
-        let stderr = child.stderr.take().expect("piped");
-        self.start_reader(handle, 1, stdout);
-        self.start_reader(handle, 2, stderr);
         // `child` is dropped without waiting: the reaper owns waitpid.
     }
 
-    fn start_reader(&self, handle: u64, fd: u8, mut pipe: impl Read + Send + 'static) {
+    fn start_reader(&self, handle: u64, fd: u8, mut pipe: impl Read + Send + 'static) -> Result<(), String> {
         let table = self.clone();
-        thread::spawn(move || {
+        spawn_thread("output", move || {
             let mut buf = vec![0u8; MAX_PAYLOAD];
             loop {
                 let n = match pipe.read(&mut buf) {
@@ -211,13 +324,13 @@ impl Table {
                 p.open_pipes = p.open_pipes.saturating_sub(1);
             }
             table.finish_locked(&mut inner, handle);
-        });
+        })
     }
 
-    fn start_timer(&self, handle: u64, pid: i32, after: Duration) -> mpsc::Sender<()> {
+    fn start_timer(&self, handle: u64, pid: i32, after: Duration) -> Result<mpsc::Sender<()>, String> {
         let (tx, rx) = mpsc::channel::<()>();
         let table = self.clone();
-        thread::spawn(move || {
+        spawn_thread("timeout", move || {
             let deadline = Instant::now() + after;
             match rx.recv_timeout(after) {
                 Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -245,8 +358,8 @@ impl Table {
             }
             // SAFETY: plain syscall; a negative pid addresses the command's process group.
             unsafe { libc::kill(-pid, libc::SIGKILL) };
-        });
-        tx
+        })?;
+        Ok(tx)
     }
 
     pub(crate) fn stdin(&self, handle: u64, data: &[u8], eof: bool) {
@@ -254,14 +367,24 @@ impl Table {
         let Some(p) = inner.by_handle.get_mut(&handle) else {
             return;
         };
-        if let Some(tx) = &p.stdin {
-            if !data.is_empty() {
-                let _ = tx.send(StdinMsg::Bytes(data.to_vec()));
-            }
-            if eof {
-                let _ = tx.send(StdinMsg::Eof);
-                p.stdin = None;
-            }
+        let Some(q) = &p.stdin else { return };
+        if !q.push(data, eof) {
+            q.close();
+            p.stdin = None;
+            drop(inner);
+            let message = format!(
+                "the process did not read its standard input fast enough: {} MiB per process ({} MiB for the \
+                 whole sandbox) may wait, and this write did not fit, so its stdin was closed and the write \
+                 dropped. Write large input to a file and let the process read that instead",
+                MAX_STDIN_QUEUED >> 20,
+                MAX_STDIN_QUEUED_TOTAL >> 20
+            );
+            self.out.send(&Event::StdinClosed { proc: handle, message }, &[]);
+            return;
+        }
+        if eof {
+            // The writer finishes what is queued, then closes the pipe.
+            p.stdin = None;
         }
     }
 
@@ -277,21 +400,21 @@ impl Table {
 }
 
 /// Feeds a child's stdin from its own thread, so a child that never reads cannot stall the control loop.
-fn start_stdin_writer(mut w: std::process::ChildStdin) -> mpsc::Sender<StdinMsg> {
-    let (tx, rx) = mpsc::channel::<StdinMsg>();
-    thread::spawn(move || {
-        while let Ok(msg) = rx.recv() {
-            match msg {
-                StdinMsg::Bytes(b) => {
-                    if w.write_all(&b).is_err() {
-                        return;
-                    }
-                }
-                StdinMsg::Eof => return,
+fn start_stdin_writer(mut w: std::process::ChildStdin, total: &Arc<AtomicUsize>) -> Result<StdinQueue, String> {
+    let q = StdinQueue(Arc::default(), Arc::clone(total));
+    let theirs = q.clone();
+    spawn_thread("stdin", move || {
+        while let Some(b) = theirs.next() {
+            let ok = w.write_all(&b).is_ok();
+            theirs.written(b.len());
+            if !ok {
+                break;
             }
         }
-    });
-    tx
+        // Whatever still waits (the process closed its stdin or died) no longer counts.
+        theirs.close();
+    })?;
+    Ok(q)
 }
 
 fn spawn_error(s: &Spawn, e: &io::Error) -> String {
@@ -301,6 +424,11 @@ fn spawn_error(s: &Spawn, e: &io::Error) -> String {
         }
         io::ErrorKind::NotFound => format!("{}: command not found", s.argv[0]),
         io::ErrorKind::PermissionDenied => format!("{}: permission denied", s.argv[0]),
+        _ if e.raw_os_error() == Some(libc::EAGAIN) => format!(
+            "cannot start {}: the sandbox is at its process limit (pids); wait for processes to end or create \
+             the sandbox with a larger pids limit",
+            s.argv[0]
+        ),
         _ => format!("cannot start {}: {e}", s.argv[0]),
     }
 }

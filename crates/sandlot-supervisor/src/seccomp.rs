@@ -595,6 +595,8 @@ mod tests {
             "init_module",
             "userfaultfd",
             "io_uring_setup",
+            "io_setup",
+            "io_submit",
             "mount",
             "keyctl",
             "open_by_handle_at",

@@ -97,12 +97,20 @@ pub struct Ledger {
     host: Host,
     overcommit: f64,
     max_sandboxes: usize,
+    /// Pids each sandbox holds beyond its own limit (its supervisor's headroom).
+    pids_overhead: u64,
     held: Mutex<HashMap<String, Limits>>,
 }
 
 impl Ledger {
     pub fn new(host: Host, overcommit: f64, max_sandboxes: usize) -> Ledger {
-        Ledger { host, overcommit, max_sandboxes, held: Mutex::default() }
+        Ledger { host, overcommit, max_sandboxes, pids_overhead: 0, held: Mutex::default() }
+    }
+
+    /// Counts `pids` more per sandbox than it asked for: what its supervisor may use on top.
+    pub fn with_pids_overhead(mut self, pids: u64) -> Ledger {
+        self.pids_overhead = pids;
+        self
     }
 
     pub fn host(&self) -> &Host {
@@ -139,7 +147,7 @@ impl Ledger {
         if memory > cap(self.host.memory_mb) {
             return Err(full("memory", memory, cap(self.host.memory_mb), "MiB"));
         }
-        let pids = sum(&|l| l.pids);
+        let pids = sum(&|l| l.pids + self.pids_overhead);
         if pids > self.host.pids_total() {
             return Err(full("pids", pids, self.host.pids_total(), "processes"));
         }

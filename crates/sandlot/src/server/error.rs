@@ -56,6 +56,7 @@ impl From<EngineError> for ApiError {
             EngineError::UnknownImage(_) => ApiError::invalid(e.to_string()),
             EngineError::OutputBudget(m) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, codes::LIMIT_REACHED, m),
             EngineError::PortUnreachable(m) => ApiError::new(StatusCode::BAD_GATEWAY, "port_unreachable", m),
+            EngineError::Busy(m) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, codes::LIMIT_REACHED, m),
             EngineError::StartFailed(_) | EngineError::Host(_) => ApiError::internal(e.to_string()),
             EngineError::File { kind, message } => {
                 let (status, code) = match kind {
@@ -66,6 +67,7 @@ impl From<EngineError> for ApiError {
                     FileErrorKind::NotEmpty => (StatusCode::CONFLICT, codes::DIRECTORY_NOT_EMPTY),
                     FileErrorKind::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, codes::TOO_LARGE),
                     FileErrorKind::Invalid => (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST),
+                    FileErrorKind::Busy => (StatusCode::TOO_MANY_REQUESTS, codes::LIMIT_REACHED),
                     FileErrorKind::Other => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
                 };
                 ApiError::new(status, code, message)

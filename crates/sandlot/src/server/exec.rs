@@ -266,6 +266,9 @@ pub async fn stdin(
 ) -> Result<StatusCode, ApiError> {
     let (_, sb) = running(&app, &caller, &id).await?;
     let proc = process(&sb, pid)?;
+    if let Some(why) = proc.stdin_closed_reason() {
+        return Err(ApiError::conflict(format!("process {pid} has no open standard input: {why}")));
+    }
     if !proc.stdin_open() {
         return Err(ApiError::conflict(format!(
             "process {pid} has no open standard input (it has exited, its stdin was closed, or it was not \

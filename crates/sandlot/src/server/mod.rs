@@ -283,7 +283,8 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
     );
 
     let app = Arc::new(App {
-        ledger: capacity::Ledger::new(host, args.overcommit, args.max_sandboxes),
+        ledger: capacity::Ledger::new(host, args.overcommit, args.max_sandboxes)
+            .with_pids_overhead(sandlot_linux::cgroup::SUPERVISOR_PIDS),
         audit_gate: Default::default(),
         store,
         engine: Arc::clone(&engine),

@@ -16,6 +16,8 @@
 //! - [`layers`]: each defence layer alone (`--insecure-disable-layer`), and per-sandbox host uid ranges.
 //! - [`leaks`]: descriptors that cross from the host side into sandbox code.
 //! - [`bounds`]: the daemon's own resources: API connections, host capacity, the audit log, lifetimes.
+//! - [`pid1`]: the supervisor under load and odd inputs (connection floods, FIFOs, deep trees, unread
+//!   stdin, ptrace stops, /proc through the file API).
 //!
 //! succeeds; the reason says what happens instead. Run them with `--run-ignored all` (nextest) or
 //! `--include-ignored` (cargo test) to see them fail.
@@ -32,5 +34,6 @@ mod hostside;
 mod layers;
 mod leaks;
 mod limits;
+mod pid1;
 mod privileges;
 mod syscalls;

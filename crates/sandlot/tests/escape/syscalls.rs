@@ -118,6 +118,24 @@ fn seccomp_userfaultfd_and_io_uring_are_denied() {
     );
 }
 
+/// Legacy AIO contexts come out of the host-wide `fs.aio-max-nr` budget, which no cgroup bounds: one
+/// sandbox taking it all would leave the host's databases without. io_setup and the rest of the family
+/// are EPERM.
+#[test]
+fn seccomp_legacy_aio_is_denied() {
+    assert_denied(
+        &[
+            ("io_setup", "206, 1, ctypes.byref(ctypes.c_ulong(0))"),
+            ("io_destroy", "207, 0"),
+            ("io_getevents", "208, 0, 0, 0, 0, 0"),
+            ("io_submit", "209, 0, 0, 0"),
+            ("io_cancel", "210, 0, 0, 0"),
+            ("io_pgetevents", "333, 0, 0, 0, 0, 0, 0"),
+        ],
+        "errno=1 EPERM",
+    );
+}
+
 /// An x32-ABI syscall number (getpid | 0x40000000), a way around deny lists, kills the process (SIGSYS).
 #[test]
 fn seccomp_x32_syscall_kills_the_process() {

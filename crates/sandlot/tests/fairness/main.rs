@@ -109,49 +109,72 @@ fn fairness_a_noisy_tenant_does_not_starve_another() {
     let _ = measure(&victim); // warm caches
     let quiet = measure(&victim);
     let (rss0, fds0) = daemon_usage(&server);
-    println!("quiet: exec p50 {:.1} ms, 64 MiB download {:.0} ms; daemon {} MiB, {fds0} fds", quiet.exec_ms, quiet.download_ms, rss0 >> 20);
+    println!(
+        "quiet: exec p50 {:.1} ms, 64 MiB download {:.0} ms; daemon {} MiB, {fds0} fds",
+        quiet.exec_ms,
+        quiet.download_ms,
+        rss0 >> 20
+    );
 
     type Abuse<'a> = (&'static str, Box<dyn Fn() -> Box<dyn std::any::Any> + 'a>);
     let abuses: Vec<Abuse> = vec![
-        ("output flood (2 × yes at the 64 MiB cap)", Box::new(|| {
-            let pids: Vec<u64> = (0..2).map(|_| background(&noisy, "exec yes", Some(64 << 20))).collect();
-            Box::new(pids)
-        })),
+        (
+            "output flood (2 × yes at the 64 MiB cap)",
+            Box::new(|| {
+                let pids: Vec<u64> = (0..2).map(|_| background(&noisy, "exec yes", Some(64 << 20))).collect();
+                Box::new(pids)
+            }),
+        ),
         ("CPU (a busy loop at its quota)", Box::new(|| Box::new(background(&noisy, "while :; do :; done", None)))),
-        ("processes to the pids limit", Box::new(|| {
-            Box::new(background(&noisy, "for i in $(seq 1 300); do sleep 600 & done 2>/dev/null; wait", None))
-        })),
-        ("unread TCP buffers (64 loopback connections)", Box::new(|| {
-            let script = "import socket,time\nl=socket.socket();l.bind(('127.0.0.1',0));l.listen(128)\nk=[]\nfor _ in range(64):\n c=socket.create_connection(l.getsockname());s,_=l.accept();c.setblocking(False);k+=[c,s]\n try:\n  while True: c.send(b'x'*65536)\n except OSError: pass\ntime.sleep(600)\n";
-            noisy.write_file("/home/user/tcp.py", script.as_bytes()).unwrap();
-            Box::new(background(&noisy, "exec python3 /home/user/tcp.py", None))
-        })),
-        ("disk fill to its quota", Box::new(|| {
-            Box::new(background(&noisy, "dd if=/dev/zero of=/home/user/fill bs=1M 2>/dev/null; sleep 600", None))
-        })),
-        ("exec storm (audit rows)", Box::new(|| {
-            let sb = noisy.clone();
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let flag = std::sync::Arc::clone(&stop);
-            let t = std::thread::spawn(move || {
-                while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                    let _ = sb.run(&["true", &"x".repeat(4096)]);
+        (
+            "processes to the pids limit",
+            Box::new(|| {
+                Box::new(background(&noisy, "for i in $(seq 1 300); do sleep 600 & done 2>/dev/null; wait", None))
+            }),
+        ),
+        (
+            "unread TCP buffers (64 loopback connections)",
+            Box::new(|| {
+                let script = "import socket,time\nl=socket.socket();l.bind(('127.0.0.1',0));l.listen(128)\nk=[]\nfor _ in range(64):\n c=socket.create_connection(l.getsockname());s,_=l.accept();c.setblocking(False);k+=[c,s]\n try:\n  while True: c.send(b'x'*65536)\n except OSError: pass\ntime.sleep(600)\n";
+                noisy.write_file("/home/user/tcp.py", script.as_bytes()).unwrap();
+                Box::new(background(&noisy, "exec python3 /home/user/tcp.py", None))
+            }),
+        ),
+        (
+            "disk fill to its quota",
+            Box::new(|| {
+                Box::new(background(&noisy, "dd if=/dev/zero of=/home/user/fill bs=1M 2>/dev/null; sleep 600", None))
+            }),
+        ),
+        (
+            "exec storm (audit rows)",
+            Box::new(|| {
+                let sb = noisy.clone();
+                let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let flag = std::sync::Arc::clone(&stop);
+                let t = std::thread::spawn(move || {
+                    while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                        let _ = sb.run(&["true", &"x".repeat(4096)]);
+                    }
+                });
+                struct Stop(std::sync::Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<()>>);
+                impl Drop for Stop {
+                    fn drop(&mut self) {
+                        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+                        let _ = self.1.take().map(|t| t.join());
+                    }
                 }
-            });
-            struct Stop(std::sync::Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<()>>);
-            impl Drop for Stop {
-                fn drop(&mut self) {
-                    self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-                    let _ = self.1.take().map(|t| t.join());
-                }
-            }
-            Box::new(Stop(stop, Some(t)))
-        })),
-        ("slow readers (8 unread 256 MiB downloads)", Box::new(|| {
-            let held: Vec<TcpStream> =
-                (0..8).map(|_| unread_download(&server, &noisy_key, &noisy, "/home/user/big")).collect();
-            Box::new(held)
-        })),
+                Box::new(Stop(stop, Some(t)))
+            }),
+        ),
+        (
+            "slow readers (8 unread 256 MiB downloads)",
+            Box::new(|| {
+                let held: Vec<TcpStream> =
+                    (0..8).map(|_| unread_download(&server, &noisy_key, &noisy, "/home/user/big")).collect();
+                Box::new(held)
+            }),
+        ),
         ("half-sent API requests (1 000)", Box::new(|| Box::new(half_sent(&server, "/healthz", 1000)))),
     ];
 
@@ -179,7 +202,12 @@ fn fairness_a_noisy_tenant_does_not_starve_another() {
         let _ = noisy.shell("rm -f /home/user/fill");
     }
     for (name, loaded, rss, fds) in &worst {
-        assert!(loaded.exec_ms <= quiet.exec_ms * SLOWDOWN, "{name}: exec {:.1} ms vs {:.1} quiet", loaded.exec_ms, quiet.exec_ms);
+        assert!(
+            loaded.exec_ms <= quiet.exec_ms * SLOWDOWN,
+            "{name}: exec {:.1} ms vs {:.1} quiet",
+            loaded.exec_ms,
+            quiet.exec_ms
+        );
         assert!(
             loaded.download_ms <= quiet.download_ms * SLOWDOWN,
             "{name}: download {:.0} ms vs {:.0} quiet",
