@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -10,7 +10,8 @@ use sandlot_linux::cgroup::{CgroupLimits, SandboxCgroup};
 use sandlot_linux::launch::{self, Launched};
 use sandlot_linux::layers::Layer;
 use sandlot_protocol::{
-    encode, parse_prefix, Event, FileErrorKind, FileOp, Request, Spawn, Termination, MAX_PAYLOAD, STREAM_WINDOW,
+    encode, parse_prefix, Event, FileErrorKind, FileOp, Request, Spawn, Termination, MAX_PAYLOAD, OUT_WINDOW,
+    STREAM_WINDOW,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -51,23 +52,100 @@ enum FileMsg {
     Failed(FileErrorKind, String),
 }
 
-/// Bytes of a file (or tar stream) coming out of the sandbox.
+/// Where the read loop hands one stream's frames (a file operation's, a connection's) without ever
+/// waiting: the channel is unbounded, and what may be in it is bounded instead by the supervisor's
+/// send window ([`OUT_WINDOW`] bytes ahead of the consumer's credit). A supervisor that sends past
+/// its window is cut off from that stream.
+struct Inbound<T> {
+    tx: mpsc::UnboundedSender<T>,
+    /// Payload bytes handed on and not yet taken by the consumer.
+    held: Arc<AtomicUsize>,
+}
+
+impl<T> Clone for Inbound<T> {
+    fn clone(&self) -> Self {
+        Inbound { tx: self.tx.clone(), held: Arc::clone(&self.held) }
+    }
+}
+
+impl<T> Inbound<T> {
+    fn new() -> (Self, mpsc::UnboundedReceiver<T>, Arc<AtomicUsize>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let held = Arc::new(AtomicUsize::new(0));
+        (Inbound { tx, held: Arc::clone(&held) }, rx, held)
+    }
+
+    /// Hands on `msg` carrying `bytes` of payload; `false` (and nothing sent) if that overruns the
+    /// window.
+    fn pass(&self, msg: T, bytes: usize) -> bool {
+        if self.held.fetch_add(bytes, Ordering::SeqCst) + bytes > OUT_WINDOW {
+            return false;
+        }
+        let _ = self.tx.send(msg);
+        true
+    }
+}
+
+/// Tells the supervisor that `bytes` of stream `id` were taken, so it may send that many more.
+async fn credit(out: &mpsc::Sender<Vec<u8>>, held: &AtomicUsize, id: u64, bytes: usize) {
+    held.fetch_sub(bytes, Ordering::SeqCst);
+    if let Ok(frame) = encode(&Request::Credit { id, bytes: bytes as u64 }, &[]) {
+        let _ = out.send(frame).await;
+    }
+}
+
+/// Bytes of a file (or tar stream) coming out of the sandbox, as fast as the caller takes them: the
+/// supervisor sends only what this stream gives credit for. Dropped before its end, it tells the
+/// supervisor to stop reading.
 pub struct FileStream {
-    rx: mpsc::Receiver<FileMsg>,
+    req: u64,
+    rx: mpsc::UnboundedReceiver<FileMsg>,
+    held: Arc<AtomicUsize>,
+    out: mpsc::Sender<Vec<u8>>,
     first: Option<Vec<u8>>,
+    ended: bool,
 }
 
 impl FileStream {
     /// The next chunk; `Ok(None)` at the end.
     pub async fn next(&mut self) -> Result<Option<Bytes>, EngineError> {
-        if let Some(b) = self.first.take() {
-            return Ok(Some(Bytes::from(b)));
+        let msg = match self.first.take() {
+            Some(b) => Some(FileMsg::Chunk(b)),
+            None if self.ended => return Ok(None),
+            None => self.rx.recv().await,
+        };
+        match msg {
+            Some(FileMsg::Chunk(b)) => {
+                credit(&self.out, &self.held, self.req, b.len()).await;
+                Ok(Some(Bytes::from(b)))
+            }
+            Some(FileMsg::Done(_)) => {
+                self.ended = true;
+                Ok(None)
+            }
+            Some(FileMsg::Failed(kind, message)) => {
+                self.ended = true;
+                Err(EngineError::File { kind, message })
+            }
+            None => {
+                self.ended = true;
+                Err(EngineError::Gone("file transfer interrupted".into()))
+            }
         }
-        match self.rx.recv().await {
-            Some(FileMsg::Chunk(b)) => Ok(Some(Bytes::from(b))),
-            Some(FileMsg::Done(_)) => Ok(None),
-            Some(FileMsg::Failed(kind, message)) => Err(EngineError::File { kind, message }),
-            None => Err(EngineError::Gone("file transfer interrupted".into())),
+    }
+}
+
+impl Drop for FileStream {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        // The client went away: the supervisor's reader, waiting for credit, stops and frees its slot.
+        let (out, req) = (self.out.clone(), self.req);
+        if let (Ok(rt), Ok(frame)) = (tokio::runtime::Handle::try_current(), encode(&Request::Abort { req }, &[])) {
+            rt.spawn(async move {
+                let _ = out.send(frame).await;
+            });
         }
     }
 }
@@ -75,7 +153,7 @@ impl FileStream {
 /// An inbound connection being set up or open.
 struct Conn {
     ready: Option<oneshot::Sender<Result<(), EngineError>>>,
-    data: mpsc::Sender<Option<Vec<u8>>>,
+    data: Inbound<Option<Vec<u8>>>,
     /// Bytes we may still send before the supervisor acknowledges some ([`STREAM_WINDOW`]).
     window: Arc<tokio::sync::Semaphore>,
 }
@@ -84,7 +162,7 @@ struct Shared {
     conns: Mutex<HashMap<u64, Conn>>,
     procs: Mutex<HashMap<u64, (Arc<Process>, u64)>>,
     order: Mutex<Vec<u64>>,
-    files: Mutex<HashMap<u64, mpsc::Sender<FileMsg>>>,
+    files: Mutex<HashMap<u64, Inbound<FileMsg>>>,
     alive: AtomicBool,
     destroying: AtomicBool,
     /// Unix ms of the last process output (idle timeouts count it as activity).
@@ -92,6 +170,8 @@ struct Shared {
     cgroup: SandboxCgroup,
     /// Output budgets a process reserves its captures from: this sandbox's, then the daemon's.
     output_pools: [Arc<Budget>; 2],
+    /// Frames to the supervisor (the read loop's way of cutting off a stream).
+    out: mpsc::Sender<Vec<u8>>,
 }
 
 /// A running sandbox.
@@ -149,6 +229,7 @@ impl Sandbox {
             last_output_ms: std::sync::atomic::AtomicI64::new(0),
             cgroup,
             output_pools: [Budget::new(SANDBOX_OUTPUT_BYTES), daemon_output],
+            out: out.clone(),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let log_buf = Arc::new(Mutex::new(Vec::new()));
@@ -334,16 +415,16 @@ impl Sandbox {
         Ok(())
     }
 
-    fn open_file_req(&self, buffer: usize) -> (u64, mpsc::Receiver<FileMsg>) {
+    fn open_file_req(&self) -> (u64, mpsc::UnboundedReceiver<FileMsg>, Arc<AtomicUsize>) {
         let req = self.next.fetch_add(1, Ordering::SeqCst);
-        let (tx, rx) = mpsc::channel(buffer);
-        self.shared.files.lock().unwrap_or_else(|p| p.into_inner()).insert(req, tx);
-        (req, rx)
+        let (inbound, rx, held) = Inbound::new();
+        self.shared.files.lock().unwrap_or_else(|p| p.into_inner()).insert(req, inbound);
+        (req, rx, held)
     }
 
     /// A file operation with a JSON answer (stat, list, mkdir, remove, move).
     pub async fn file_op(&self, uid: u32, op: FileOp) -> Result<serde_json::Value, EngineError> {
-        let (req, mut rx) = self.open_file_req(4);
+        let (req, mut rx, _) = self.open_file_req();
         self.send(&Request::File { req, uid, op }, &[]).await?;
         loop {
             match rx.recv().await {
@@ -357,16 +438,13 @@ impl Sandbox {
 
     /// Starts a download (`Read` or `Tar`); errors that happen before the first byte are returned here.
     pub async fn download(&self, uid: u32, op: FileOp) -> Result<FileStream, EngineError> {
-        let (req, mut rx) = self.open_file_req(16);
+        let (req, mut rx, held) = self.open_file_req();
         self.send(&Request::File { req, uid, op }, &[]).await?;
+        let stream = |rx, first, ended| FileStream { req, rx, held, out: self.out.clone(), first, ended };
         match rx.recv().await {
-            Some(FileMsg::Chunk(b)) => Ok(FileStream { rx, first: Some(b) }),
-            Some(FileMsg::Done(v)) => {
-                // An empty file: a stream that ends at once.
-                let (tx, rx) = mpsc::channel(1);
-                let _ = tx.try_send(FileMsg::Done(v));
-                Ok(FileStream { rx, first: None })
-            }
+            Some(FileMsg::Chunk(b)) => Ok(stream(rx, Some(b), false)),
+            // An empty file: a stream that ends at once.
+            Some(FileMsg::Done(_)) => Ok(stream(rx, None, true)),
             Some(FileMsg::Failed(kind, message)) => Err(EngineError::File { kind, message }),
             None => Err(EngineError::Gone(self.id.clone())),
         }
@@ -379,7 +457,7 @@ impl Sandbox {
         op: FileOp,
         body: &mut R,
     ) -> Result<serde_json::Value, EngineError> {
-        let (req, mut rx) = self.open_file_req(4);
+        let (req, mut rx, _) = self.open_file_req();
         self.send(&Request::File { req, uid, op }, &[]).await?;
         let mut buf = vec![0u8; MAX_PAYLOAD];
         loop {
@@ -414,7 +492,7 @@ impl Sandbox {
     pub async fn connect(&self, port: u16) -> Result<tokio::io::DuplexStream, EngineError> {
         let conn = self.next.fetch_add(1, Ordering::SeqCst);
         let (ready_tx, ready_rx) = oneshot::channel();
-        let (data_tx, mut data_rx) = mpsc::channel::<Option<Vec<u8>>>(64);
+        let (data_tx, mut data_rx, held) = Inbound::new();
         let window = Arc::new(tokio::sync::Semaphore::new(STREAM_WINDOW));
         self.shared
             .conns
@@ -429,11 +507,15 @@ impl Sandbox {
         }
         let (ours, theirs) = tokio::io::duplex(256 << 10);
         let (mut rd, mut wr) = tokio::io::split(theirs);
+        // Sandbox server → client, credited as the client takes it: a client that stops reading stops
+        // the supervisor's reader of this connection, nothing else.
+        let credits = self.out.clone();
         tokio::spawn(async move {
             while let Some(Some(chunk)) = data_rx.recv().await {
                 if wr.write_all(&chunk).await.is_err() {
                     break;
                 }
+                credit(&credits, &held, conn, chunk.len()).await;
             }
             let _ = wr.shutdown().await;
         });
@@ -505,6 +587,17 @@ fn finish_upload(msg: FileMsg) -> Result<serde_json::Value, EngineError> {
 }
 
 impl Shared {
+    /// Sends `req` (closing a stream that broke the protocol) from a task of its own: the read loop
+    /// never waits on the outbound channel.
+    fn cut_off(&self, req: Request) {
+        if let Ok(frame) = encode(&req, &[]) {
+            let out = self.out.clone();
+            tokio::spawn(async move {
+                let _ = out.send(frame).await;
+            });
+        }
+    }
+
     /// Room for a new process's output, made by forgetting finished processes (oldest first) when the
     /// sandbox's budget is short. Refused when running processes hold it all, or the daemon's is short.
     fn reserve_output(&self, bytes: u64) -> Result<Reservation, EngineError> {
@@ -674,9 +767,17 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             }
             Event::StreamData { conn } => {
-                let tx = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).get(&conn).map(|c| c.data.clone());
-                if let Some(tx) = tx {
-                    let _ = tx.send(Some(payload)).await;
+                let data = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).get(&conn).map(|c| c.data.clone());
+                if let Some(data) = data {
+                    let n = payload.len();
+                    if !data.pass(Some(payload), n) {
+                        tracing::warn!("supervisor overran the send window of connection {conn}: closing it");
+                        if let Some(c) = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn) {
+                            c.window.close();
+                            let _ = c.data.tx.send(None);
+                        }
+                        shared.cut_off(Request::StreamClose { conn });
+                    }
                 }
             }
             Event::StreamAck { conn, bytes } => {
@@ -690,26 +791,32 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 let c = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
                 if let Some(c) = c {
                     c.window.close();
-                    let _ = c.data.send(None).await;
+                    let _ = c.data.tx.send(None);
                 }
             }
             Event::Chunk { req } => {
-                let tx = shared.files.lock().unwrap_or_else(|p| p.into_inner()).get(&req).cloned();
-                if let Some(tx) = tx {
+                let file = shared.files.lock().unwrap_or_else(|p| p.into_inner()).get(&req).cloned();
+                if let Some(file) = file {
+                    let n = payload.len();
                     // A receiver that went away (client disconnected) just drops the rest.
-                    let _ = tx.send(FileMsg::Chunk(payload)).await;
+                    if !file.pass(FileMsg::Chunk(payload), n) {
+                        shared.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
+                        let why = "the supervisor sent past its window; transfer cut off".to_string();
+                        let _ = file.tx.send(FileMsg::Failed(FileErrorKind::Other, why));
+                        shared.cut_off(Request::Abort { req });
+                    }
                 }
             }
             Event::Done { req, value } => {
-                let tx = shared.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
-                if let Some(tx) = tx {
-                    let _ = tx.send(FileMsg::Done(value)).await;
+                let file = shared.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
+                if let Some(file) = file {
+                    let _ = file.tx.send(FileMsg::Done(value));
                 }
             }
             Event::Failed { req, kind, message } => {
-                let tx = shared.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
-                if let Some(tx) = tx {
-                    let _ = tx.send(FileMsg::Failed(kind, message)).await;
+                let file = shared.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
+                if let Some(file) = file {
+                    let _ = file.tx.send(FileMsg::Failed(kind, message));
                 }
             }
         }

@@ -22,6 +22,13 @@ pub const MAX_PAYLOAD: usize = 256 << 10;
 /// a server that does not read (64 connections × 256 KiB at most) and pushes back on the client instead.
 pub const STREAM_WINDOW: usize = MAX_PAYLOAD;
 
+/// Bytes of one outbound stream (a download, an inbound connection's replies) the supervisor may have
+/// sent and the daemon's consumer not yet taken ([`Request::Credit`]). The daemon's read loop hands
+/// frames on without waiting for any consumer, so this is what bounds the daemon's memory for a client
+/// that stops reading, and what keeps such a client from stalling the sandbox's other streams: four
+/// frames in flight keep a download at full speed over the control socket.
+pub const OUT_WINDOW: usize = 4 * MAX_PAYLOAD;
+
 /// Sandbox-side file descriptor number on which the supervisor finds its control socket.
 pub const CONTROL_FD: i32 = 3;
 
@@ -64,10 +71,19 @@ pub enum Request {
         /// Request id of the upload.
         req: u64,
     },
-    /// Abandon an upload; nothing is committed.
+    /// Abandon an upload (nothing is committed) or a download (its reader stops).
     Abort {
-        /// Request id of the upload.
+        /// Request id of the upload or download.
         req: u64,
+    },
+    /// The daemon's consumer took `bytes` of what the supervisor sent on stream `id` (a download's
+    /// `Chunk`s, a connection's `StreamData`): the supervisor may send that many more (see
+    /// [`OUT_WINDOW`]).
+    Credit {
+        /// Request id of a download, or connection id.
+        id: u64,
+        /// Bytes consumed.
+        bytes: u64,
     },
     /// Open a TCP connection to `127.0.0.1:port` inside the sandbox (inbound traffic to a server the
     /// sandbox runs); answered by `Connected` or `ConnectFailed`.

@@ -28,6 +28,7 @@ use std::time::UNIX_EPOCH;
 use sandlot_protocol::{Event, FileErrorKind, FileOp, MAX_PAYLOAD};
 use serde_json::{json, Value};
 
+use crate::credit::{Credits, Window};
 use crate::{spawn_thread, Outbox};
 
 /// File operations running at once in one sandbox, each on a thread of pid 1 (threads count against
@@ -135,7 +136,7 @@ impl OpError {
 type OpResult = Result<Value, OpError>;
 
 /// Starts one file operation on its own thread, unless [`MAX_FILE_OPS`] already run.
-pub(crate) fn start(out: &Outbox, uploads: &Uploads, req: u64, uid: u32, op: FileOp) {
+pub(crate) fn start(out: &Outbox, uploads: &Uploads, credits: &Credits, req: u64, uid: u32, op: FileOp) {
     let busy = |message: String| out.send(&Event::Failed { req, kind: FileErrorKind::Busy, message }, &[]);
     if uploads.running.fetch_add(1, Ordering::SeqCst) >= MAX_FILE_OPS {
         uploads.running.fetch_sub(1, Ordering::SeqCst);
@@ -151,12 +152,16 @@ pub(crate) fn start(out: &Outbox, uploads: &Uploads, req: u64, uid: u32, op: Fil
         FileOp::Write { .. } | FileOp::Untar { .. } => Some(uploads.register(req)),
         _ => None,
     };
+    // Downloads send only as fast as the daemon's reader takes (see `credit`).
+    let window = matches!(op, FileOp::Read { .. } | FileOp::Tar { .. }).then(|| credits.open(req));
     let out2 = out.clone();
     let ups = uploads.clone();
+    let creds = credits.clone();
     let started = spawn_thread("file-op", move || {
         let _slot = slot;
-        let result = become_user(uid).and_then(|()| run(&out2, req, op, rx, ups.max_file_bytes));
+        let result = become_user(uid).and_then(|()| run(&out2, req, op, rx, ups.max_file_bytes, window));
         ups.forget(req);
+        creds.forget(req);
         match result {
             Ok(value) => out2.send(&Event::Done { req, value }, &[]),
             Err(e) => out2.send(&Event::Failed { req, kind: e.kind, message: e.message }, &[]),
@@ -164,6 +169,7 @@ pub(crate) fn start(out: &Outbox, uploads: &Uploads, req: u64, uid: u32, op: Fil
     });
     if let Err(message) = started {
         uploads.forget(req);
+        credits.forget(req);
         busy(message);
     }
 }
@@ -190,9 +196,16 @@ fn checked_path(p: &str) -> Result<PathBuf, OpError> {
     Ok(path.to_path_buf())
 }
 
-fn run(out: &Outbox, req: u64, op: FileOp, rx: Option<Receiver<UploadMsg>>, max_file_bytes: u64) -> OpResult {
+fn run(
+    out: &Outbox,
+    req: u64,
+    op: FileOp,
+    rx: Option<Receiver<UploadMsg>>,
+    max_file_bytes: u64,
+    window: Option<Arc<Window>>,
+) -> OpResult {
     match op {
-        FileOp::Read { path } => read(out, req, &checked_path(&path)?),
+        FileOp::Read { path } => read(out, req, &checked_path(&path)?, &window.expect("opened for downloads")),
         FileOp::Write { path, mode, max_bytes } => {
             let max = if max_file_bytes > 0 { max_bytes.min(max_file_bytes) } else { max_bytes };
             write(&checked_path(&path)?, mode, max, rx.expect("registered"))
@@ -213,7 +226,7 @@ fn run(out: &Outbox, req: u64, op: FileOp, rx: Option<Receiver<UploadMsg>>, max_
         FileOp::Untar { path, max_bytes } => {
             untar(&checked_path(&path)?, max_bytes, max_file_bytes, rx.expect("registered"))
         }
-        FileOp::Tar { path } => tar(out, req, &checked_path(&path)?),
+        FileOp::Tar { path } => tar(out, req, &checked_path(&path)?, &window.expect("opened for downloads")),
     }
 }
 
@@ -287,7 +300,12 @@ fn open_regular(path: &Path, follow: bool) -> Result<(File, fs::Metadata), OpErr
     Ok((f, meta))
 }
 
-fn read(out: &Outbox, req: u64, path: &Path) -> OpResult {
+/// The answer of a download whose reader went away: nobody waits for it, it only ends the thread.
+fn abandoned(path: &Path) -> OpError {
+    OpError::new(FileErrorKind::Other, format!("{}: the download was abandoned by its reader", path.display()))
+}
+
+fn read(out: &Outbox, req: u64, path: &Path, window: &Window) -> OpResult {
     let (f, meta) = open_regular(path, true)?;
     let mut f = f.take(meta.len());
     let mut buf = vec![0u8; MAX_PAYLOAD];
@@ -298,6 +316,9 @@ fn read(out: &Outbox, req: u64, path: &Path) -> OpResult {
             break;
         }
         total += n as u64;
+        if !window.take(n) {
+            return Err(abandoned(path));
+        }
         out.send(&Event::Chunk { req }, &buf[..n]);
     }
     Ok(json!({"bytes": total}))
@@ -748,11 +769,12 @@ fn tar_error(dest: &Path, e: io::Error) -> OpError {
     }
 }
 
-/// Sends bytes as `Chunk` frames.
+/// Sends bytes as `Chunk` frames, as the daemon's reader gives credit.
 struct ChunkWriter<'a> {
     out: &'a Outbox,
     req: u64,
     buf: Vec<u8>,
+    window: &'a Window,
 }
 
 impl Write for ChunkWriter<'_> {
@@ -768,6 +790,9 @@ impl Write for ChunkWriter<'_> {
 
     fn flush(&mut self) -> io::Result<()> {
         if !self.buf.is_empty() {
+            if !self.window.take(self.buf.len()) {
+                return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the download was abandoned by its reader"));
+            }
             self.out.send(&Event::Chunk { req: self.req }, &self.buf);
             self.buf.clear();
         }
@@ -775,7 +800,7 @@ impl Write for ChunkWriter<'_> {
     }
 }
 
-fn tar(out: &Outbox, req: u64, dir: &Path) -> OpResult {
+fn tar(out: &Outbox, req: u64, dir: &Path, window: &Window) -> OpResult {
     let (_, is_dir) = stat(dir)?;
     if !is_dir {
         return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: not a directory", dir.display())));
@@ -787,7 +812,7 @@ fn tar(out: &Outbox, req: u64, dir: &Path) -> OpResult {
             format!("{}: is under /proc or /sys, which the file API does not read", dir.display()),
         ));
     }
-    let mut w = ChunkWriter { out, req, buf: Vec::with_capacity(MAX_PAYLOAD) };
+    let mut w = ChunkWriter { out, req, buf: Vec::with_capacity(MAX_PAYLOAD), window };
     {
         let mut builder = tar::Builder::new(&mut w);
         builder.append_dir(".", dir).map_err(|e| OpError::io(dir, e))?;

@@ -15,6 +15,7 @@
 //! reached) becomes an error answer to the request that needed it; inbound connections and file
 //! operations are capped per sandbox; every queue between the control loop and a slow consumer is bounded.
 
+mod credit;
 mod files;
 mod harden;
 mod ports;
@@ -108,7 +109,8 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
         process::Table::new(outbox.clone(), harden::Hardening::new(opts.work_cgroup_fds.clone(), opts.max_file_bytes)?);
     procs.start_reaper().map_err(io::Error::other)?;
     let uploads = files::Uploads::new(opts.max_file_bytes);
-    let ports = ports::Ports::default();
+    let credits = credit::Credits::default();
+    let ports = ports::Ports::new(credits.clone());
 
     outbox.send(&Event::Ready { version: sandlot_protocol::VERSION }, &[]);
     let mut reader = BufReader::with_capacity(256 << 10, sock);
@@ -122,13 +124,20 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
             Request::Spawn(spawn) => procs.spawn(spawn),
             Request::Stdin { proc, eof } => procs.stdin(proc, &frame.payload, eof),
             Request::Signal { proc, signal } => procs.signal(proc, signal),
-            Request::File { req, uid, op } => files::start(&outbox, &uploads, req, uid, op),
+            Request::File { req, uid, op } => files::start(&outbox, &uploads, &credits, req, uid, op),
             Request::Data { req } => uploads.data(req, frame.payload),
             Request::End { req } => uploads.end(req),
-            Request::Abort { req } => uploads.abort(req),
+            Request::Abort { req } => {
+                uploads.abort(req);
+                credits.close(req);
+            }
+            Request::Credit { id, bytes } => credits.give(id, bytes),
             Request::Connect { conn, port } => ports.connect(&outbox, conn, port),
             Request::StreamData { conn } => ports.data(conn, frame.payload),
-            Request::StreamClose { conn } => ports.close(conn),
+            Request::StreamClose { conn } => {
+                ports.close(conn);
+                credits.close(conn);
+            }
         }
     }
 }

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use sandlot_protocol::{Event, MAX_PAYLOAD, STREAM_WINDOW};
 
+use crate::credit::Credits;
 use crate::{spawn_thread, Outbox};
 
 /// Inbound connections open (or being opened) at once into one sandbox. A browser opens about six per
@@ -52,11 +53,13 @@ struct Open {
 }
 
 /// Open connections, keyed by the daemon's connection id.
-#[derive(Default, Clone)]
+#[derive(Clone)]
 pub(crate) struct Ports {
     open: Arc<Mutex<HashMap<u64, Open>>>,
     /// Connections counted from `Connect` to the end of both their threads.
     active: Arc<AtomicUsize>,
+    /// Windows of what each connection's server sends back (see `credit`).
+    credits: Credits,
 }
 
 /// Decrements the active count when both threads of a connection have ended, however they end.
@@ -69,6 +72,10 @@ impl Drop for Slot {
 }
 
 impl Ports {
+    pub(crate) fn new(credits: Credits) -> Self {
+        Ports { open: Arc::default(), active: Arc::default(), credits }
+    }
+
     pub(crate) fn connect(&self, out: &Outbox, conn: u64, port: u16) {
         if self.active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
             self.active.fetch_sub(1, Ordering::SeqCst);
@@ -127,17 +134,22 @@ impl Ports {
             out.send(&Event::ConnectFailed { conn, message, busy: true }, &[]);
             return;
         }
+        // Before `Connected`: the daemon may close (and so close this window) as soon as it has that.
+        let window = self.credits.open(conn);
         self.open.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, Open { tx, queued, stream: handle });
         out.send(&Event::Connected { conn }, &[]);
-        // Sandbox server → daemon.
+        // Sandbox server → daemon, as fast as the daemon's client reads: one that stops reading stops
+        // this thread (and its server), nothing else.
         let mut reader = stream;
         let mut buf = vec![0u8; MAX_PAYLOAD];
         loop {
             match reader.read(&mut buf) {
                 Ok(0) | Err(_) => break,
-                Ok(n) => out.send(&Event::StreamData { conn }, &buf[..n]),
+                Ok(n) if window.take(n) => out.send(&Event::StreamData { conn }, &buf[..n]),
+                Ok(_) => break,
             }
         }
+        self.credits.forget(conn);
         // The writer ends when the daemon closes its side or the socket is reset; forgetting the entry
         // here drops its sender, so it ends too when the daemon never closes.
         self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);

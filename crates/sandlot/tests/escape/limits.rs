@@ -353,3 +353,75 @@ fn limits_retained_exec_output_is_bounded_in_the_daemon() {
     let pid = sb.spawn(&exec("echo room")).unwrap();
     assert_eq!(sb.wait(pid).unwrap().stdout, "room\n");
 }
+
+/// Sends a download request for `path` of `sb` over a raw connection and never reads the answer.
+fn unread_download(server: &Server, sb: &sandlot_client::Sandbox, path: &str) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    write!(
+        s,
+        "GET /v1/sandboxes/{}/files?path={path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\r\n",
+        sb.id(),
+        server.admin_key()
+    )
+    .unwrap();
+    s
+}
+
+/// A slow reader holds only its own stream: with four 256 MiB downloads that nobody reads, the same
+/// sandbox still runs commands at once and serves another download, and the daemon holds at most one
+/// send window per stream. Before, the sandbox's single read loop waited on the first full download
+/// channel, and every other event of that sandbox (exec output, exits, other transfers) waited too.
+/// Closing the readers then frees the supervisor's file-operation slots (an abandoned download is
+/// told to stop; it used to be read to its end).
+#[test]
+fn limits_a_download_nobody_reads_stalls_nothing_else() {
+    let _heavy = Heavy::lock();
+    let server = Server::start();
+    let sb = server.create(&CreateSandbox { disk_mb: Some(1024), ..CreateSandbox::default() });
+    let r = sh(&sb, User::User, "head -c 268435456 /dev/zero > /home/user/big && echo ok");
+    assert_eq!(r.stdout, "ok\n", "{r:?}");
+    let rss = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+        let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches(" kB");
+        kb.trim().parse::<u64>().unwrap() << 10
+    };
+    let before = rss();
+    let stalled: Vec<_> = (0..4).map(|_| unread_download(&server, &sb, "/home/user/big")).collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let t = Instant::now();
+    let r = sh(&sb, User::User, "echo still here");
+    let exec_ms = t.elapsed().as_millis();
+    assert_eq!(r.stdout, "still here\n", "{r:?}");
+    assert!(exec_ms < 2000, "an exec took {exec_ms} ms beside unread downloads");
+    let t = Instant::now();
+    let n = sb.read_file_to("/home/user/big", std::io::sink()).unwrap();
+    assert_eq!(n, 256 << 20);
+    let grown = rss().saturating_sub(before);
+    println!(
+        "beside 4 unread downloads: exec {exec_ms} ms, a 256 MiB download {} ms; daemon grew {} MiB",
+        t.elapsed().as_millis(),
+        grown >> 20
+    );
+    assert!(grown < 64 << 20, "the daemon buffered {} MiB for readers that do not read", grown >> 20);
+
+    // Twelve more abandoned downloads, then closed: 16 in all, the supervisor's limit of file
+    // operations at once. Their readers must stop, or every later file operation is refused as busy.
+    let mut more: Vec<_> = (0..12).map(|_| unread_download(&server, &sb, "/home/user/big")).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    more.extend(stalled);
+    drop(more);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match sb.stat("/home/user/big") {
+            Ok(st) => {
+                assert_eq!(st.size, 256 << 20);
+                break;
+            }
+            Err(e) if e.status() == Some(429) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => panic!("file operations still refused after the downloads were abandoned: {e:?}"),
+        }
+    }
+}

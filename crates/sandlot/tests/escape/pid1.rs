@@ -65,7 +65,7 @@ while True:
     sb.write_file("/home/user/hold.py", hold.as_bytes()).unwrap();
     sb.spawn(&ExecRequest { shell: Some("exec python3 /home/user/hold.py".into()), ..ExecRequest::default() }).unwrap();
     let port = sb.expose_port(8000).unwrap();
-    let path = port.url.split_once("127.0.0.1").and_then(|(_, rest)| rest.split_once('/')).unwrap().1.to_string();
+    let (host, path) = preview(&port.url);
     // Wait for the listener: until then a preview request is a 502.
     let listening = (0..100).any(|_| {
         if sh(&sb, User::User, "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000))'").exit_code
@@ -81,7 +81,7 @@ while True:
     let answers: Vec<_> = (0..150)
         .map(|_| {
             let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
-            write!(s, "GET /{path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            write!(s, "GET /{path} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
             std::thread::spawn(move || {
                 s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
                 let mut buf = [0u8; 4096];
@@ -392,7 +392,7 @@ fn pid1_preview_upload_to_a_server_that_never_reads_is_pushed_back() {
     sb.write_file("/home/user/hold.py", hold.as_bytes()).unwrap();
     sb.spawn(&ExecRequest { shell: Some("exec python3 /home/user/hold.py".into()), ..ExecRequest::default() }).unwrap();
     let port = sb.expose_port(8000).unwrap();
-    let path = port.url.split_once("127.0.0.1").and_then(|(_, rest)| rest.split_once('/')).unwrap().1.to_string();
+    let (host, path) = preview(&port.url);
     let deadline = Instant::now() + Duration::from_secs(10);
     while sh(&sb, User::User, "grep -q ':1F40 ' /proc/net/tcp && echo up").stdout != "up\n" {
         assert!(Instant::now() < deadline, "the server did not start");
@@ -400,7 +400,7 @@ fn pid1_preview_upload_to_a_server_that_never_reads_is_pushed_back() {
     }
     let before = vm_rss_kib(pid);
     let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
-    write!(s, "POST /{path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", 256u64 << 20).unwrap();
+    write!(s, "POST /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n", 256u64 << 20).unwrap();
     s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
     let chunk = vec![b'x'; 1 << 20];
     let mut sent = 0usize;
@@ -482,6 +482,14 @@ time.sleep(600)
     }
     assert!(alive(pid), "the supervisor (host pid {pid}) died");
     sb.kill_process(bomber, Some(9)).unwrap();
+    sb.wait(bomber).unwrap();
+    // The bomb's children die with its process group; until the kernel has reaped them the leaf is
+    // still full, so the sandbox may take a moment to have room for another command.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sh(&sb, User::User, "echo alive").stdout != "alive\n" {
+        assert!(Instant::now() < deadline, "the sandbox found no room for a command after the bomb ended");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert_pid1_lives(pid, &sb);
 }
 
@@ -505,4 +513,10 @@ fn pid1_stdin_of_a_process_that_closed_it_does_not_starve_the_others() {
     let r = sb.wait(reader).unwrap();
     assert_eq!((r.exit_code, r.stdout.trim()), (0, "16777216"), "{r:?}");
     sb.kill_process(closed, None).unwrap();
+}
+
+/// The `Host` and the path (without its leading `/`) of a preview URL: `http://{port}-{id}.localhost:{api}/{path}`.
+fn preview(url: &str) -> (String, String) {
+    let (host, path) = url.strip_prefix("http://").and_then(|u| u.split_once('/')).expect("a preview URL");
+    (host.to_string(), path.to_string())
 }

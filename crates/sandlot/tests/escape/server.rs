@@ -205,6 +205,11 @@ impl Server {
         self.child.as_ref().expect("server is running").id() as i32
     }
 
+    /// The admin key (for raw requests).
+    pub fn admin_key(&self) -> &str {
+        &self.key
+    }
+
     /// A client with the admin key.
     pub fn client(&self) -> Client {
         Client::new(self.url(), self.key.clone())
