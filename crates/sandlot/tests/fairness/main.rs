@@ -107,7 +107,12 @@ fn fairness_a_noisy_tenant_does_not_starve_another() {
     assert_eq!(r.stdout, "ok\n");
 
     let _ = measure(&victim); // warm caches
-    let quiet = measure(&victim);
+    // The median of three quiet rounds, so one lucky round does not set the bar.
+    let mut rounds: Vec<Service> = (0..3).map(|_| measure(&victim)).collect();
+    rounds.sort_by(|a, b| a.exec_ms.total_cmp(&b.exec_ms));
+    let exec_ms = rounds[1].exec_ms;
+    rounds.sort_by(|a, b| a.download_ms.total_cmp(&b.download_ms));
+    let quiet = Service { exec_ms, download_ms: rounds[1].download_ms };
     let (rss0, fds0) = daemon_usage(&server);
     println!(
         "quiet: exec p50 {:.1} ms, 64 MiB download {:.0} ms; daemon {} MiB, {fds0} fds",
@@ -176,6 +181,36 @@ fn fairness_a_noisy_tenant_does_not_starve_another() {
             }),
         ),
         ("half-sent API requests (1 000)", Box::new(|| Box::new(half_sent(&server, "/healthz", 1000)))),
+        (
+            "preview flood (150 requests a server holds unanswered)",
+            Box::new(|| {
+                let hold = "import socket\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('127.0.0.1',8000));s.listen(1024)\nk=[]\nwhile True:\n c,_=s.accept();k.append(c)\n";
+                noisy.write_file("/home/user/hold.py", hold.as_bytes()).unwrap();
+                let server_pid = background(&noisy, "exec python3 /home/user/hold.py", None);
+                std::thread::sleep(Duration::from_millis(500));
+                let port = noisy.expose_port(8000).unwrap();
+                let (host, path) = port.url.strip_prefix("http://").and_then(|u| u.split_once('/')).unwrap();
+                let held: Vec<TcpStream> = (0..150)
+                    .filter_map(|_| {
+                        let mut s = TcpStream::connect(("127.0.0.1", server.port())).ok()?;
+                        let _ = write!(s, "GET /{path} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+                        Some(s)
+                    })
+                    .collect();
+                Box::new((server_pid, held))
+            }),
+        ),
+        (
+            "snapshots until the tenant's quota",
+            Box::new(|| {
+                let mut taken = 0;
+                while noisy.snapshot(None).is_ok() {
+                    taken += 1;
+                    assert!(taken <= 64, "more snapshots than --max-snapshots-per-tenant");
+                }
+                Box::new(taken)
+            }),
+        ),
     ];
 
     let mut worst = Vec::new();
