@@ -532,6 +532,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             })
             .collect::<Result<Vec<_>, _>>()?;
         figures.push(figure("sandlot exec round trip (/bin/true)", 1, samples));
+        // A file out of the sandbox through the API: supervisor read, credit-windowed frames, HTTP.
+        let fill = "head -c 67108864 /dev/zero > /home/user/blob";
+        sb.exec(&ExecRequest { shell: Some(fill.into()), ..Default::default() })?;
+        let samples = (0..n.min(20))
+            .map(|_| {
+                let t0 = Instant::now();
+                sb.read_file_to("/home/user/blob", std::io::sink()).map(|_| t0.elapsed())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        figures.push(figure("sandlot 64 MiB file download (API)", 1, samples));
         sb.delete()?;
     }
     if args.wants("lifecycle") {
