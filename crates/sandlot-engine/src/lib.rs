@@ -557,7 +557,7 @@ impl Engine {
 /// Process output every sandbox together may hold in the daemon: an eighth of the host's memory
 /// (2.9 GiB on a 23 GiB host), at least one sandbox's full budget.
 fn daemon_output_bytes() -> u64 {
-    (sandlot_linux::host_memory_bytes() / 8).max(budget::SANDBOX_OUTPUT_BYTES)
+    (sandlot_linux::host_memory_bytes().unwrap_or(0) / 8).max(budget::SANDBOX_OUTPUT_BYTES)
 }
 
 /// This state directory's instance name (random, made on first start), which names its cgroup base.

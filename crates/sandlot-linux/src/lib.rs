@@ -71,14 +71,14 @@ impl Default for Layers {
     }
 }
 
-/// The host's memory (`MemTotal` of /proc/meminfo) in bytes; 0 when it cannot be read.
-pub fn host_memory_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines().find_map(|l| l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb << 10)
+/// The host's memory (`MemTotal` of /proc/meminfo) in bytes.
+pub fn host_memory_bytes() -> std::io::Result<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo")?;
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+        .map(|kb| kb << 10)
+        .ok_or_else(|| std::io::Error::other("/proc/meminfo has no MemTotal line"))
 }
 
 /// Whether this process runs as the host's root (the driver needs it).

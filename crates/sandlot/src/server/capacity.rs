@@ -37,12 +37,7 @@ pub struct Host {
 impl Host {
     /// Reads /proc/meminfo, /proc/sys/kernel/pid_max and the size of the state directory's filesystem.
     pub fn detect(state_dir: &Path, layers_volume_gb: Option<u64>) -> std::io::Result<Host> {
-        let meminfo = std::fs::read_to_string("/proc/meminfo")?;
-        let memory_kb = meminfo
-            .lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .ok_or_else(|| std::io::Error::other("/proc/meminfo has no MemTotal line"))?;
+        let memory = sandlot_linux::host_memory_bytes()?;
         let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")?
             .trim()
             .parse::<u64>()
@@ -55,7 +50,7 @@ impl Host {
                 Some((gb << 10).min(fs_mb))
             }
         };
-        Ok(Host { memory_mb: memory_kb >> 10, pid_max, disk_mb })
+        Ok(Host { memory_mb: memory >> 20, pid_max, disk_mb })
     }
 
     /// Most pids one sandbox may ask for.

@@ -317,11 +317,7 @@ fn limits_retained_exec_output_is_bounded_in_the_daemon() {
         max_output_bytes: Some(64 << 20),
         ..ExecRequest::default()
     };
-    let rss = || -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
-        let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches(" kB");
-        kb.trim().parse::<u64>().unwrap() << 10
-    };
+    let rss = || crate::probe::rss_bytes(server.pid());
     let before = rss();
     let mut first = None;
     for _ in 0..14 {
@@ -381,11 +377,7 @@ fn limits_a_download_nobody_reads_stalls_nothing_else() {
     let sb = server.create(&CreateSandbox { disk_mb: Some(1024), ..CreateSandbox::default() });
     let r = sh(&sb, User::User, "head -c 268435456 /dev/zero > /home/user/big && echo ok");
     assert_eq!(r.stdout, "ok\n", "{r:?}");
-    let rss = || -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
-        let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches(" kB");
-        kb.trim().parse::<u64>().unwrap() << 10
-    };
+    let rss = || crate::probe::rss_bytes(server.pid());
     let before = rss();
     let stalled: Vec<_> = (0..4).map(|_| unread_download(&server, &sb, "/home/user/big")).collect();
     std::thread::sleep(Duration::from_secs(2));

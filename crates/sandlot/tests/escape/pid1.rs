@@ -178,13 +178,7 @@ print("built")
 }
 
 fn vm_rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    crate::probe::rss_bytes(pid) >> 10
 }
 
 /// 2 GiB written to the stdin of a process that never reads it (pid 1 used to queue it all until the

@@ -113,3 +113,15 @@ impl Heavy {
         Heavy { _lock: file }
     }
 }
+
+/// Resident memory of host process `pid`, in bytes (`VmRSS` of its status); 0 once it is gone.
+pub fn rss_bytes(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    kib << 10
+}

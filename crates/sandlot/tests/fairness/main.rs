@@ -52,14 +52,8 @@ fn measure(victim: &Sandbox) -> Service {
 
 /// The daemon's resident memory (bytes) and open descriptors.
 fn daemon_usage(server: &Server) -> (u64, usize) {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
     let fds = std::fs::read_dir(format!("/proc/{}/fd", server.pid())).unwrap().count();
-    (kb << 10, fds)
+    (crate::probe::rss_bytes(server.pid()), fds)
 }
 
 /// Starts `shell` in the background in `sb`, with per-stream output cap `cap`.
@@ -107,7 +101,7 @@ fn fairness_a_noisy_tenant_does_not_starve_another() {
     assert_eq!(r.stdout, "ok\n");
 
     let _ = measure(&victim); // warm caches
-    // The median of three quiet rounds, so one lucky round does not set the bar.
+                              // The median of three quiet rounds, so one lucky round does not set the bar.
     let mut rounds: Vec<Service> = (0..3).map(|_| measure(&victim)).collect();
     rounds.sort_by(|a, b| a.exec_ms.total_cmp(&b.exec_ms));
     let exec_ms = rounds[1].exec_ms;
