@@ -302,7 +302,7 @@ impl Process {
 
     /// Whether standard input still accepts writes.
     pub fn stdin_open(&self) -> bool {
-        self.stdin_open.load(std::sync::atomic::Ordering::SeqCst) && self.result().is_none()
+        self.stdin_open.load(std::sync::atomic::Ordering::SeqCst) && !self.finished()
     }
 
     pub(crate) fn close_stdin(&self) {
@@ -324,8 +324,9 @@ impl Process {
     pub async fn wait(&self) -> ExecResult {
         let mut rx = self.changed.subscribe();
         loop {
-            if let Some(r) = self.result() {
-                return r;
+            // Checked cheaply on every change (each output chunk is one); the text is rendered once.
+            if self.finished() {
+                return self.result().expect("finished");
             }
             if rx.changed().await.is_err() {
                 // The sender lives in self, so this cannot happen while we hold &self.

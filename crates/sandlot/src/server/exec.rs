@@ -250,7 +250,7 @@ pub async fn kill(
     if !(1..=64).contains(&signal) {
         return Err(ApiError::invalid(format!("signal must be 1-64, got {signal}")));
     }
-    if proc.result().is_some() {
+    if proc.finished() {
         return Err(ApiError::conflict(format!("process {pid} has already exited")));
     }
     sb.signal(pid, signal).await?;
