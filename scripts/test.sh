@@ -11,7 +11,7 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --locked --workspace --no-fail-fast
     # The fairness suite measures one tenant's service under another's abuse: it runs alone, after the rest.
-    cargo nextest run --locked -p sandlot --test fairness --run-ignored only --test-threads 1 --no-capture
+    cargo nextest run --locked -p sandlot --test fairness --run-ignored only --no-capture
 else
     cargo test --locked --workspace --no-fail-fast
     cargo test --locked -p sandlot --test fairness -- --ignored --test-threads 1 --nocapture
