@@ -306,17 +306,8 @@ impl Engine {
         let prepared = tokio::task::spawn_blocking(move || this.prepare(&id_owned, &spec))
             .await
             .map_err(|e| EngineError::Host(e.to_string()))??;
-        let (launched, layer, cgroup, slot) = prepared;
-        let sb = Sandbox::attach(
-            id.to_string(),
-            launched,
-            layer,
-            cgroup,
-            limits,
-            slot,
-            self.deaths_tx.clone(),
-            Arc::clone(&self.output_budget),
-        );
+        let sb =
+            Sandbox::attach(id.to_string(), prepared, limits, self.deaths_tx.clone(), Arc::clone(&self.output_budget));
         let t_launched = t0.elapsed();
         match tokio::time::timeout(self.cfg.start_timeout, sb.ready()).await {
             Ok(Ok(())) => {
@@ -345,14 +336,7 @@ impl Engine {
     }
 
     /// Host-side preparation and clone (blocking work).
-    fn prepare(
-        &self,
-        id: &str,
-        spec: &StartSpec,
-    ) -> Result<
-        (sandlot_linux::launch::Launched, Layer, sandlot_linux::cgroup::SandboxCgroup, sandlot_linux::ids::Slot),
-        EngineError,
-    > {
+    fn prepare(&self, id: &str, spec: &StartSpec) -> Result<Prepared, EngineError> {
         let img = image::open(&self.images_dir(), &spec.image)?;
         let slot = sandlot_linux::ids::claim(spec.preferred_slot)?;
         let ids = slot.ids();
@@ -419,7 +403,7 @@ impl Engine {
             max_file_bytes: disk.unwrap_or(0),
         };
         match self.launcher.launch(LaunchRequest { spec: container, ids, cgroup: cgroup.clone() }) {
-            Ok(l) => Ok((l, layer, cgroup, slot)),
+            Ok(launched) => Ok(Prepared { launched, layer, cgroup, slot }),
             Err(e) => {
                 let _ = cgroup.destroy();
                 cleanup(&layer);
@@ -552,6 +536,18 @@ impl Engine {
     pub fn state_dir(&self) -> &Path {
         &self.cfg.state_dir
     }
+}
+
+/// What `prepare` made for a sandbox on the host, handed to its [`Sandbox`].
+pub(crate) struct Prepared {
+    /// The cloned first process and its control socket.
+    pub launched: sandlot_linux::launch::Launched,
+    /// Its writable layer.
+    pub layer: Layer,
+    /// Its cgroup.
+    pub cgroup: sandlot_linux::cgroup::SandboxCgroup,
+    /// Its host uid range, held while it exists.
+    pub slot: sandlot_linux::ids::Slot,
 }
 
 /// Process output every sandbox together may hold in the daemon: an eighth of the host's memory

@@ -195,17 +195,14 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    #[allow(clippy::too_many_arguments)] // the parts prepare() made, handed over once
     pub(crate) fn attach(
         id: String,
-        launched: Launched,
-        layer: Layer,
-        cgroup: SandboxCgroup,
+        prepared: crate::Prepared,
         limits: CgroupLimits,
-        slot: sandlot_linux::ids::Slot,
         deaths: mpsc::UnboundedSender<(String, String)>,
         daemon_output: Arc<Budget>,
     ) -> Arc<Self> {
+        let crate::Prepared { launched, layer, cgroup, slot } = prepared;
         let Launched { pid, control, log } = launched;
         let std_sock = std::os::unix::net::UnixStream::from(control);
         std_sock.set_nonblocking(true).expect("fcntl on a fresh socket");
