@@ -138,10 +138,10 @@ pub struct Engine {
     launcher: Launcher,
     volume: Option<sandlot_linux::volume::Volume>,
     sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
-    deaths_tx: tokio::sync::mpsc::UnboundedSender<(String, String)>,
+    deaths_tx: tokio::sync::mpsc::UnboundedSender<Death>,
     /// Process output all sandboxes together may hold in the daemon.
     output_budget: Arc<budget::Budget>,
-    deaths_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, String)>>>,
+    deaths_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Death>>>,
     net_tx: tokio::sync::mpsc::UnboundedSender<sandlot_netproxy::egress::NetEvent>,
     net_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<sandlot_netproxy::egress::NetEvent>>>,
     /// Held open for the daemon's lifetime: its closing tells the thaw watchdog (cgroup v1) to thaw
@@ -237,7 +237,7 @@ impl Engine {
     }
 
     /// Sandboxes whose supervisor ended without being asked to, with the reason; taken once.
-    pub fn take_deaths(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<(String, String)>> {
+    pub fn take_deaths(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Death>> {
         self.deaths_rx.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
@@ -536,6 +536,17 @@ impl Engine {
     pub fn state_dir(&self) -> &Path {
         &self.cfg.state_dir
     }
+}
+
+/// A supervisor that ended without being asked to.
+#[derive(Debug, Clone)]
+pub struct Death {
+    /// The sandbox.
+    pub id: String,
+    /// Host pid of the supervisor that died: tells this instance from a later one of the same sandbox.
+    pub pid: i32,
+    /// What ended it.
+    pub why: String,
 }
 
 /// What `prepare` made for a sandbox on the host, handed to its [`Sandbox`].

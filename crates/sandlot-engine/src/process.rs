@@ -32,6 +32,7 @@ enum Entry {
 struct State {
     out: [Capture; 2],
     log: Vec<Entry>,
+    started: bool,
     end: Option<End>,
 }
 
@@ -214,7 +215,12 @@ impl Process {
             started: Instant::now(),
             stdin_open: std::sync::atomic::AtomicBool::new(stdin_open),
             stdin_closed_why: Mutex::new(None),
-            state: Mutex::new(State { out: [Capture::new(cap), Capture::new(cap)], log: Vec::new(), end: None }),
+            state: Mutex::new(State {
+                out: [Capture::new(cap), Capture::new(cap)],
+                log: Vec::new(),
+                started: false,
+                end: None,
+            }),
             changed: watch::channel(0).0,
             reservation,
         })
@@ -230,6 +236,12 @@ impl Process {
 
     pub(crate) fn on_started(&self) {
         let mut st = self.lock();
+        // Once, and only before the end: the supervisor's word is not trusted to be sane, and every
+        // event is a log entry (the log's bound is on output entries, so events must be few).
+        if st.started || st.end.is_some() {
+            return;
+        }
+        st.started = true;
         st.log_event(ExecEvent::Started { pid: self.id });
         self.notify(&st);
     }
@@ -413,6 +425,20 @@ mod tests {
         assert_eq!(pool.used(), 14, "the reservation shrank to the bytes held");
         drop((p, follower));
         assert_eq!(pool.used(), 0, "a forgotten process gives its bytes back");
+    }
+
+    #[tokio::test]
+    async fn a_repeated_started_event_is_logged_once() {
+        let pool = Budget::new(1 << 20);
+        let p = process(1000, &pool);
+        for _ in 0..10_000 {
+            p.on_started();
+        }
+        p.on_exit(Some(Termination::Exited { code: 0 }), false);
+        p.on_started();
+        let events = drain(&mut p.follow()).await;
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(p.lock().log.len(), 2);
     }
 
     #[tokio::test]

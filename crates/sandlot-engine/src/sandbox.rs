@@ -76,9 +76,10 @@ impl<T> Inbound<T> {
     }
 
     /// Hands on `msg` carrying `bytes` of payload; `false` (and nothing sent) if that overruns the
-    /// window.
+    /// window, or carries nothing: the supervisor never sends an empty data frame, and uncounted
+    /// frames would queue here without bound.
     fn pass(&self, msg: T, bytes: usize) -> bool {
-        if self.held.fetch_add(bytes, Ordering::SeqCst) + bytes > OUT_WINDOW {
+        if bytes == 0 || self.held.fetch_add(bytes, Ordering::SeqCst) + bytes > OUT_WINDOW {
             return false;
         }
         let _ = self.tx.send(msg);
@@ -91,6 +92,42 @@ async fn credit(out: &mpsc::Sender<Vec<u8>>, held: &AtomicUsize, id: u64, bytes:
     held.fetch_sub(bytes, Ordering::SeqCst);
     if let Ok(frame) = encode(&Request::Credit { id, bytes: bytes as u64 }, &[]) {
         let _ = out.send(frame).await;
+    }
+}
+
+/// A stream the supervisor works on for a caller that may go away while it waits (an HTTP handler
+/// dropped with its client): unless disarmed, dropping it forgets the daemon's side of the stream and
+/// tells the supervisor to stop, so no thread or slot of pid 1 waits forever for a reader.
+struct Pending<'a> {
+    shared: &'a Shared,
+    stream: Option<Stream>,
+}
+
+#[derive(Clone, Copy)]
+enum Stream {
+    File(u64),
+    Conn(u64),
+}
+
+impl Pending<'_> {
+    fn disarm(&mut self) {
+        self.stream = None;
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        match self.stream {
+            Some(Stream::File(req)) => {
+                self.shared.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
+                self.shared.cut_off(Request::Abort { req });
+            }
+            Some(Stream::Conn(conn)) => {
+                self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+                self.shared.cut_off(Request::StreamClose { conn });
+            }
+            None => {}
+        }
     }
 }
 
@@ -199,7 +236,7 @@ impl Sandbox {
         id: String,
         prepared: crate::Prepared,
         limits: CgroupLimits,
-        deaths: mpsc::UnboundedSender<(String, String)>,
+        deaths: mpsc::UnboundedSender<crate::Death>,
         daemon_output: Arc<Budget>,
     ) -> Arc<Self> {
         let crate::Prepared { launched, layer, cgroup, slot } = prepared;
@@ -262,7 +299,7 @@ impl Sandbox {
                 let log =
                     String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner())).trim().to_string();
                 let why = if log.is_empty() { "the sandbox's supervisor exited".to_string() } else { log };
-                let _ = deaths.send((reader_id, why));
+                let _ = deaths.send(crate::Death { id: reader_id, pid, why });
             }
             reader_shared.fail_all();
         });
@@ -436,9 +473,13 @@ impl Sandbox {
     /// Starts a download (`Read` or `Tar`); errors that happen before the first byte are returned here.
     pub async fn download(&self, uid: u32, op: FileOp) -> Result<FileStream, EngineError> {
         let (req, mut rx, held) = self.open_file_req();
+        let mut pending = Pending { shared: &self.shared, stream: Some(Stream::File(req)) };
         self.send(&Request::File { req, uid, op }, &[]).await?;
+        let first = rx.recv().await;
+        // From here the FileStream (or the answer) takes care of the end.
+        pending.disarm();
         let stream = |rx, first, ended| FileStream { req, rx, held, out: self.out.clone(), first, ended };
-        match rx.recv().await {
+        match first {
             Some(FileMsg::Chunk(b)) => Ok(stream(rx, Some(b), false)),
             // An empty file: a stream that ends at once.
             Some(FileMsg::Done(_)) => Ok(stream(rx, None, true)),
@@ -455,11 +496,14 @@ impl Sandbox {
         body: &mut R,
     ) -> Result<serde_json::Value, EngineError> {
         let (req, mut rx, _) = self.open_file_req();
+        // A caller dropped mid-upload would leave pid 1's writer waiting for data that never comes.
+        let mut pending = Pending { shared: &self.shared, stream: Some(Stream::File(req)) };
         self.send(&Request::File { req, uid, op }, &[]).await?;
         let mut buf = vec![0u8; MAX_PAYLOAD];
         loop {
             // A failure reported mid-upload (too large, disk full) ends it at once.
             if let Ok(msg) = rx.try_recv() {
+                pending.disarm();
                 return finish_upload(msg);
             }
             let n = match body.read(&mut buf).await {
@@ -478,7 +522,9 @@ impl Sandbox {
             self.send(&Request::Data { req }, &buf[..n]).await?;
         }
         self.send(&Request::End { req }, &[]).await?;
-        match rx.recv().await {
+        let answer = rx.recv().await;
+        pending.disarm();
+        match answer {
             Some(msg) => finish_upload(msg),
             None => Err(EngineError::Gone(self.id.clone())),
         }
@@ -496,10 +542,15 @@ impl Sandbox {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(conn, Conn { ready: Some(ready_tx), data: data_tx, window: Arc::clone(&window) });
+        // A caller dropped before `Connected` would leave pid 1 holding the connection (and a slot).
+        let mut pending = Pending { shared: &self.shared, stream: Some(Stream::Conn(conn)) };
         self.send(&Request::Connect { conn, port }, &[]).await?;
         match ready_rx.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
+            Ok(Ok(())) => pending.disarm(),
+            Ok(Err(e)) => {
+                pending.disarm();
+                return Err(e);
+            }
             Err(_) => return Err(EngineError::Gone(self.id.clone())),
         }
         let (ours, theirs) = tokio::io::duplex(256 << 10);
@@ -602,7 +653,8 @@ impl Shared {
             match Reservation::take(&self.output_pools, bytes) {
                 Ok(r) => return Ok(r),
                 Err(short) => {
-                    if short == 0 && self.forget_oldest_finished() {
+                    // Whichever pool is short, this sandbox's own finished output is what it may give up.
+                    if self.forget_oldest_finished() {
                         continue;
                     }
                     let (pool, whose) = if short == 0 {
@@ -841,4 +893,21 @@ fn spawn_log_reader(log: OwnedFd, keep: Arc<Mutex<Vec<u8>>>, id: String) {
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hand_off_refuses_empty_frames_and_frames_past_the_window() {
+        let (inbound, mut rx, held) = Inbound::<usize>::new();
+        assert!(!inbound.pass(0, 0), "an empty data frame would queue uncounted");
+        assert!(inbound.pass(1, OUT_WINDOW - 1));
+        assert!(inbound.pass(2, 1));
+        assert!(!inbound.pass(3, 1), "one byte past the window");
+        assert_eq!((rx.try_recv(), rx.try_recv()), (Ok(1), Ok(2)));
+        assert!(rx.try_recv().is_err(), "refused frames are not handed on");
+        assert!(held.load(Ordering::SeqCst) > OUT_WINDOW, "the overrun is counted: the stream is cut off");
+    }
 }

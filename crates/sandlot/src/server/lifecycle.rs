@@ -290,9 +290,16 @@ pub async fn snapshot(
         }
     }
     let rec = record(&app, &caller, &id)?;
-    let _g = lock(&app, &id).await;
-    let rec = fresh(&app, &rec)?;
-    Ok((StatusCode::CREATED, Json(take_snapshot(&app, &rec, req.name, Charge::Tenant).await?)))
+    // Detached: a client that goes away mid-snapshot must not leave a snapshot on disk that the store
+    // (and so the tenant's quota) never learns of.
+    let snap = tokio::spawn(async move {
+        let _g = lock(&app, &id).await;
+        let rec = fresh(&app, &rec)?;
+        take_snapshot(&app, &rec, req.name, Charge::Tenant).await
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the snapshot task failed: {e}")))??;
+    Ok((StatusCode::CREATED, Json(snap)))
 }
 
 pub async fn list_snapshots(State(app): State<AppState>, caller: Caller) -> Result<Json<SnapshotList>, ApiError> {
@@ -324,6 +331,16 @@ pub async fn fork(
         return Err(ApiError::invalid(format!("count must be between 1 and {MAX_FORK}, got {}", req.count)));
     }
     let rec = record(&app, &caller, &id)?;
+    // Detached, like a snapshot: a client that goes away mid-fork must not leave its transient
+    // snapshot (never charged) behind, nor copies half-recorded.
+    let made = tokio::spawn(fork_copies(app, rec, id, req.count))
+        .await
+        .map_err(|e| ApiError::internal(format!("the fork task failed: {e}")))??;
+    Ok((StatusCode::CREATED, Json(ForkResult { sandboxes: made })))
+}
+
+/// Takes a transient snapshot of `rec` and starts `count` sandboxes from it, then deletes it.
+async fn fork_copies(app: AppState, rec: SandboxRecord, id: String, count: u32) -> Result<Vec<SandboxInfo>, ApiError> {
     let snap = {
         let _g = lock(&app, &id).await;
         let rec = fresh(&app, &rec)?;
@@ -332,7 +349,7 @@ pub async fn fork(
     let base = sandlot_linux::IdRange::for_slot(rec.slot).base;
     let mut made = Vec::new();
     let mut failure = None;
-    for _ in 0..req.count {
+    for _ in 0..count {
         let mut copy = super::sandboxes::new_record(&rec.tenant, &rec.info.image, rec.info.limits.clone(), &rec.env);
         copy.info.metadata = rec.info.metadata.clone();
         copy.network = rec.network.clone();
@@ -362,11 +379,11 @@ pub async fn fork(
             format!(
                 "{} of {} copies made ({}) before: {}",
                 made.len(),
-                req.count,
+                count,
                 made.iter().map(|s| s.id.as_str()).collect::<Vec<_>>().join(", "),
                 e.message
             ),
         ));
     }
-    Ok((StatusCode::CREATED, Json(ForkResult { sandboxes: made })))
+    Ok(made)
 }

@@ -419,20 +419,35 @@ pub async fn expiry_loop(app: AppState, mut shutdown: tokio::sync::watch::Receiv
 /// an ephemeral one is marked `failed` and freed; a persistent one is `stopped` with its writable
 /// layer kept, so its owner resumes it with every file it had. A death never deletes a persistent
 /// sandbox's files.
-pub async fn death_loop(app: AppState, mut deaths: tokio::sync::mpsc::UnboundedReceiver<(String, String)>) {
-    while let Some((id, why)) = deaths.recv().await {
-        tracing::warn!(sandbox = %id, "supervisor ended unexpectedly: {why}");
+pub async fn death_loop(app: AppState, mut deaths: tokio::sync::mpsc::UnboundedReceiver<sandlot_engine::Death>) {
+    while let Some(death) = deaths.recv().await {
+        tracing::warn!(sandbox = %death.id, "supervisor ended unexpectedly: {}", death.why);
         // One task per death: waiting for this sandbox's lock must not hold up the next death.
-        tokio::spawn(supervisor_died(app.clone(), id, why));
+        tokio::spawn(supervisor_died(app.clone(), death));
     }
 }
 
-async fn supervisor_died(app: AppState, id: String, why: String) {
+async fn supervisor_died(app: AppState, death: sandlot_engine::Death) {
+    let sandlot_engine::Death { id, pid, why } = death;
     let reason = format!("supervisor ended: {why}");
     // Under the sandbox's lock, record read after it: a transition in flight (a stop, a snapshot)
     // finishes first.
     let _g = super::lifecycle::lock(&app, &id).await;
-    let rec = app.store.live_sandboxes().unwrap_or_default().into_iter().find(|r| r.info.id == id);
+    // A transition that won the lock may have stopped and resumed the sandbox since: a newer
+    // supervisor runs it now, and this death is not its.
+    if app.engine.get(&id).is_some_and(|sb| sb.pid() != pid) {
+        return;
+    }
+    let live = match app.store.live_sandboxes() {
+        Ok(live) => live,
+        Err(e) => {
+            // Not knowing whether it is persistent, delete nothing: its layer stays for the next start.
+            tracing::error!(sandbox = %id, "after its supervisor died, the store could not be read ({e}); leaving it as it is");
+            let _ = app.engine.stop(&id).await;
+            return;
+        }
+    };
+    let rec = live.into_iter().find(|r| r.info.id == id);
     let Some(rec) = rec else {
         // Deleted meanwhile: nothing to keep.
         let _ = app.engine.destroy(&id).await;
