@@ -20,7 +20,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::UNIX_EPOCH;
@@ -29,7 +29,7 @@ use sandlot_protocol::{Event, FileErrorKind, FileOp, MAX_PAYLOAD};
 use serde_json::{json, Value};
 
 use crate::credit::{Credits, Window};
-use crate::{spawn_thread, Outbox};
+use crate::{spawn_thread, Outbox, Slot};
 
 /// File operations running at once in one sandbox, each on a thread of pid 1 (threads count against
 /// the sandbox's pids limit). 16 covers a client that uploads or downloads several files in parallel;
@@ -49,15 +49,6 @@ pub(crate) struct Uploads {
     running: Arc<AtomicUsize>,
     /// The commands' RLIMIT_FSIZE (0 = none): no file the API writes may be larger either.
     max_file_bytes: u64,
-}
-
-/// Gives back a running-operation slot however the operation ends.
-struct OpSlot(Arc<AtomicUsize>);
-
-impl Drop for OpSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 impl Uploads {
@@ -138,15 +129,13 @@ type OpResult = Result<Value, OpError>;
 /// Starts one file operation on its own thread, unless [`MAX_FILE_OPS`] already run.
 pub(crate) fn start(out: &Outbox, uploads: &Uploads, credits: &Credits, req: u64, uid: u32, op: FileOp) {
     let busy = |message: String| out.send(&Event::Failed { req, kind: FileErrorKind::Busy, message }, &[]);
-    if uploads.running.fetch_add(1, Ordering::SeqCst) >= MAX_FILE_OPS {
-        uploads.running.fetch_sub(1, Ordering::SeqCst);
+    let Some(slot) = Slot::take(&uploads.running, MAX_FILE_OPS) else {
         busy(format!(
             "the sandbox already runs {MAX_FILE_OPS} file operations (the limit per sandbox); retry when one has \
              finished"
         ));
         return;
-    }
-    let slot = OpSlot(Arc::clone(&uploads.running));
+    };
     // Uploads are registered before the control loop reads their first Data frame.
     let rx = match &op {
         FileOp::Write { .. } | FileOp::Untar { .. } => Some(uploads.register(req)),

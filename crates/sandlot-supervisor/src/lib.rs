@@ -41,6 +41,28 @@ pub(crate) fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> Res
     })
 }
 
+/// One of at most `max` things running at once (file operations, inbound connections), counted in
+/// `count` from [`Slot::take`] until the slot is dropped, however the work ends.
+pub(crate) struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Slot {
+    /// A slot, or `None` when `max` are taken.
+    pub(crate) fn take(count: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Slot> {
+        use std::sync::atomic::Ordering;
+        if count.fetch_add(1, Ordering::SeqCst) >= max {
+            count.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Slot(Arc::clone(count)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// The write half of the control socket, shared by every thread.
 #[derive(Clone)]
 pub(crate) struct Outbox {

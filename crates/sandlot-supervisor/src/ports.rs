@@ -19,7 +19,7 @@ use std::time::Duration;
 use sandlot_protocol::{Event, MAX_PAYLOAD, STREAM_WINDOW};
 
 use crate::credit::Credits;
-use crate::{spawn_thread, Outbox};
+use crate::{spawn_thread, Outbox, Slot};
 
 /// Inbound connections open (or being opened) at once into one sandbox. A browser opens about six per
 /// origin, so a preview page with dozens of parallel fetches fits; 64 connections are 128 supervisor
@@ -62,31 +62,22 @@ pub(crate) struct Ports {
     credits: Credits,
 }
 
-/// Decrements the active count when both threads of a connection have ended, however they end.
-struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 impl Ports {
     pub(crate) fn new(credits: Credits) -> Self {
         Ports { open: Arc::default(), active: Arc::default(), credits }
     }
 
     pub(crate) fn connect(&self, out: &Outbox, conn: u64, port: u16) {
-        if self.active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-            self.active.fetch_sub(1, Ordering::SeqCst);
+        // Held until both threads of the connection have ended.
+        let Some(slot) = Slot::take(&self.active, MAX_CONNECTIONS) else {
             let message = format!(
                 "the sandbox already has {MAX_CONNECTIONS} inbound connections open (the limit per sandbox); \
                  retry when some have closed"
             );
             out.send(&Event::ConnectFailed { conn, message, busy: true }, &[]);
             return;
-        }
-        let slot = Arc::new(Slot(Arc::clone(&self.active)));
+        };
+        let slot = Arc::new(slot);
         let (out2, ports) = (out.clone(), self.clone());
         if let Err(message) = spawn_thread("conn-read", move || ports.run(&out2, conn, port, slot)) {
             out.send(&Event::ConnectFailed { conn, message, busy: true }, &[]);
