@@ -117,16 +117,8 @@ impl Pending<'_> {
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        match self.stream {
-            Some(Stream::File(req)) => {
-                self.shared.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
-                self.shared.cut_off(Request::Abort { req });
-            }
-            Some(Stream::Conn(conn)) => {
-                self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
-                self.shared.cut_off(Request::StreamClose { conn });
-            }
-            None => {}
+        if let Some(stream) = self.stream {
+            self.shared.abandon(stream, "its caller went away");
         }
     }
 }
@@ -635,10 +627,26 @@ fn finish_upload(msg: FileMsg) -> Result<serde_json::Value, EngineError> {
 }
 
 impl Shared {
-    /// Sends `req` (closing a stream that broke the protocol) from a task of its own: the read loop
-    /// never waits on the outbound channel.
-    fn cut_off(&self, req: Request) {
-        if let Ok(frame) = encode(&req, &[]) {
+    /// Forgets `stream` on the daemon's side, ends whatever waits on it here (with `why`), and tells
+    /// the supervisor to stop it. The stop is sent from a task of its own: the read loop, which calls
+    /// this for a stream that broke the protocol, never waits on the outbound channel.
+    fn abandon(&self, stream: Stream, why: &str) {
+        let stop = match stream {
+            Stream::File(req) => {
+                if let Some(file) = self.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req) {
+                    let _ = file.tx.send(FileMsg::Failed(FileErrorKind::Other, why.to_string()));
+                }
+                Request::Abort { req }
+            }
+            Stream::Conn(conn) => {
+                if let Some(c) = self.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn) {
+                    c.window.close();
+                    let _ = c.data.tx.send(None);
+                }
+                Request::StreamClose { conn }
+            }
+        };
+        if let Ok(frame) = encode(&stop, &[]) {
             let out = self.out.clone();
             tokio::spawn(async move {
                 let _ = out.send(frame).await;
@@ -688,17 +696,11 @@ impl Shared {
     }
 
     fn remember(&self, id: u64, proc: Arc<Process>, oom_before: u64) {
-        let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
-        let mut order = self.order.lock().unwrap_or_else(|p| p.into_inner());
-        procs.insert(id, (proc, oom_before));
-        order.push(id);
-        while order.len() > MAX_REMEMBERED_PROCESSES {
-            let Some(pos) = order.iter().position(|i| procs.get(i).is_some_and(|(p, _)| p.finished())) else {
-                break;
-            };
-            let old = order.remove(pos);
-            procs.remove(&old);
-        }
+        self.procs.lock().unwrap_or_else(|p| p.into_inner()).insert(id, (proc, oom_before));
+        self.order.lock().unwrap_or_else(|p| p.into_inner()).push(id);
+        while self.order.lock().unwrap_or_else(|p| p.into_inner()).len() > MAX_REMEMBERED_PROCESSES
+            && self.forget_oldest_finished()
+        {}
     }
 
     fn proc(&self, id: u64) -> Option<(Arc<Process>, u64)> {
@@ -821,11 +823,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     let n = payload.len();
                     if !data.pass(Some(payload), n) {
                         tracing::warn!("supervisor overran the send window of connection {conn}: closing it");
-                        if let Some(c) = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn) {
-                            c.window.close();
-                            let _ = c.data.tx.send(None);
-                        }
-                        shared.cut_off(Request::StreamClose { conn });
+                        shared.abandon(Stream::Conn(conn), "window overrun");
                     }
                 }
             }
@@ -849,10 +847,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     let n = payload.len();
                     // A receiver that went away (client disconnected) just drops the rest.
                     if !file.pass(FileMsg::Chunk(payload), n) {
-                        shared.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
-                        let why = "the supervisor sent past its window; transfer cut off".to_string();
-                        let _ = file.tx.send(FileMsg::Failed(FileErrorKind::Other, why));
-                        shared.cut_off(Request::Abort { req });
+                        shared.abandon(Stream::File(req), "the supervisor sent past its window; transfer cut off");
                     }
                 }
             }
