@@ -144,6 +144,8 @@ pub struct App {
     /// Per-port tokens of preview URLs, `(sandbox, port) → token` (a restart invalidates them, as it
     /// stops every sandbox).
     pub port_tokens: std::sync::Mutex<std::collections::HashMap<(String, u16), String>>,
+    /// Host-routed preview origins' domain (`--preview-domain`, normalised).
+    pub preview_domain: Option<String>,
     /// Per-sandbox transition locks.
     pub locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub engine: Arc<Engine>,
@@ -156,13 +158,19 @@ pub struct App {
 
 pub type AppState = Arc<App>;
 
+/// The domain of host-routed preview origins, if any (see `--preview-domain`).
+fn preview_domain(cfg: &ServeArgs) -> Option<String> {
+    match &cfg.preview_domain {
+        Some(d) => Some(d.trim_matches('.').to_ascii_lowercase()).filter(|d| !d.is_empty()),
+        None => cfg.listen.ip().is_loopback().then(|| "localhost".to_string()),
+    }
+}
+
 impl App {
-    /// The domain of host-routed preview origins, if any (see `--preview-domain`).
-    pub fn preview_domain(&self) -> Option<String> {
-        match &self.cfg.preview_domain {
-            Some(d) => Some(d.trim_matches('.').to_ascii_lowercase()).filter(|d| !d.is_empty()),
-            None => self.cfg.listen.ip().is_loopback().then(|| "localhost".to_string()),
-        }
+    /// The domain of host-routed preview origins, if any; read once at start, since every request
+    /// is checked against it.
+    pub fn preview_domain(&self) -> Option<&str> {
+        self.preview_domain.as_deref()
     }
 
     /// Records API activity on sandbox `id` (for its idle timeout).
@@ -291,6 +299,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
         cfg: args.clone(),
         activity: Default::default(),
         port_tokens: Default::default(),
+        preview_domain: preview_domain(&args),
         locks: Default::default(),
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);

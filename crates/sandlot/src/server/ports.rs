@@ -101,7 +101,7 @@ enum Route {
 pub async fn by_host(State(app): State<AppState>, req: Request, next: axum::middleware::Next) -> Response {
     let target = app.preview_domain().and_then(|domain| {
         let host = req.headers().get(header::HOST)?.to_str().ok()?;
-        preview_target(host, &domain)
+        preview_target(host, domain)
     });
     match target {
         Some((id, port)) => {
@@ -169,8 +169,9 @@ const PATH_PREVIEW_CSP: &str = "sandbox allow-scripts allow-forms allow-popups a
 async fn proxy_inner(app: &AppState, id: String, port: u16, req: Request, route: Route) -> Result<Response, ApiError> {
     // Who may pass: the owner's API key, or this port's token.
     // A malformed Authorization header is no key: the port token may still admit the request.
-    let by_key = bearer_key(req.headers()).flatten().is_some();
-    let caller = match bearer_key(req.headers()).flatten() {
+    let key = bearer_key(req.headers()).flatten();
+    let by_key = key.is_some();
+    let caller = match key {
         Some(key) => Caller::with_key(app, key)?,
         None if route == Route::Path && app.preview_domain().is_some() => {
             // Browsers use the preview's own origin; the shared one takes the key only.
