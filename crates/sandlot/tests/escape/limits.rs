@@ -350,20 +350,6 @@ fn limits_retained_exec_output_is_bounded_in_the_daemon() {
     assert_eq!(sb.wait(pid).unwrap().stdout, "room\n");
 }
 
-/// Sends a download request for `path` of `sb` over a raw connection and never reads the answer.
-fn unread_download(server: &Server, sb: &sandlot_client::Sandbox, path: &str) -> std::net::TcpStream {
-    use std::io::Write;
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
-    write!(
-        s,
-        "GET /v1/sandboxes/{}/files?path={path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\r\n",
-        sb.id(),
-        server.admin_key()
-    )
-    .unwrap();
-    s
-}
-
 /// A slow reader holds only its own stream: with four 256 MiB downloads that nobody reads, the same
 /// sandbox still runs commands at once and serves another download, and the daemon holds at most one
 /// send window per stream. Before, the sandbox's single read loop waited on the first full download
@@ -379,7 +365,7 @@ fn limits_a_download_nobody_reads_stalls_nothing_else() {
     assert_eq!(r.stdout, "ok\n", "{r:?}");
     let rss = || crate::probe::rss_bytes(server.pid());
     let before = rss();
-    let stalled: Vec<_> = (0..4).map(|_| unread_download(&server, &sb, "/home/user/big")).collect();
+    let stalled: Vec<_> = (0..4).map(|_| server.unread_download(server.admin_key(), &sb, "/home/user/big")).collect();
     std::thread::sleep(Duration::from_secs(2));
     let t = Instant::now();
     let r = sh(&sb, User::User, "echo still here");
@@ -399,7 +385,7 @@ fn limits_a_download_nobody_reads_stalls_nothing_else() {
 
     // Twelve more abandoned downloads, then closed: 16 in all, the supervisor's limit of file
     // operations at once. Their readers must stop, or every later file operation is refused as busy.
-    let mut more: Vec<_> = (0..12).map(|_| unread_download(&server, &sb, "/home/user/big")).collect();
+    let mut more: Vec<_> = (0..12).map(|_| server.unread_download(server.admin_key(), &sb, "/home/user/big")).collect();
     std::thread::sleep(Duration::from_millis(500));
     more.extend(stalled);
     drop(more);

@@ -65,7 +65,7 @@ while True:
     sb.write_file("/home/user/hold.py", hold.as_bytes()).unwrap();
     sb.spawn(&ExecRequest { shell: Some("exec python3 /home/user/hold.py".into()), ..ExecRequest::default() }).unwrap();
     let port = sb.expose_port(8000).unwrap();
-    let (host, path) = preview(&port.url);
+    let (host, path) = crate::probe::preview(&port.url);
     // Wait for the listener: until then a preview request is a 502.
     let listening = (0..100).any(|_| {
         if sh(&sb, User::User, "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000))'").exit_code
@@ -386,7 +386,7 @@ fn pid1_preview_upload_to_a_server_that_never_reads_is_pushed_back() {
     sb.write_file("/home/user/hold.py", hold.as_bytes()).unwrap();
     sb.spawn(&ExecRequest { shell: Some("exec python3 /home/user/hold.py".into()), ..ExecRequest::default() }).unwrap();
     let port = sb.expose_port(8000).unwrap();
-    let (host, path) = preview(&port.url);
+    let (host, path) = crate::probe::preview(&port.url);
     let deadline = Instant::now() + Duration::from_secs(10);
     while sh(&sb, User::User, "grep -q ':1F40 ' /proc/net/tcp && echo up").stdout != "up\n" {
         assert!(Instant::now() < deadline, "the server did not start");
@@ -507,10 +507,4 @@ fn pid1_stdin_of_a_process_that_closed_it_does_not_starve_the_others() {
     let r = sb.wait(reader).unwrap();
     assert_eq!((r.exit_code, r.stdout.trim()), (0, "16777216"), "{r:?}");
     sb.kill_process(closed, None).unwrap();
-}
-
-/// The `Host` and the path (without its leading `/`) of a preview URL: `http://{port}-{id}.localhost:{api}/{path}`.
-fn preview(url: &str) -> (String, String) {
-    let (host, path) = url.strip_prefix("http://").and_then(|u| u.split_once('/')).expect("a preview URL");
-    (host.to_string(), path.to_string())
 }

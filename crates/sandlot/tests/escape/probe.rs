@@ -125,3 +125,9 @@ pub fn rss_bytes(pid: i32) -> u64 {
         .unwrap_or(0);
     kib << 10
 }
+
+/// The `Host` and the path (without its leading `/`) of a preview URL: `http://{port}-{id}.localhost:{api}/{path}`.
+pub fn preview(url: &str) -> (String, String) {
+    let (host, path) = url.strip_prefix("http://").and_then(|u| u.split_once('/')).expect("a preview URL");
+    (host.to_string(), path.to_string())
+}

@@ -210,6 +210,19 @@ impl Server {
         &self.key
     }
 
+    /// Asks for a download of `path` from `sb` with `key` over a raw connection that never reads the
+    /// answer: the server's side of it fills and waits (a slow or stalled client).
+    pub fn unread_download(&self, key: &str, sb: &Sandbox, path: &str) -> TcpStream {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connecting to the server");
+        write!(
+            s,
+            "GET /v1/sandboxes/{}/files?path={path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n\r\n",
+            sb.id()
+        )
+        .expect("sending the request");
+        s
+    }
+
     /// A client with the admin key.
     pub fn client(&self) -> Client {
         Client::new(self.url(), self.key.clone())

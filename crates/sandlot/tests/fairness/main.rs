@@ -73,18 +73,6 @@ fn half_sent(server: &Server, path: &str, count: usize) -> Vec<TcpStream> {
         .collect()
 }
 
-/// A download of `path` from `sb` whose client never reads: the server's side fills and waits.
-fn unread_download(server: &Server, key: &str, sb: &Sandbox, path: &str) -> TcpStream {
-    let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
-    write!(
-        s,
-        "GET /v1/sandboxes/{}/files?path={path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n\r\n",
-        sb.id()
-    )
-    .unwrap();
-    s
-}
-
 #[test]
 #[ignore = "timing: scripts/test.sh runs the fairness suite alone, after the rest"]
 fn fairness_a_noisy_tenant_does_not_starve_another() {
@@ -170,7 +158,7 @@ fn fairness_a_noisy_tenant_does_not_starve_another() {
             "slow readers (8 unread 256 MiB downloads)",
             Box::new(|| {
                 let held: Vec<TcpStream> =
-                    (0..8).map(|_| unread_download(&server, &noisy_key, &noisy, "/home/user/big")).collect();
+                    (0..8).map(|_| server.unread_download(&noisy_key, &noisy, "/home/user/big")).collect();
                 Box::new(held)
             }),
         ),
@@ -183,7 +171,7 @@ fn fairness_a_noisy_tenant_does_not_starve_another() {
                 let server_pid = background(&noisy, "exec python3 /home/user/hold.py", None);
                 std::thread::sleep(Duration::from_millis(500));
                 let port = noisy.expose_port(8000).unwrap();
-                let (host, path) = port.url.strip_prefix("http://").and_then(|u| u.split_once('/')).unwrap();
+                let (host, path) = crate::probe::preview(&port.url);
                 let held: Vec<TcpStream> = (0..150)
                     .filter_map(|_| {
                         let mut s = TcpStream::connect(("127.0.0.1", server.port())).ok()?;
