@@ -802,6 +802,10 @@ pub struct ErrorDetail {
     pub code: String,
     /// What went wrong and what to do.
     pub message: String,
+    /// Whether the same request may succeed later unchanged (a limit or the host's capacity frees up,
+    /// a server in the sandbox starts listening). Absent from older servers: then `false`.
+    #[serde(default)]
+    pub retryable: bool,
 }
 
 /// Stable error codes. New ones may be added; existing ones keep their meaning and HTTP status.
@@ -834,6 +838,9 @@ pub mod codes {
     /// 429: the running sandboxes together hold this server's capacity (memory, pids or disk, times
     /// `--overcommit`); retry when some have ended.
     pub const SERVER_FULL: &str = "server_full";
+    /// 502: nothing answers on the sandbox port that was asked for (the workload's state; retry once
+    /// it listens).
+    pub const PORT_UNREACHABLE: &str = "port_unreachable";
     /// 500: a bug or a host problem; retrying may help.
     pub const INTERNAL: &str = "internal";
     /// 503: the server is overloaded: it has its maximum of API connections open (in total or from

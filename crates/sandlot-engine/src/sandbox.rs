@@ -6,9 +6,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use sandlot_linux::cgroup::{CgroupLimits, SandboxCgroup};
-use sandlot_linux::launch::{self, Launched};
-use sandlot_linux::layers::Layer;
 use sandlot_protocol::{
     encode, parse_prefix, Event, FileErrorKind, FileOp, Request, Spawn, Termination, MAX_PAYLOAD, OUT_WINDOW,
     STREAM_WINDOW,
@@ -17,8 +14,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::budget::{Budget, Reservation, SANDBOX_OUTPUT_BYTES};
+use crate::driver::{Instance, Launched, Resources};
 use crate::process::Process;
-use crate::EngineError;
+use crate::{lock, EngineError};
 
 /// Most processes remembered per sandbox; the oldest finished ones are forgotten first.
 const MAX_REMEMBERED_PROCESSES: usize = 1024;
@@ -196,7 +194,8 @@ struct Shared {
     destroying: AtomicBool,
     /// Unix ms of the last process output (idle timeouts count it as activity).
     last_output_ms: std::sync::atomic::AtomicI64,
-    cgroup: SandboxCgroup,
+    /// What the driver does for this sandbox (OOM counts, freeze, kill, teardown).
+    instance: Arc<dyn Instance>,
     /// Output budgets a process reserves its captures from: this sandbox's, then the daemon's.
     output_pools: [Arc<Budget>; 2],
     /// Frames to the supervisor (the read loop's way of cutting off a stream).
@@ -208,34 +207,29 @@ pub struct Sandbox {
     /// Its id.
     pub id: String,
     /// Limits it was started with.
-    pub limits: CgroupLimits,
+    pub resources: Resources,
     pid: i32,
     out: mpsc::Sender<Vec<u8>>,
     shared: Arc<Shared>,
     next: AtomicU64,
-    layer: Layer,
     ready: Mutex<Option<oneshot::Receiver<Result<(), String>>>>,
     reaped: watch::Receiver<Option<String>>,
     /// The sandbox's network (created on first use of a policy that allows anything).
     net: Mutex<Option<(Arc<sandlot_netproxy::egress::SandboxNet>, tokio::task::JoinHandle<()>)>>,
-    /// Held while the sandbox exists: its host uid range.
-    slot: sandlot_linux::ids::Slot,
-    log: Arc<Mutex<Vec<u8>>>,
 }
 
 impl Sandbox {
     pub(crate) fn attach(
         id: String,
-        prepared: crate::Prepared,
-        limits: CgroupLimits,
+        launched: Launched,
+        resources: Resources,
         deaths: mpsc::UnboundedSender<crate::Death>,
         daemon_output: Arc<Budget>,
     ) -> Arc<Self> {
-        let crate::Prepared { launched, layer, cgroup, slot } = prepared;
-        let Launched { pid, control, log } = launched;
-        let std_sock = std::os::unix::net::UnixStream::from(control);
-        std_sock.set_nonblocking(true).expect("fcntl on a fresh socket");
-        let sock = tokio::net::UnixStream::from_std(std_sock).expect("inside a tokio runtime");
+        let Launched { pid, control, log, instance } = launched;
+        let instance: Arc<dyn Instance> = Arc::from(instance);
+        control.set_nonblocking(true).expect("fcntl on a fresh socket");
+        let sock = tokio::net::UnixStream::from_std(control).expect("inside a tokio runtime");
         let (mut rd, mut wr) = sock.into_split();
         let (out, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
         tokio::spawn(async move {
@@ -253,13 +247,15 @@ impl Sandbox {
             alive: AtomicBool::new(true),
             destroying: AtomicBool::new(false),
             last_output_ms: std::sync::atomic::AtomicI64::new(0),
-            cgroup,
+            instance: Arc::clone(&instance),
             output_pools: [Budget::new(SANDBOX_OUTPUT_BYTES), daemon_output],
             out: out.clone(),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let log_buf = Arc::new(Mutex::new(Vec::new()));
-        spawn_log_reader(log, Arc::clone(&log_buf), id.clone());
+        if let Some(log) = log {
+            spawn_log_reader(log, Arc::clone(&log_buf), id.clone());
+        }
         let reader_shared = Arc::clone(&shared);
         let reader_log = Arc::clone(&log_buf);
         let reader_id = id.clone();
@@ -279,8 +275,7 @@ impl Sandbox {
                 .ok()
                 .and_then(|r| r.ok().and_then(|v| v.clone()))
                 .unwrap_or_else(|| "still running".into());
-                let log =
-                    String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner())).trim().to_string();
+                let log = String::from_utf8_lossy(&lock(&reader_log)).trim().to_string();
                 let reason = if log.is_empty() {
                     format!("{end}; supervisor {how}")
                 } else {
@@ -288,40 +283,31 @@ impl Sandbox {
                 };
                 let _ = tx.send(Err(reason));
             } else if !reader_shared.destroying.load(Ordering::SeqCst) {
-                let log =
-                    String::from_utf8_lossy(&reader_log.lock().unwrap_or_else(|p| p.into_inner())).trim().to_string();
+                let log = String::from_utf8_lossy(&lock(&reader_log)).trim().to_string();
                 let why = if log.is_empty() { "the sandbox's supervisor exited".to_string() } else { log };
                 let _ = deaths.send(crate::Death { id: reader_id, pid, why });
             }
             reader_shared.fail_all();
         });
+        let waiter = Arc::clone(&instance);
         std::thread::spawn(move || {
-            let how = match launch::wait(pid) {
-                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => format!("exit status {code}"),
-                Ok(nix::sys::wait::WaitStatus::Signaled(_, sig, _)) => format!("killed by {sig}"),
-                Ok(other) => format!("{other:?}"),
-                Err(e) => format!("wait failed: {e}"),
-            };
-            let _ = reaped_tx.send(Some(how));
+            let _ = reaped_tx.send(Some(waiter.wait()));
         });
         Arc::new(Sandbox {
             id,
-            limits,
+            resources,
             pid,
             out,
             shared,
             next: AtomicU64::new(1),
-            layer,
             ready: Mutex::new(Some(ready_rx)),
             reaped,
             net: Mutex::new(None),
-            slot,
-            log: log_buf,
         })
     }
 
     pub(crate) async fn ready(&self) -> Result<(), String> {
-        let rx = self.ready.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let rx = lock(&self.ready).take();
         match rx {
             Some(rx) => rx.await.unwrap_or_else(|_| Err("supervisor connection dropped".into())),
             None => Ok(()),
@@ -335,11 +321,11 @@ impl Sandbox {
 
     /// The sandbox's network, if it has one.
     pub fn net(&self) -> Option<Arc<sandlot_netproxy::egress::SandboxNet>> {
-        self.net.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|(n, _)| Arc::clone(n))
+        lock(&self.net).as_ref().map(|(n, _)| Arc::clone(n))
     }
 
     pub(crate) fn set_net(&self, net: Arc<sandlot_netproxy::egress::SandboxNet>, task: tokio::task::JoinHandle<()>) {
-        *self.net.lock().unwrap_or_else(|p| p.into_inner()) = Some((net, task));
+        *lock(&self.net) = Some((net, task));
     }
 
     /// Bytes `(out, in)` through the sandbox's network so far.
@@ -353,9 +339,9 @@ impl Sandbox {
         self.shared.last_output_ms.load(Ordering::Relaxed)
     }
 
-    /// The host uid-range slot.
+    /// The host slot (uid range) it holds.
     pub fn slot(&self) -> u32 {
-        self.slot.n
+        self.shared.instance.slot()
     }
 
     /// Whether the supervisor is still connected.
@@ -363,13 +349,8 @@ impl Sandbox {
         self.shared.alive.load(Ordering::SeqCst)
     }
 
-    /// The last lines the supervisor printed (setup errors, crashes).
-    pub fn supervisor_log(&self) -> String {
-        String::from_utf8_lossy(&self.log.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
-    }
-
     async fn send(&self, req: &Request, payload: &[u8]) -> Result<(), EngineError> {
-        let frame = encode(req, payload).map_err(|e| EngineError::Host(e.to_string()))?;
+        let frame = encode(req, payload)?;
         if !self.alive() {
             return Err(EngineError::Gone(self.id.clone()));
         }
@@ -381,7 +362,7 @@ impl Sandbox {
         let id = self.next.fetch_add(1, Ordering::SeqCst);
         let reservation = self.shared.reserve_output(2 * spec.max_output as u64)?;
         let proc = Process::new(id, spec.argv.clone(), spec.max_output, now_ms(), spec.keep_stdin, reservation);
-        let oom_before = self.shared.cgroup.oom_kills();
+        let oom_before = self.shared.instance.oom_kills();
         self.shared.remember(id, Arc::clone(&proc), oom_before);
         let mut started = proc.follow();
         let spawn = Spawn {
@@ -409,12 +390,12 @@ impl Sandbox {
 
     /// A process started through the API.
     pub fn process(&self, id: u64) -> Option<Arc<Process>> {
-        self.shared.procs.lock().unwrap_or_else(|p| p.into_inner()).get(&id).map(|(p, _)| Arc::clone(p))
+        lock(&self.shared.procs).get(&id).map(|(p, _)| Arc::clone(p))
     }
 
     /// All remembered processes, oldest first.
     pub fn processes(&self) -> Vec<Arc<Process>> {
-        let order = self.shared.order.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let order = lock(&self.shared.order).clone();
         order.iter().filter_map(|id| self.process(*id)).collect()
     }
 
@@ -444,7 +425,7 @@ impl Sandbox {
     fn open_file_req(&self) -> (u64, mpsc::UnboundedReceiver<FileMsg>, Arc<AtomicUsize>) {
         let req = self.next.fetch_add(1, Ordering::SeqCst);
         let (inbound, rx, held) = Inbound::new();
-        self.shared.files.lock().unwrap_or_else(|p| p.into_inner()).insert(req, inbound);
+        lock(&self.shared.files).insert(req, inbound);
         (req, rx, held)
     }
 
@@ -588,33 +569,23 @@ impl Sandbox {
         Ok(ours)
     }
 
-    /// The sandbox's cgroup.
-    pub(crate) fn cgroup(&self) -> &SandboxCgroup {
-        &self.shared.cgroup
+    /// What the driver does for this sandbox.
+    pub(crate) fn instance(&self) -> Arc<dyn Instance> {
+        Arc::clone(&self.shared.instance)
     }
 
     /// Kills the sandbox and removes its cgroup; the writable layer too when `remove_layer`.
     pub(crate) async fn destroy(&self, remove_layer: bool) {
         self.shared.destroying.store(true, Ordering::SeqCst);
-        if let Some((_, task)) = self.net.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some((_, task)) = lock(&self.net).take() {
             task.abort();
         }
-        // A frozen (paused) process cannot die on cgroup v1 until it is thawed.
-        let cg = self.shared.cgroup.clone();
-        let _ = tokio::task::spawn_blocking(move || cg.freeze(false)).await;
-        // SIGKILL to pid 1 of a pid namespace kills every process in it.
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGKILL);
+        let instance = self.instance();
+        let _ = tokio::task::spawn_blocking(move || instance.kill()).await;
         let mut reaped = self.reaped.clone();
         let _ = reaped.wait_for(|r| r.is_some()).await;
-        let cgroup = self.shared.cgroup.clone();
-        let layer = self.layer.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            let _ = cgroup.destroy();
-            if remove_layer {
-                let _ = layer.remove();
-            }
-        })
-        .await;
+        let instance = self.instance();
+        let _ = tokio::task::spawn_blocking(move || instance.teardown(remove_layer)).await;
     }
 }
 
@@ -622,7 +593,7 @@ fn finish_upload(msg: FileMsg) -> Result<serde_json::Value, EngineError> {
     match msg {
         FileMsg::Done(v) => Ok(v),
         FileMsg::Failed(kind, message) => Err(EngineError::File { kind, message }),
-        FileMsg::Chunk(_) => Err(EngineError::Host("unexpected data during an upload".into())),
+        FileMsg::Chunk(_) => Err(EngineError::Gone("unexpected data during an upload".into())),
     }
 }
 
@@ -633,13 +604,13 @@ impl Shared {
     fn abandon(&self, stream: Stream, why: &str) {
         let stop = match stream {
             Stream::File(req) => {
-                if let Some(file) = self.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req) {
+                if let Some(file) = lock(&self.files).remove(&req) {
                     let _ = file.tx.send(FileMsg::Failed(FileErrorKind::Other, why.to_string()));
                 }
                 Request::Abort { req }
             }
             Stream::Conn(conn) => {
-                if let Some(c) = self.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn) {
+                if let Some(c) = lock(&self.conns).remove(&conn) {
                     c.window.close();
                     let _ = c.data.tx.send(None);
                 }
@@ -685,8 +656,8 @@ impl Shared {
 
     /// Forgets the oldest finished process; `false` when none is.
     fn forget_oldest_finished(&self) -> bool {
-        let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
-        let mut order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        let mut procs = lock(&self.procs);
+        let mut order = lock(&self.order);
         let Some(pos) = order.iter().position(|i| procs.get(i).is_some_and(|(p, _)| p.finished())) else {
             return false;
         };
@@ -696,26 +667,24 @@ impl Shared {
     }
 
     fn remember(&self, id: u64, proc: Arc<Process>, oom_before: u64) {
-        self.procs.lock().unwrap_or_else(|p| p.into_inner()).insert(id, (proc, oom_before));
-        self.order.lock().unwrap_or_else(|p| p.into_inner()).push(id);
-        while self.order.lock().unwrap_or_else(|p| p.into_inner()).len() > MAX_REMEMBERED_PROCESSES
-            && self.forget_oldest_finished()
-        {}
+        lock(&self.procs).insert(id, (proc, oom_before));
+        lock(&self.order).push(id);
+        while lock(&self.order).len() > MAX_REMEMBERED_PROCESSES && self.forget_oldest_finished() {}
     }
 
     fn proc(&self, id: u64) -> Option<(Arc<Process>, u64)> {
-        self.procs.lock().unwrap_or_else(|p| p.into_inner()).get(&id).map(|(p, o)| (Arc::clone(p), *o))
+        lock(&self.procs).get(&id).map(|(p, o)| (Arc::clone(p), *o))
     }
 
     /// The supervisor is gone: every running process ends `killed` (or `oom`), every transfer fails.
     fn fail_all(&self) {
-        let procs: Vec<_> = self.procs.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
-        let oom_now = self.cgroup.oom_kills();
+        let procs: Vec<_> = lock(&self.procs).values().cloned().collect();
+        let oom_now = self.instance.oom_kills();
         for (p, before) in procs {
             p.on_exit(None, oom_now > before);
         }
-        self.files.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        self.conns.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        lock(&self.files).clear();
+        lock(&self.conns).clear();
     }
 }
 
@@ -775,15 +744,15 @@ async fn read_loop<R: AsyncRead + Unpin>(
                         end,
                         Termination::Signaled { signal: libc::SIGKILL } | Termination::Exited { code: 137 }
                     );
-                    if killed && shared.cgroup.oom_kills() <= before {
+                    if killed && shared.instance.oom_kills() <= before {
                         // The kernel counts an OOM kill just after sending the SIGKILL, so the victim can
                         // be reaped and reported before the count moves: look again for a moment.
-                        let cgroup = shared.cgroup.clone();
+                        let instance = Arc::clone(&shared.instance);
                         tokio::spawn(async move {
                             let mut oom = false;
                             for _ in 0..10 {
                                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                                oom = cgroup.oom_kills() > before;
+                                oom = instance.oom_kills() > before;
                                 if oom {
                                     break;
                                 }
@@ -791,19 +760,18 @@ async fn read_loop<R: AsyncRead + Unpin>(
                             p.on_exit(Some(end), oom);
                         });
                     } else {
-                        p.on_exit(Some(end), shared.cgroup.oom_kills() > before);
+                        p.on_exit(Some(end), shared.instance.oom_kills() > before);
                     }
                 }
             }
             Event::Connected { conn } => {
-                let ready =
-                    shared.conns.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&conn).and_then(|c| c.ready.take());
+                let ready = lock(&shared.conns).get_mut(&conn).and_then(|c| c.ready.take());
                 if let Some(tx) = ready {
                     let _ = tx.send(Ok(()));
                 }
             }
             Event::ConnectFailed { conn, message, busy } => {
-                let c = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+                let c = lock(&shared.conns).remove(&conn);
                 if let Some(tx) = c.and_then(|mut c| c.ready.take()) {
                     let _ = tx.send(Err(if busy {
                         EngineError::Busy(message)
@@ -818,7 +786,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             }
             Event::StreamData { conn } => {
-                let data = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).get(&conn).map(|c| c.data.clone());
+                let data = lock(&shared.conns).get(&conn).map(|c| c.data.clone());
                 if let Some(data) = data {
                     let n = payload.len();
                     if !data.pass(Some(payload), n) {
@@ -828,21 +796,21 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             }
             Event::StreamAck { conn, bytes } => {
-                if let Some(c) = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).get(&conn) {
+                if let Some(c) = lock(&shared.conns).get(&conn) {
                     // Never more than the window: the supervisor is the untrusted side.
                     let room = STREAM_WINDOW.saturating_sub(c.window.available_permits());
                     c.window.add_permits((bytes as usize).min(room));
                 }
             }
             Event::StreamClose { conn } => {
-                let c = shared.conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+                let c = lock(&shared.conns).remove(&conn);
                 if let Some(c) = c {
                     c.window.close();
                     let _ = c.data.tx.send(None);
                 }
             }
             Event::Chunk { req } => {
-                let file = shared.files.lock().unwrap_or_else(|p| p.into_inner()).get(&req).cloned();
+                let file = lock(&shared.files).get(&req).cloned();
                 if let Some(file) = file {
                     let n = payload.len();
                     // A receiver that went away (client disconnected) just drops the rest.
@@ -852,13 +820,13 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             }
             Event::Done { req, value } => {
-                let file = shared.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
+                let file = lock(&shared.files).remove(&req);
                 if let Some(file) = file {
                     let _ = file.tx.send(FileMsg::Done(value));
                 }
             }
             Event::Failed { req, kind, message } => {
-                let file = shared.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
+                let file = lock(&shared.files).remove(&req);
                 if let Some(file) = file {
                     let _ = file.tx.send(FileMsg::Failed(kind, message));
                 }
@@ -877,7 +845,7 @@ fn spawn_log_reader(log: OwnedFd, keep: Arc<Mutex<Vec<u8>>>, id: String) {
             if n == 0 {
                 break;
             }
-            let mut k = keep.lock().unwrap_or_else(|p| p.into_inner());
+            let mut k = lock(&keep);
             k.extend_from_slice(&buf[..n]);
             let excess = k.len().saturating_sub(LOG_KEEP);
             k.drain(..excess);

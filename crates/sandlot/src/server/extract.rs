@@ -1,51 +1,28 @@
 //! Request extractors: the authenticated caller, JSON bodies and query strings whose rejections become
-//! API errors with a clear message, and the lookup of a caller's sandbox.
-
-use std::sync::Arc;
+//! API errors with a clear message.
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::Json;
-use sandlot_api::{codes, SandboxState};
-use sandlot_engine::Sandbox;
-use sandlot_store::SandboxRecord;
+use sandlot_api::codes;
+use sandlot_control::Caller;
 use serde::de::DeserializeOwned;
 
 use super::{ApiError, AppState};
 
-/// The tenant a valid `Authorization: Bearer` key acts for.
-pub struct Caller {
-    pub tenant: String,
-    pub admin: bool,
-}
+/// The caller a valid `Authorization: Bearer` key stands for.
+pub struct Auth(pub Caller);
 
-impl FromRequestParts<AppState> for Caller {
+impl FromRequestParts<AppState> for Auth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
         match bearer_key(&parts.headers) {
             None => Err(unauthenticated("missing Authorization header; send `Authorization: Bearer <API key>`")),
             Some(None) => Err(unauthenticated("malformed Authorization header; expected `Bearer <API key>`")),
-            Some(Some(key)) => Caller::with_key(app, key),
-        }
-    }
-}
-
-impl Caller {
-    /// The caller an API key stands for; an unknown, expired or revoked key is a 401 that says which.
-    pub fn with_key(app: &AppState, key: &str) -> Result<Caller, ApiError> {
-        use sandlot_store::Auth;
-        match app.store.authenticate(key)? {
-            Auth::Valid(p) => Ok(Caller { tenant: p.tenant, admin: p.admin }),
-            Auth::Unknown => Err(unauthenticated("unknown API key")),
-            Auth::Expired(at) => Err(unauthenticated(&format!(
-                "this API key expired at {at} (Unix ms); ask the admin for a new one (`sandlot keys create`)"
-            ))),
-            Auth::Revoked(at) => Err(unauthenticated(&format!(
-                "this API key was revoked at {at} (Unix ms); ask the admin for a new one (`sandlot keys create`)"
-            ))),
+            Some(Some(key)) => Ok(Auth(app.control.authenticate(key)?)),
         }
     }
 }
@@ -122,41 +99,10 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
     }
 }
 
-/// The caller's sandbox `id`; another tenant's is simply not found (404, never 403).
-pub fn record(app: &AppState, caller: &Caller, id: &str) -> Result<SandboxRecord, ApiError> {
-    app.store.get_sandbox(&caller.tenant, id)?.ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))
-}
-
-/// The caller's sandbox `id`, which must be running — or is resumed first when it is stopped or
-/// paused and has `auto_resume`. Counts as activity for the idle timeout.
-pub async fn running(app: &AppState, caller: &Caller, id: &str) -> Result<(SandboxRecord, Arc<Sandbox>), ApiError> {
-    // Deleted ones too, so the error can say how the sandbox ended.
-    let mut rec =
-        app.store.get_sandbox_any(&caller.tenant, id)?.ok_or_else(|| ApiError::not_found(&format!("sandbox {id}")))?;
-    if matches!(rec.info.state, SandboxState::Stopped | SandboxState::Paused) && rec.info.auto_resume {
-        rec = super::lifecycle::resume(app, &rec, "auto_resume").await?;
+/// An optional JSON body: empty (or only whitespace) is the type's default.
+pub fn optional_json<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
     }
-    match (rec.info.state, app.engine.get(id)) {
-        (SandboxState::Running, Some(sb)) if sb.alive() => {
-            app.touch(id);
-            Ok((rec, sb))
-        }
-        (state, _) => Err(ApiError::conflict(format!(
-            "sandbox {id} is {}{}; only a running sandbox accepts commands and file operations{}",
-            state.as_str(),
-            rec.info.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default(),
-            match state {
-                SandboxState::Stopped | SandboxState::Paused => " (POST …/resume, or create it with auto_resume)",
-                _ => "",
-            }
-        ))),
-    }
-}
-
-/// Checks a text value that will cross into the sandbox (argv, env, paths): no NUL bytes.
-pub fn no_nul(what: &str, s: &str) -> Result<(), ApiError> {
-    if s.contains('\0') {
-        return Err(ApiError::invalid(format!("{what} contains a NUL byte")));
-    }
-    Ok(())
+    serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
 }

@@ -137,7 +137,9 @@ fn refuse(tcp: TcpStream, why: Refusal, caps: Caps) {
             caps.per_ip
         ),
     };
-    let body = serde_json::json!({"error": {"code": sandlot_api::codes::UNAVAILABLE, "message": message}}).to_string();
+    let body =
+        serde_json::json!({"error": {"code": sandlot_api::codes::UNAVAILABLE, "message": message, "retryable": true}})
+            .to_string();
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
          Retry-After: 1\r\nConnection: close\r\n\r\n{body}",

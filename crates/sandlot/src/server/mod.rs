@@ -1,20 +1,17 @@
 //! `sandlot serve`: configuration, start-up recovery, the HTTP router and graceful shutdown.
 
-mod audit;
-mod capacity;
 pub mod config;
 mod error;
 mod exec;
 mod extract;
 mod files;
 mod keys;
-mod lifecycle;
 mod listener;
 mod ports;
 mod sandboxes;
+mod snapshots;
 mod tenants;
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -25,8 +22,9 @@ use anyhow::{bail, Context};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
-use sandlot_api::SandboxState;
-use sandlot_engine::{Engine, EngineConfig};
+use sandlot_control::Control;
+use sandlot_engine::linux::{host, LinuxConfig, LinuxDriver};
+use sandlot_engine::{Engine, EngineConfig, NetworkSettings};
 use sandlot_store::Store;
 
 pub use error::ApiError;
@@ -135,25 +133,13 @@ pub struct ServeArgs {
     pub disable_layers: Vec<String>,
 }
 
-/// Shared state of the handlers.
+/// What the handlers share: the control layer, and what only HTTP needs (how preview URLs look).
 pub struct App {
-    pub store: Store,
-    /// Last API activity per sandbox (Unix ms), kept in memory: idle timeouts do not survive a restart
-    /// (sandboxes do not run across one), so it needs no write per call.
-    pub activity: std::sync::Mutex<std::collections::HashMap<String, i64>>,
-    /// Per-port tokens of preview URLs, `(sandbox, port) → token` (a restart invalidates them, as it
-    /// stops every sandbox).
-    pub port_tokens: std::sync::Mutex<std::collections::HashMap<(String, u16), String>>,
-    /// Host-routed preview origins' domain (`--preview-domain`, normalised).
+    pub control: Arc<Control>,
+    /// Host-routed preview origins' domain (`--preview-domain`, normalised once at start).
     pub preview_domain: Option<String>,
-    /// Per-sandbox transition locks.
-    pub locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    pub engine: Arc<Engine>,
-    pub cfg: ServeArgs,
-    /// The host's capacity and what running sandboxes hold of it.
-    pub ledger: capacity::Ledger,
-    /// Per-tenant rate limits of exec and network audit rows.
-    pub audit_gate: audit::Gate,
+    /// The address the API listens on (preview URLs of clients that sent no `Host`).
+    pub listen: SocketAddr,
 }
 
 pub type AppState = Arc<App>;
@@ -167,25 +153,38 @@ fn preview_domain(cfg: &ServeArgs) -> Option<String> {
 }
 
 impl App {
-    /// The domain of host-routed preview origins, if any; read once at start, since every request
-    /// is checked against it.
+    /// The domain of host-routed preview origins, if any.
     pub fn preview_domain(&self) -> Option<&str> {
         self.preview_domain.as_deref()
     }
+}
 
-    /// Records API activity on sandbox `id` (for its idle timeout).
-    pub fn touch(&self, id: &str) {
-        self.activity.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), sandlot_store::now_ms());
-    }
-
-    /// Last API activity on sandbox `id` known in memory (0 if none).
-    pub fn last_activity(&self, id: &str) -> i64 {
-        self.activity.lock().unwrap_or_else(|p| p.into_inner()).get(id).copied().unwrap_or(0)
+impl ServeArgs {
+    /// The control layer's settings, validated.
+    fn control_config(&self) -> anyhow::Result<sandlot_control::Config> {
+        let cfg = sandlot_control::Config {
+            defaults: sandlot_control::Defaults {
+                memory_mb: self.default_memory_mb,
+                cpu: self.default_cpu,
+                pids: self.default_pids,
+                disk_mb: self.default_disk_mb,
+                timeout_s: self.default_timeout_s,
+            },
+            max_timeout_s: self.max_timeout_s,
+            max_output_bytes: self.max_output_bytes,
+            max_upload_bytes: self.max_upload_mb << 20,
+            max_sandboxes: self.max_sandboxes,
+            max_snapshots_per_tenant: self.max_snapshots_per_tenant,
+            snapshot_quota_bytes: self.snapshot_quota_mb << 20,
+            audit_retention_days: self.audit_retention_days,
+            overcommit: self.overcommit,
+        };
+        Ok(cfg.validate()?)
     }
 }
 
 fn default_state_dir() -> PathBuf {
-    if sandlot_linux::running_as_root() {
+    if host::running_as_root() {
         return PathBuf::from("/var/lib/sandlot");
     }
     std::env::var_os("XDG_DATA_HOME")
@@ -201,13 +200,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SANDLOT_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    if !sandlot_linux::running_as_root() {
+    if !host::running_as_root() {
         bail!(
             "must run as root: each sandbox gets its own namespaces, cgroup and host uid range. \
              Start it with `sudo sandlot serve`"
         );
     }
-    let fd_limit = match sandlot_linux::raise_fd_limit() {
+    let fd_limit = match host::raise_fd_limit() {
         Ok(n) => {
             tracing::debug!("descriptor limit {n}");
             n
@@ -223,11 +222,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o711))?;
     // Before any thread exists: the layers volume is mounted in a mount namespace of the daemon's own,
     // so it never shows on the host and vanishes with the daemon, however it ends.
-    sandlot_linux::volume::enter_private_mount_namespace().context("creating the daemon's mount namespace")?;
+    host::enter_private_mount_namespace().context("creating the daemon's mount namespace")?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let r = runtime.block_on(serve(args, state_dir, fd_limit));
-    // Sandboxes are gone by now; a proxied connection whose teardown is still waiting on a TCP timer
-    // (the network stack blocks on it when a stream is dropped) must not hold the exit.
+    // Sandboxes are gone by now; a task still winding down a proxied connection (a blocking step of
+    // its teardown) must not hold the exit.
     runtime.shutdown_timeout(Duration::from_secs(2));
     r
 }
@@ -236,6 +235,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 const FALLBACK_FD_LIMIT: u64 = 1024;
 
 async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Result<()> {
+    let control_cfg = args.control_config()?;
     let db = state_dir.join("sandlot.db");
     let store = Store::open(&db).with_context(|| format!("opening {}", db.display()))?;
     store.integrity_check()?;
@@ -244,7 +244,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
     }
     write_admin_key(&store, &state_dir)?;
 
-    let mut layers = sandlot_linux::Layers::default();
+    let mut layers = sandlot_engine::linux::DefenceLayers::default();
     for l in &args.disable_layers {
         match l.as_str() {
             "seccomp" => layers.seccomp = false,
@@ -253,35 +253,37 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
         }
         tracing::warn!("INSECURE: the {l} layer is off for every sandbox of this server");
     }
-    let ca = sandlot_netproxy::broker::Ca::load_or_create(&state_dir.join("ca")).context("loading the egress CA")?;
-    let broker =
-        sandlot_netproxy::broker::Broker::new(Arc::new(ca), &args.extra_ca).context("setting up TLS brokering")?;
-    let host_nets = sandlot_netproxy::policy::HostNetworks::new(host_networks());
-    tracing::info!("always denied to sandboxes, as the host's own: {}", host_nets.list().join(", "));
-    let net = Arc::new(sandlot_netproxy::egress::Shared {
-        broker: Some(Arc::new(broker)),
-        gateway: sandlot_linux::net::GATEWAY_ADDR,
-        overrides: parse_resolve(&args.resolve)?,
-        host_nets: Arc::clone(&host_nets),
-        dialer: Arc::new(sandlot_netproxy::egress::TcpDialer { loopback_only: args.test_loopback_only }),
-        open_total: Default::default(),
-        max_open_total: sandlot_netproxy::egress::Shared::total_cap(fd_limit),
-    });
-    tracing::info!("proxied connections: at most {} open, all sandboxes together", net.max_open_total);
-    let engine = Engine::new(EngineConfig {
-        net,
+    let settings = NetworkSettings {
+        ca_dir: state_dir.join("ca"),
+        resolve: parse_resolve(&args.resolve)?,
+        extra_ca: args.extra_ca.clone(),
+        loopback_only: args.test_loopback_only,
+        fd_limit,
+    };
+    let (net, ca_pem) = sandlot_engine::network::shared(&settings, sandlot_engine::linux::host_networks())?;
+    let driver = LinuxDriver::new(LinuxConfig {
         state_dir: state_dir.clone(),
-        start_timeout: Duration::from_secs(15),
         layers,
         layers_volume_gb: (!args.no_disk_quota).then_some(args.layers_volume_gb),
+        ca_pem: Some(ca_pem),
     })
     .context("starting the sandbox engine (pass --no-disk-quota on hosts without btrfs support)")?;
+    let engine = Engine::new(
+        Arc::new(driver),
+        EngineConfig { net, start_timeout: Duration::from_secs(15) },
+        sandlot_engine::linux::daemon_output_bytes(),
+    );
+    tracing::info!("always denied to sandboxes, as the host's own: {}", engine.host_networks().join(", "));
+    tracing::info!(
+        "proxied connections: at most {} open, all sandboxes together",
+        sandlot_engine::network::proxy_cap(fd_limit)
+    );
     if args.no_disk_quota {
         tracing::warn!("--no-disk-quota: sandbox writable layers have no size limit and can fill the host's disk");
     }
-    recover(&store, &engine)?;
-    let host = capacity::Host::detect(&state_dir, (!args.no_disk_quota).then_some(args.layers_volume_gb))
-        .context("reading the host's capacity (/proc/meminfo, /proc/sys/kernel/pid_max, the state filesystem)")?;
+    let host =
+        sandlot_control::capacity::Host::detect(&state_dir, (!args.no_disk_quota).then_some(args.layers_volume_gb))
+            .context("reading the host's capacity (/proc/meminfo, /proc/sys/kernel/pid_max, the state filesystem)")?;
     tracing::info!(
         "host capacity: {} MiB of memory, pid_max {}, {:?} MiB for layers; overcommit {}",
         host.memory_mb,
@@ -289,33 +291,13 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
         host.disk_mb,
         args.overcommit
     );
+    let control = Control::new(Arc::clone(&engine), store, control_cfg, host);
+    control.recover().await?;
 
-    let app = Arc::new(App {
-        ledger: capacity::Ledger::new(host, args.overcommit, args.max_sandboxes)
-            .with_pids_overhead(sandlot_linux::cgroup::SUPERVISOR_PIDS),
-        audit_gate: Default::default(),
-        store,
-        engine: Arc::clone(&engine),
-        cfg: args.clone(),
-        activity: Default::default(),
-        port_tokens: Default::default(),
-        preview_domain: preview_domain(&args),
-        locks: Default::default(),
-    });
+    let app =
+        Arc::new(App { control: Arc::clone(&control), preview_domain: preview_domain(&args), listen: args.listen });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(sandboxes::expiry_loop(Arc::clone(&app), shutdown_rx.clone()));
-    tokio::spawn(watch_host_networks(host_nets, shutdown_rx.clone()));
-    tokio::spawn(audit::retention_loop(Arc::clone(&app), shutdown_rx.clone()));
-    if let Some(events) = engine.take_net_events() {
-        let app = Arc::clone(&app);
-        std::thread::Builder::new()
-            .name("net-audit".into())
-            .spawn(move || sandboxes::net_audit_loop(app, events))
-            .context("starting the network audit thread")?;
-    }
-    if let Some(deaths) = engine.take_deaths() {
-        tokio::spawn(sandboxes::death_loop(Arc::clone(&app), deaths));
-    }
+    let services = control.start_services(shutdown_rx.clone());
 
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
@@ -346,21 +328,11 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
         let _ = rx.changed().await;
     })
     .await?;
-    tracing::info!("shutting down: stopping persistent sandboxes, deleting ephemeral ones");
-    for rec in app.store.live_sandboxes().unwrap_or_default() {
-        let running = matches!(rec.info.state, SandboxState::Running | SandboxState::Paused);
-        let r = if rec.info.persistent && running {
-            lifecycle::stop(&app, &rec, Some("server shut down")).await.map(|_| ())
-        } else if !rec.info.persistent {
-            sandboxes::remove_sandbox(&app, &rec, "sandbox.delete", Some("server shut down")).await
-        } else {
-            Ok(())
-        };
-        if let Err(e) = r {
-            tracing::error!(sandbox = %rec.info.id, "shutdown: {}", e.message);
-        }
+    for service in services {
+        let _ = service.await;
     }
-    app.engine.shutdown().await;
+    tracing::info!("shutting down: stopping persistent sandboxes, deleting ephemeral ones");
+    control.shutdown().await;
     Ok(())
 }
 
@@ -370,35 +342,6 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
-    }
-}
-
-/// The host's addresses, networks and gateways, as the policy's always-denied set.
-fn host_networks() -> Vec<sandlot_netproxy::cidr::Cidr> {
-    sandlot_linux::net::host_networks()
-        .into_iter()
-        .filter_map(|(ip, prefix)| sandlot_netproxy::cidr::Cidr::new(ip, prefix))
-        .collect()
-}
-
-/// How often the host's addresses are read again: a new interface, a DHCP lease on another subnet or
-/// a changed default route is denied to sandboxes within this long.
-const HOST_NETWORKS_EVERY: Duration = Duration::from_secs(10);
-
-/// Keeps the always-denied host networks current until shutdown.
-async fn watch_host_networks(
-    nets: Arc<sandlot_netproxy::policy::HostNetworks>,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(HOST_NETWORKS_EVERY) => {}
-            _ = shutdown.changed() => return,
-        }
-        let now = tokio::task::spawn_blocking(host_networks).await.unwrap_or_default();
-        if !now.is_empty() && nets.replace(now) {
-            tracing::info!("the host's networks changed; always denied now: {}", nets.list().join(", "));
-        }
     }
 }
 
@@ -450,48 +393,6 @@ fn write_admin_key(store: &Store, state_dir: &Path) -> anyhow::Result<()> {
 
 use std::os::unix::fs::OpenOptionsExt;
 
-/// Start-up recovery. The previous daemon's sandbox processes died with it (PDEATHSIG), so: persistent
-/// sandboxes that were running or paused are `stopped` with their files; ephemeral ones are deleted;
-/// half-created ones failed. Then every cgroup, layer and snapshot no record explains is swept.
-fn recover(store: &Store, engine: &Engine) -> anyhow::Result<()> {
-    let mut keep = HashSet::new();
-    for rec in store.live_sandboxes()? {
-        let id = &rec.info.id;
-        let (state, reason) = match (rec.info.state, rec.info.persistent) {
-            (SandboxState::Creating, _) => (SandboxState::Failed, "the server restarted during creation"),
-            (SandboxState::Running | SandboxState::Paused, true) => {
-                (SandboxState::Stopped, "the server restarted; files kept, processes ended")
-            }
-            (SandboxState::Running | SandboxState::Paused, false) => {
-                (SandboxState::Deleted, "the server restarted; ephemeral sandbox removed")
-            }
-            (s, _) => {
-                if s == SandboxState::Stopped {
-                    keep.insert(id.clone());
-                }
-                continue;
-            }
-        };
-        if state == SandboxState::Stopped {
-            keep.insert(id.clone());
-        }
-        store.set_state(id, state, Some(reason))?;
-        store.audit(
-            &rec.tenant,
-            Some(id),
-            "sandbox.recovered",
-            &serde_json::json!({"state": state.as_str(), "reason": reason}),
-        )?;
-    }
-    let report = engine.sweep(&keep);
-    let snaps: HashSet<String> = store.live_snapshot_ids()?.into_iter().collect();
-    let removed_snaps = engine.sweep_snapshots(&snaps);
-    if !report.cgroups.is_empty() || !report.layers.is_empty() || !removed_snaps.is_empty() {
-        tracing::info!(cgroups = ?report.cgroups, layers = ?report.layers, snapshots = ?removed_snaps, "swept leftovers of a previous run");
-    }
-    Ok(())
-}
-
 /// A response body fed by a channel: each item is a chunk, an error aborts the transfer.
 pub(crate) fn channel_body<E>(mut rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, E>>) -> axum::body::Body
 where
@@ -510,23 +411,23 @@ fn router(app: AppState) -> Router {
         .route("/v1/keys", post(keys::create).get(keys::list))
         .route("/v1/keys/{id}", axum::routing::delete(keys::revoke))
         .route("/v1/tenants/{tenant}/network", get(tenants::get_network).put(tenants::set_network))
-        .route("/v1/audit", get(sandboxes::audit))
+        .route("/v1/audit", get(tenants::audit))
         .route("/v1/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route("/v1/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::delete))
         .route("/v1/sandboxes/{id}/exec", post(exec::exec))
-        .route("/v1/sandboxes/{id}/stop", post(lifecycle::stop_route))
-        .route("/v1/sandboxes/{id}/resume", post(lifecycle::resume_route))
-        .route("/v1/sandboxes/{id}/pause", post(lifecycle::pause_route))
-        .route("/v1/sandboxes/{id}/timeout", post(lifecycle::set_timeout))
-        .route("/v1/sandboxes/{id}/snapshot", post(lifecycle::snapshot))
-        .route("/v1/sandboxes/{id}/fork", post(lifecycle::fork))
+        .route("/v1/sandboxes/{id}/stop", post(sandboxes::stop))
+        .route("/v1/sandboxes/{id}/resume", post(sandboxes::resume))
+        .route("/v1/sandboxes/{id}/pause", post(sandboxes::pause))
+        .route("/v1/sandboxes/{id}/timeout", post(sandboxes::set_timeout))
+        .route("/v1/sandboxes/{id}/snapshot", post(snapshots::snapshot))
+        .route("/v1/sandboxes/{id}/fork", post(snapshots::fork))
         .route("/v1/sandboxes/{id}/network", axum::routing::patch(sandboxes::set_network))
         .route("/v1/sandboxes/{id}/ports", post(ports::expose))
         .route("/v1/sandboxes/{id}/ports/{port}", axum::routing::any(ports::proxy_root))
         .route("/v1/sandboxes/{id}/ports/{port}/", axum::routing::any(ports::proxy_root))
         .route("/v1/sandboxes/{id}/ports/{port}/{*rest}", axum::routing::any(ports::proxy))
-        .route("/v1/snapshots", get(lifecycle::list_snapshots))
-        .route("/v1/snapshots/{id}", axum::routing::delete(lifecycle::delete_snapshot))
+        .route("/v1/snapshots", get(snapshots::list))
+        .route("/v1/snapshots/{id}", axum::routing::delete(snapshots::delete))
         .route("/v1/sandboxes/{id}/processes", get(exec::list))
         .route("/v1/sandboxes/{id}/processes/{pid}/wait", post(exec::wait))
         .route("/v1/sandboxes/{id}/processes/{pid}/kill", post(exec::kill))
@@ -538,13 +439,7 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes/{id}/files/move", post(files::rename))
         .merge(uploads)
         .fallback(|| async { ApiError::not_found("route") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                axum::http::StatusCode::METHOD_NOT_ALLOWED,
-                sandlot_api::codes::INVALID_REQUEST,
-                "method not allowed on this route; see docs/API.md",
-            )
-        })
+        .method_not_allowed_fallback(|| async { error::method_not_allowed() })
         .layer(DefaultBodyLimit::max(16 << 20))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), ports::by_host))
         .with_state(app)

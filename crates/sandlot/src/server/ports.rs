@@ -20,43 +20,36 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use hyper_util::rt::TokioIo;
 use sandlot_api::{ExposePort, PortInfo};
-use serde_json::json;
 
-use super::extract::{bearer_key, record, running, ApiJson, ApiPath, Caller};
+use sandlot_control::{Error, Kind};
+
+use super::extract::{bearer_key, ApiJson, ApiPath, Auth};
 use super::{ApiError, AppState};
 
 const TOKEN_PARAM: &str = "sandlot_token";
 
 pub async fn expose(
     State(app): State<AppState>,
-    caller: Caller,
+    Auth(caller): Auth,
     ApiPath(id): ApiPath<String>,
     headers: axum::http::HeaderMap,
     ApiJson(req): ApiJson<ExposePort>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let (rec, _) = running(&app, &caller, &id).await?;
-    if req.port == 0 {
-        return Err(ApiError::invalid("port must be 1-65535"));
-    }
-    let token = {
-        let mut tokens = app.port_tokens.lock().unwrap_or_else(|p| p.into_inner());
-        tokens.entry((id.clone(), req.port)).or_insert_with(|| super::sandboxes::random_id("pt_")).clone()
-    };
+    let token = app.control.expose(&caller, &id, req.port).await?.token;
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .map(str::to_string)
-        .unwrap_or_else(|| app.cfg.listen.to_string());
+        .unwrap_or_else(|| app.listen.to_string());
     let url = match app.preview_domain() {
         Some(domain) => {
             // The port the client reached this server on, kept in the preview URL.
             let port =
-                host.rsplit_once(':').map(|(_, p)| p.to_string()).unwrap_or_else(|| app.cfg.listen.port().to_string());
+                host.rsplit_once(':').map(|(_, p)| p.to_string()).unwrap_or_else(|| app.listen.port().to_string());
             format!("http://{}-{id}.{domain}:{port}/?{TOKEN_PARAM}={token}", req.port)
         }
         None => format!("http://{host}/v1/sandboxes/{id}/ports/{}/?{TOKEN_PARAM}={token}", req.port),
     };
-    app.store.audit(&rec.tenant, Some(&id), "port.expose", &json!({"port": req.port}))?;
     Ok((StatusCode::CREATED, Json(PortInfo { port: req.port, url, token })))
 }
 
@@ -172,25 +165,19 @@ async fn proxy_inner(app: &AppState, id: String, port: u16, req: Request, route:
     let key = bearer_key(req.headers()).flatten();
     let by_key = key.is_some();
     let caller = match key {
-        Some(key) => Caller::with_key(app, key)?,
+        Some(key) => app.control.authenticate(key)?,
         None if route == Route::Path && app.preview_domain().is_some() => {
             // Browsers use the preview's own origin; the shared one takes the key only.
             return Err(ApiError::not_found(&format!("sandbox {id}")));
         }
         None => {
             let (token, _) = token_from(&req);
-            let expected = app.port_tokens.lock().unwrap_or_else(|p| p.into_inner()).get(&(id.clone(), port)).cloned();
-            match (token, expected) {
-                (Some(t), Some(e)) if t == e => {
-                    let tenant = app.store.tenant_of(&id)?.unwrap_or_default();
-                    Caller { tenant, admin: false }
-                }
-                _ => return Err(ApiError::not_found(&format!("sandbox {id}"))),
+            match token {
+                Some(t) => app.control.preview_caller(&id, port, &t)?,
+                None => return Err(ApiError::not_found(&format!("sandbox {id}"))),
             }
         }
     };
-    let _ = record(app, &caller, &id)?;
-    let (_, sb) = running(app, &caller, &id).await?;
     let (token, from_query) = token_from(&req);
     let prefix = match route {
         Route::Host => String::new(),
@@ -212,17 +199,17 @@ async fn proxy_inner(app: &AppState, id: String, port: u16, req: Request, route:
             parts.headers.remove(header::COOKIE);
         }
     }
-    let stream = sb.connect(port).await?;
+    let stream = app.control.connect(&caller, &id, port).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| ApiError::internal(format!("talking to port {port}: {e}")))?;
+        .map_err(|e| Error::internal(format!("talking to port {port}: {e}")))?;
     tokio::spawn(async move {
         let _ = conn.with_upgrades().await;
     });
     let mut resp = sender
         .send_request(hyper::Request::from_parts(parts, body))
         .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "port_unreachable", format!("port {port}: {e}")))?;
+        .map_err(|e| Error::new(Kind::PortUnreachable, format!("port {port}: {e}")))?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         if let Some(client_upgrade) = client_upgrade {
             let server_upgrade = hyper::upgrade::on(&mut resp);

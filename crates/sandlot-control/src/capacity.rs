@@ -9,10 +9,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
-use axum::http::StatusCode;
 use sandlot_api::Limits;
 
-use super::ApiError;
+use crate::{Error, Kind};
 
 /// Share of `pid_max` that sandboxes together may hold, in quarters: three quarters. A pid is a
 /// host-wide resource with no overcommit: when it runs out, nothing on the host can fork (sshd, the
@@ -37,7 +36,7 @@ pub struct Host {
 impl Host {
     /// Reads /proc/meminfo, /proc/sys/kernel/pid_max and the size of the state directory's filesystem.
     pub fn detect(state_dir: &Path, layers_volume_gb: Option<u64>) -> std::io::Result<Host> {
-        let memory = sandlot_linux::host_memory_bytes()?;
+        let memory = sandlot_engine::linux::host::host_memory_bytes()?;
         let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")?
             .trim()
             .parse::<u64>()
@@ -64,14 +63,12 @@ impl Host {
     }
 }
 
-fn too_much(what: &str, asked: u64, max: u64, because: &str) -> ApiError {
-    ApiError::invalid(format!(
-        "{what} {asked} exceeds this server's maximum of {max} ({because}); ask for at most {max}"
-    ))
+fn too_much(what: &str, asked: u64, max: u64, because: &str) -> Error {
+    Error::invalid(format!("{what} {asked} exceeds this server's maximum of {max} ({because}); ask for at most {max}"))
 }
 
 /// Refuses a sandbox that asks for more than the host has.
-pub fn check_against_host(host: &Host, l: &Limits) -> Result<(), ApiError> {
+pub fn check_against_host(host: &Host, l: &Limits) -> Result<(), Error> {
     if l.memory_mb > host.memory_mb {
         return Err(too_much("memory_mb", l.memory_mb, host.memory_mb, "the host's memory"));
     }
@@ -98,6 +95,7 @@ pub struct Ledger {
 }
 
 impl Ledger {
+    /// A ledger with nothing reserved.
     pub fn new(host: Host, overcommit: f64, max_sandboxes: usize) -> Ledger {
         Ledger { host, overcommit, max_sandboxes, pids_overhead: 0, held: Mutex::default() }
     }
@@ -108,20 +106,20 @@ impl Ledger {
         self
     }
 
+    /// The host's capacity.
     pub fn host(&self) -> &Host {
         &self.host
     }
 
     /// Reserves `limits` for sandbox `id` (again: a no-op), or says which bound it would cross.
-    pub fn reserve(&self, id: &str, limits: &Limits) -> Result<(), ApiError> {
+    pub fn reserve(&self, id: &str, limits: &Limits) -> Result<(), Error> {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         if held.contains_key(id) {
             return Ok(());
         }
         if held.len() >= self.max_sandboxes {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                sandlot_api::codes::LIMIT_REACHED,
+            return Err(Error::new(
+                Kind::LimitReached,
                 format!("this server runs at most {} sandboxes at once; delete one and retry", self.max_sandboxes),
             ));
         }
@@ -129,9 +127,8 @@ impl Ledger {
         let ratio = self.overcommit;
         let cap = |c: u64| (c as f64 * ratio) as u64;
         let full = |what: &str, total: u64, cap: u64, unit: &str| {
-            ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                sandlot_api::codes::SERVER_FULL,
+            Error::new(
+                Kind::ServerFull,
                 format!(
                     "server full: running sandboxes would hold {total} {unit} of {what} together, over this \
                      server's capacity of {cap}; retry when some have ended, or ask for less"
@@ -191,7 +188,7 @@ mod tests {
         let ledger = Ledger::new(HOST, 1.5, 100);
         ledger.reserve("a", &limits(1000, 8, 16)).unwrap();
         let e = ledger.reserve("b", &limits(501, 8, 16)).unwrap_err();
-        assert_eq!((e.status, e.code), (StatusCode::TOO_MANY_REQUESTS, sandlot_api::codes::SERVER_FULL));
+        assert_eq!(e.kind, Kind::ServerFull);
         assert!(
             e.message.contains("1501 MiB of memory together, over this server's capacity of 1500"),
             "{}",
@@ -211,6 +208,6 @@ mod tests {
         ledger.reserve("a", &limits(16, 8, 16)).unwrap();
         ledger.reserve("a", &limits(16, 8, 16)).unwrap();
         ledger.reserve("b", &limits(16, 8, 16)).unwrap();
-        assert_eq!(ledger.reserve("c", &limits(16, 8, 16)).unwrap_err().code, sandlot_api::codes::LIMIT_REACHED);
+        assert_eq!(ledger.reserve("c", &limits(16, 8, 16)).unwrap_err().kind, Kind::LimitReached);
     }
 }

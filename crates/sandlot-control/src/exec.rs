@@ -1,0 +1,246 @@
+//! Commands in a sandbox: an exec request validated into the engine's spec, run in the way the
+//! surface asked, and audited (the command line's head and digest, the names of the variables set).
+
+use std::sync::Arc;
+
+use sandlot_api::{ExecRequest, ExecResult, ProcessList};
+use sandlot_engine::{ExecSpec, Process};
+use sandlot_store::SandboxRecord;
+use serde_json::json;
+
+use crate::audit::Class;
+use crate::config::OUTPUT_CAP_RANGE;
+use crate::plan::{check_env, no_nul};
+use crate::{Caller, Control, Error, Result};
+
+/// Foreground commands without a `timeout_s` are killed after this long.
+const DEFAULT_EXEC_TIMEOUT_S: f64 = 60.0;
+const MAX_ARGV_BYTES: usize = 1 << 20;
+const MAX_STDIN_BYTES: usize = 8 << 20;
+
+/// How a started command is answered.
+pub enum Started {
+    /// `background: true`: it runs on; its pid is the answer.
+    Background {
+        /// The process handle's id in the API.
+        pid: u64,
+    },
+    /// The caller follows its events as they happen.
+    Streaming(Arc<Process>),
+    /// It ran to its end.
+    Finished(ExecResult),
+}
+
+/// Turns a request into an [`ExecSpec`], validating every field.
+fn spec(max_timeout_s: u64, default_output: u64, rec: &SandboxRecord, req: ExecRequest) -> Result<ExecSpec> {
+    let argv = match (req.argv, req.shell) {
+        (Some(argv), None) => argv,
+        (None, Some(shell)) => vec!["/bin/sh".into(), "-c".into(), shell],
+        (Some(_), Some(_)) => return Err(Error::invalid("give either `argv` or `shell`, not both")),
+        (None, None) => return Err(Error::invalid("missing command: give `argv` (a list) or `shell` (a string)")),
+    };
+    if argv.is_empty() || argv[0].is_empty() {
+        return Err(Error::invalid("`argv` must name a program in its first element"));
+    }
+    let mut size = 0;
+    for a in &argv {
+        no_nul("argv", a)?;
+        size += a.len() + 1;
+    }
+    if size > MAX_ARGV_BYTES {
+        return Err(Error::invalid(format!(
+            "argv is {size} bytes; the limit is {MAX_ARGV_BYTES}; pass large input through stdin or a file"
+        )));
+    }
+    check_env(&req.env)?;
+    // argv and environment share the kernel's ARG_MAX: bound them together, as a client error.
+    let env_bytes: usize = req.env.iter().chain(rec.env.iter()).map(|(k, v)| k.len() + v.len() + 2).sum();
+    if size + env_bytes > MAX_ARGV_BYTES {
+        return Err(Error::invalid(format!(
+            "argv and env are {} bytes together; the limit is {MAX_ARGV_BYTES}; pass large data through stdin or a file",
+            size + env_bytes
+        )));
+    }
+    let user = req.user;
+    let cwd = req.cwd.unwrap_or_else(|| user.home().to_string());
+    no_nul("cwd", &cwd)?;
+    if !cwd.starts_with('/') {
+        return Err(Error::invalid(format!("cwd must be an absolute path, got {cwd:?}")));
+    }
+    let timeout = match (req.timeout_s, req.background) {
+        (Some(t), _) if !(t.is_finite() && t > 0.0 && t <= max_timeout_s as f64) => {
+            return Err(Error::invalid(format!(
+                "timeout_s must be a positive number of seconds up to {max_timeout_s}, got {t}"
+            )));
+        }
+        (Some(t), _) => Some(t),
+        (None, false) => Some(DEFAULT_EXEC_TIMEOUT_S),
+        (None, true) => None,
+    };
+    let max_output = req.max_output_bytes.unwrap_or(default_output);
+    if !OUTPUT_CAP_RANGE.contains(&max_output) {
+        return Err(Error::invalid(format!(
+            "max_output_bytes must be between 1024 and {}, got {max_output}",
+            OUTPUT_CAP_RANGE.end()
+        )));
+    }
+    let stdin = req.stdin.map(String::into_bytes);
+    if stdin.as_ref().is_some_and(|s| s.len() > MAX_STDIN_BYTES) {
+        return Err(Error::invalid(format!("stdin over {MAX_STDIN_BYTES} bytes: upload a file instead")));
+    }
+    // Base environment, then the sandbox's, then the request's: later wins.
+    let base = [
+        ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+        ("LANG", "C.UTF-8"),
+        ("HOME", user.home()),
+        ("USER", user.name()),
+        ("LOGNAME", user.name()),
+        ("SHELL", "/bin/bash"),
+    ];
+    let mut env: std::collections::BTreeMap<String, String> =
+        base.into_iter().chain(sandlot_engine::linux::tls_env()).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    env.extend(rec.env.clone());
+    env.extend(req.env);
+    Ok(ExecSpec {
+        argv,
+        env: env.into_iter().collect(),
+        cwd,
+        uid: user.uid(),
+        timeout_ms: timeout.map(|t| (t * 1000.0) as u64),
+        stdin,
+        keep_stdin: req.background,
+        max_output: max_output as usize,
+    })
+}
+
+/// The audit row of an exec as it starts: its command line (the first KiB, with length and digest if
+/// longer) and the names of the variables the request set (their values may be secrets).
+fn audit_start(proc: &Process, user: &str, env_names: &[String], background: bool) -> serde_json::Value {
+    let mut row = sandlot_store::audit_argv(&proc.argv);
+    let (names, cut) = sandlot_store::audit_head(env_names);
+    row["pid"] = json!(proc.id);
+    row["user"] = json!(user);
+    row["env"] = json!(names);
+    if cut {
+        row["env_truncated"] = json!(true);
+    }
+    if background {
+        row["background"] = json!(true);
+    }
+    row
+}
+
+fn with_outcome(mut row: serde_json::Value, r: &ExecResult) -> serde_json::Value {
+    row["status"] = json!(r.status);
+    row["exit_code"] = json!(r.exit_code);
+    row["duration_ms"] = json!(r.duration_ms);
+    row["stdout_bytes"] = json!(r.stdout_bytes);
+    row["stderr_bytes"] = json!(r.stderr_bytes);
+    row
+}
+
+impl Control {
+    fn audit_exec(&self, rec: &SandboxRecord, action: &str, row: &serde_json::Value) {
+        self.audit_limited(Class::Exec, &rec.tenant, Some(&rec.info.id), action, row);
+    }
+
+    /// Writes the exec's row once it ends, for calls that answer before that. A background exec's
+    /// start row already holds its command line: its end row (`exec.end`) holds the pid and outcome.
+    fn audit_when_done(
+        self: &Arc<Self>,
+        rec: SandboxRecord,
+        proc: &Arc<Process>,
+        row: serde_json::Value,
+        started: bool,
+    ) {
+        let (this, proc) = (Arc::clone(self), Arc::clone(proc));
+        tokio::spawn(async move {
+            let r = proc.wait().await;
+            if started {
+                this.audit_exec(&rec, "exec.end", &with_outcome(json!({"pid": proc.id}), &r));
+            } else {
+                this.audit_exec(&rec, "exec", &with_outcome(row, &r));
+            }
+        });
+    }
+
+    /// Runs a command in the caller's sandbox `id` (resumed first if it auto-resumes). A foreground
+    /// command is waited for, unless `streaming`, when the caller follows it instead.
+    pub async fn exec(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+        req: ExecRequest,
+        streaming: bool,
+    ) -> Result<Started> {
+        let (rec, sb) = self.ensure_running(caller, id).await?;
+        let background = req.background;
+        let user = req.user.name();
+        let env_names: Vec<String> = req.env.keys().cloned().collect();
+        let spec = spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, &rec, req)?;
+        let proc = sb.spawn(spec).await?;
+        let row = audit_start(&proc, user, &env_names, background);
+        if background {
+            self.audit_exec(&rec, "exec.start", &row);
+            self.audit_when_done(rec, &proc, serde_json::Value::Null, true);
+            return Ok(Started::Background { pid: proc.id });
+        }
+        if streaming {
+            self.audit_when_done(rec, &proc, row, false);
+            return Ok(Started::Streaming(proc));
+        }
+        let r = proc.wait().await;
+        self.audit_exec(&rec, "exec", &with_outcome(row, &r));
+        Ok(Started::Finished(r))
+    }
+
+    /// Process `pid` of the caller's sandbox `id`.
+    pub async fn process(&self, caller: &Caller, id: &str, pid: u64) -> Result<Arc<Process>> {
+        let (_, sb) = self.ensure_running(caller, id).await?;
+        sb.process(pid).ok_or_else(|| Error::not_found(&format!("process {pid}")))
+    }
+
+    /// The processes the caller's sandbox `id` remembers, oldest first.
+    pub async fn processes(&self, caller: &Caller, id: &str) -> Result<ProcessList> {
+        let (_, sb) = self.ensure_running(caller, id).await?;
+        Ok(ProcessList { processes: sb.processes().iter().map(|p| p.info()).collect() })
+    }
+
+    /// Sends `signal` (SIGKILL by default) to process `pid` of the caller's sandbox `id`.
+    pub async fn kill(&self, caller: &Caller, id: &str, pid: u64, signal: Option<i32>) -> Result<()> {
+        let (rec, sb) = self.ensure_running(caller, id).await?;
+        let proc = sb.process(pid).ok_or_else(|| Error::not_found(&format!("process {pid}")))?;
+        let signal = signal.unwrap_or(libc_sigkill());
+        if !(1..=64).contains(&signal) {
+            return Err(Error::invalid(format!("signal must be 1-64, got {signal}")));
+        }
+        if proc.finished() {
+            return Err(Error::conflict(format!("process {pid} has already exited")));
+        }
+        sb.signal(pid, signal).await?;
+        self.audit(&rec.tenant, Some(id), "process.kill", &json!({"pid": pid, "signal": signal}))?;
+        Ok(())
+    }
+
+    /// Writes `data` to process `pid`'s standard input (then closes it, with `eof`).
+    pub async fn stdin(&self, caller: &Caller, id: &str, pid: u64, data: &[u8], eof: bool) -> Result<()> {
+        let (_, sb) = self.ensure_running(caller, id).await?;
+        let proc = sb.process(pid).ok_or_else(|| Error::not_found(&format!("process {pid}")))?;
+        if let Some(why) = proc.stdin_closed_reason() {
+            return Err(Error::conflict(format!("process {pid} has no open standard input: {why}")));
+        }
+        if !proc.stdin_open() {
+            return Err(Error::conflict(format!(
+                "process {pid} has no open standard input (it has exited, its stdin was closed, or it was not \
+                 started with `background: true`)"
+            )));
+        }
+        sb.stdin(pid, data, eof).await?;
+        Ok(())
+    }
+}
+
+/// SIGKILL's number (9 on every Linux architecture).
+fn libc_sigkill() -> i32 {
+    nix::sys::signal::Signal::SIGKILL as i32
+}

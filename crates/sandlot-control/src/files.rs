@@ -1,0 +1,207 @@
+//! Files in a sandbox. Every operation is done by the supervisor inside it, as the requesting sandbox
+//! user; this layer validates paths and limits and records each operation in the audit log.
+
+use sandlot_api::{FileList, FileStat, User, WriteResult};
+use sandlot_engine::FileStream;
+use sandlot_protocol::FileOp;
+use serde_json::json;
+
+use crate::plan::no_nul;
+use crate::{Caller, Control, Error, Kind, Result};
+
+const MAX_PATH: usize = 4096;
+const MAX_LIST_ENTRIES: u32 = 10_000;
+const MAX_LIST_DEPTH: u32 = 16;
+
+/// What an upload carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upload {
+    /// One file, created with these permission bits (`0o644` when `None`).
+    File {
+        /// Octal permission bits as the caller wrote them (`"0644"`, `"0o755"`).
+        mode: Option<u32>,
+    },
+    /// A tar archive unpacked into a directory.
+    Tar,
+}
+
+/// A path in a sandbox, as a sandbox user names it (relative paths are from the user's home).
+#[derive(Debug, Clone, Copy)]
+pub struct SandboxPath<'a> {
+    /// The path.
+    pub path: &'a str,
+    /// The sandbox user the operation runs as.
+    pub user: User,
+}
+
+/// Resolves a request path: absolute as given, relative to the user's home otherwise.
+fn sandbox_path(p: &str, user: User) -> Result<String> {
+    no_nul("path", p)?;
+    if p.is_empty() {
+        return Err(Error::invalid("path is empty"));
+    }
+    if p.len() > MAX_PATH {
+        return Err(Error::invalid(format!("path longer than {MAX_PATH} bytes")));
+    }
+    Ok(if p.starts_with('/') { p.to_string() } else { format!("{}/{p}", user.home()) })
+}
+
+/// Permission bits written in octal (`0644`, `0o755`), at most `0o7777`.
+pub fn parse_mode(m: &str) -> Result<u32> {
+    u32::from_str_radix(m.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| Error::invalid(format!("mode must be octal permission bits like 0644, got {m:?}")))
+}
+
+fn answer<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T> {
+    serde_json::from_value(v).map_err(|e| Error::internal(format!("supervisor answer: {e}")))
+}
+
+impl Control {
+    fn audit_file(&self, tenant: &str, id: &str, action: &str, detail: serde_json::Value) {
+        let _ = self.store.audit(tenant, Some(id), action, &detail);
+    }
+
+    /// Writes an upload of `kind` at `path`, fed from `body`. `declared` is the length the caller
+    /// announced, if any: over the limit, it is refused before a byte is read.
+    pub async fn upload<R: tokio::io::AsyncRead + Unpin>(
+        &self,
+        caller: &Caller,
+        id: &str,
+        to: SandboxPath<'_>,
+        kind: Upload,
+        declared: Option<u64>,
+        body: &mut R,
+    ) -> Result<WriteResult> {
+        let SandboxPath { path, user } = to;
+        let (rec, sb) = self.ensure_running(caller, id).await?;
+        let path = sandbox_path(path, user)?;
+        let max = self.cfg.max_upload_bytes;
+        if declared.is_some_and(|l| l > max) {
+            return Err(Error::new(
+                Kind::TooLarge,
+                format!("upload is larger than this server's limit of {max} bytes (--max-upload-mb)"),
+            ));
+        }
+        let (op, action) = match kind {
+            Upload::File { mode } => {
+                (FileOp::Write { path: path.clone(), mode: mode.unwrap_or(0o644), max_bytes: max }, "file.write")
+            }
+            Upload::Tar => (FileOp::Untar { path: path.clone(), max_bytes: max }, "file.untar"),
+        };
+        let v = match sb.upload(user.uid(), op, body).await {
+            Ok(v) => v,
+            Err(e) => {
+                self.audit_file(&rec.tenant, id, action, json!({"path": path, "user": user, "error": e.to_string()}));
+                return Err(e.into());
+            }
+        };
+        let bytes = v["bytes"].as_u64().unwrap_or(0);
+        let entries = v["entries"].as_u64();
+        self.audit_file(
+            &rec.tenant,
+            id,
+            action,
+            json!({"path": path, "user": user, "bytes": bytes, "entries": entries}),
+        );
+        Ok(WriteResult { path, bytes, entries })
+    }
+
+    /// Streams the file at `path` out of the caller's sandbox `id`.
+    pub async fn read_file(&self, caller: &Caller, id: &str, path: &str, user: User) -> Result<FileStream> {
+        self.download(caller, id, path, user, |path| FileOp::Read { path }, "file.read").await
+    }
+
+    /// Streams the directory at `path` out of the caller's sandbox `id` as a tar archive.
+    pub async fn download_tar(&self, caller: &Caller, id: &str, path: &str, user: User) -> Result<FileStream> {
+        self.download(caller, id, path, user, |path| FileOp::Tar { path }, "file.tar").await
+    }
+
+    async fn download(
+        &self,
+        caller: &Caller,
+        id: &str,
+        path: &str,
+        user: User,
+        op: impl FnOnce(String) -> FileOp,
+        action: &str,
+    ) -> Result<FileStream> {
+        let (rec, sb) = self.ensure_running(caller, id).await?;
+        let path = sandbox_path(path, user)?;
+        let r = sb.download(user.uid(), op(path.clone())).await;
+        self.audit_file(&rec.tenant, id, action, json!({"path": path, "user": user, "ok": r.is_ok()}));
+        Ok(r?)
+    }
+
+    /// Lists the directory at `path`, `depth` levels deep (1 by default).
+    pub async fn list_files(
+        &self,
+        caller: &Caller,
+        id: &str,
+        path: &str,
+        user: User,
+        depth: Option<u32>,
+    ) -> Result<FileList> {
+        let (rec, sb) = self.ensure_running(caller, id).await?;
+        let path = sandbox_path(path, user)?;
+        let depth = depth.unwrap_or(1);
+        if !(1..=MAX_LIST_DEPTH).contains(&depth) {
+            return Err(Error::invalid(format!("depth must be between 1 and {MAX_LIST_DEPTH}, got {depth}")));
+        }
+        let v = sb.file_op(user.uid(), FileOp::List { path: path.clone(), depth, max_entries: MAX_LIST_ENTRIES }).await;
+        self.audit_file(&rec.tenant, id, "file.list", json!({"path": path, "user": user, "ok": v.is_ok()}));
+        answer(v?)
+    }
+
+    /// What is at `path`.
+    pub async fn stat(&self, caller: &Caller, id: &str, path: &str, user: User) -> Result<FileStat> {
+        let (_, sb) = self.ensure_running(caller, id).await?;
+        let path = sandbox_path(path, user)?;
+        answer(sb.file_op(user.uid(), FileOp::Stat { path }).await?)
+    }
+
+    /// Makes the directory `path` (and its parents, with `parents`); returns what is there then.
+    pub async fn mkdir(&self, caller: &Caller, id: &str, path: &str, user: User, parents: bool) -> Result<FileStat> {
+        let (rec, sb) = self.ensure_running(caller, id).await?;
+        let path = sandbox_path(path, user)?;
+        let r = sb.file_op(user.uid(), FileOp::Mkdir { path: path.clone(), parents }).await;
+        self.audit_file(&rec.tenant, id, "file.mkdir", json!({"path": path, "user": user, "ok": r.is_ok()}));
+        r?;
+        answer(sb.file_op(user.uid(), FileOp::Stat { path }).await?)
+    }
+
+    /// Removes what is at `path` (a directory's contents too, with `recursive`).
+    pub async fn remove_file(&self, caller: &Caller, id: &str, path: &str, user: User, recursive: bool) -> Result<()> {
+        let (rec, sb) = self.ensure_running(caller, id).await?;
+        let path = sandbox_path(path, user)?;
+        let r = sb.file_op(user.uid(), FileOp::Remove { path: path.clone(), recursive }).await;
+        self.audit_file(
+            &rec.tenant,
+            id,
+            "file.remove",
+            json!({"path": path, "user": user, "recursive": recursive, "ok": r.is_ok()}),
+        );
+        r?;
+        Ok(())
+    }
+
+    /// Moves `from` to `to` (replacing what is there, with `overwrite`); returns what is at `to` then.
+    pub async fn move_file(
+        &self,
+        caller: &Caller,
+        id: &str,
+        from: &str,
+        to: &str,
+        user: User,
+        overwrite: bool,
+    ) -> Result<FileStat> {
+        let (rec, sb) = self.ensure_running(caller, id).await?;
+        let from = sandbox_path(from, user)?;
+        let to = sandbox_path(to, user)?;
+        let r = sb.file_op(user.uid(), FileOp::Move { from: from.clone(), to: to.clone(), overwrite }).await;
+        self.audit_file(&rec.tenant, id, "file.move", json!({"from": from, "to": to, "user": user, "ok": r.is_ok()}));
+        r?;
+        answer(sb.file_op(user.uid(), FileOp::Stat { path: to }).await?)
+    }
+}

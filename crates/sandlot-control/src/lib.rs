@@ -1,0 +1,76 @@
+//! The control layer: the one place that decides what happens to a sandbox. Every surface (the HTTP
+//! API, and the E2B-compatible API, MCP server and dashboard to come) authenticates a caller, turns its
+//! request into a call here, and turns the answer back into its own format. Nothing here sees HTTP.
+//!
+//! It owns the sandbox state machine ([`transitions`]), tenancy (a caller sees only its tenant's
+//! sandboxes), the host's capacity ledger, quotas, the audit log, and the background services (expiry,
+//! supervisor deaths, network audit, audit retention), and calls the engine and the store.
+//!
+//! Data flows one way: surface → [`Control`] → engine (→ driver) and store.
+
+mod audit;
+pub mod capacity;
+mod config;
+mod entries;
+mod error;
+mod exec;
+mod files;
+mod keys;
+mod lifecycle;
+mod network;
+mod plan;
+mod ports;
+mod recovery;
+mod services;
+mod snapshots;
+pub mod transitions;
+
+use std::sync::Arc;
+
+use sandlot_engine::Engine;
+use sandlot_store::Store;
+
+pub use config::{Config, ConfigError, Defaults};
+pub use error::{Error, Fault, Kind, Result};
+pub use exec::Started;
+pub use files::{parse_mode, SandboxPath, Upload};
+pub use lifecycle::Created;
+pub use ports::Preview;
+pub use recovery::Recovered;
+pub use sandlot_engine::{FileStream, Process};
+
+/// Who is calling: the tenant an API key stands for. Surfaces get one from [`Control::authenticate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The tenant whose sandboxes the caller sees.
+    pub tenant: String,
+    /// Whether the key is the admin's (keys, tenants, the whole audit log).
+    pub admin: bool,
+}
+
+/// The control layer (see the crate's documentation).
+pub struct Control {
+    store: Store,
+    engine: Arc<Engine>,
+    cfg: Config,
+    entries: entries::Entries,
+    ledger: capacity::Ledger,
+    audit_gate: audit::Gate,
+}
+
+impl Control {
+    /// The control layer over `engine` and `store`, with the host's capacity `host`.
+    pub fn new(engine: Arc<Engine>, store: Store, cfg: Config, host: capacity::Host) -> Arc<Control> {
+        let ledger = capacity::Ledger::new(host, cfg.overcommit, cfg.max_sandboxes)
+            .with_pids_overhead(sandlot_engine::linux::SUPERVISOR_PIDS);
+        Arc::new(Control { store, engine, cfg, entries: Default::default(), ledger, audit_gate: Default::default() })
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+}
+
+#[cfg(test)]
+mod tests;

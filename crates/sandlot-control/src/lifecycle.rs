@@ -1,0 +1,366 @@
+//! Sandboxes: create (and get-or-create), read, list, the transitions (stop, resume, pause, delete),
+//! lifetimes, and `ensure_running`, which every operation on a sandbox's inside goes through.
+//!
+//! Every transition of one sandbox runs under that sandbox's own lock, with its record read again
+//! under it, so two concurrent resumes (say, two execs auto-resuming a stopped sandbox) start it once.
+
+use std::sync::Arc;
+
+use sandlot_api::{CreateSandbox, SandboxInfo, SandboxList, SandboxState};
+use sandlot_engine::{LayerSource, Policy, Resources, Sandbox, StartSpec};
+use sandlot_store::{now_ms, SandboxRecord};
+use serde_json::json;
+
+use crate::plan::{check_name, Plan};
+use crate::transitions::{refusal, step, Step, Transition};
+use crate::{Caller, Control, Error, Kind, Result};
+
+/// What a create answered.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// The sandbox.
+    pub info: SandboxInfo,
+    /// Whether it existed already (`get_or_create` found it) rather than being made now.
+    pub existed: bool,
+}
+
+fn name_taken(name: &str) -> Error {
+    Error::new(
+        Kind::AlreadyExists,
+        format!("a sandbox named {name:?} exists; pass get_or_create: true to reuse it, or delete it first"),
+    )
+}
+
+impl Control {
+    /// The caller's live sandbox `id`; another tenant's is simply not found (never forbidden).
+    pub(crate) fn record(&self, caller: &Caller, id: &str) -> Result<SandboxRecord> {
+        self.store.get_sandbox(&caller.tenant, id)?.ok_or_else(|| Error::not_found(&format!("sandbox {id}")))
+    }
+
+    /// The record again, read under the sandbox's lock (its state may have changed while waiting).
+    pub(crate) fn fresh(&self, rec: &SandboxRecord) -> Result<SandboxRecord> {
+        self.store
+            .get_sandbox_any(&rec.tenant, &rec.info.id)?
+            .ok_or_else(|| Error::not_found(&format!("sandbox {}", rec.info.id)))
+    }
+
+    /// Starts a sandbox's supervisor on a fresh, existing or snapshot layer and records its slot.
+    /// `policy` is the one its plan compiled; `None` compiles the stored spec (a resume).
+    async fn boot(&self, rec: &SandboxRecord, source: LayerSource, policy: Option<Policy>) -> Result<Arc<Sandbox>> {
+        let l = &rec.info.limits;
+        let policy = match policy {
+            Some(p) => p,
+            None => self.policy_for(&rec.tenant, &rec.network)?,
+        };
+        let spec = StartSpec {
+            image: rec.info.image.clone(),
+            resources: Resources {
+                memory_bytes: l.memory_mb << 20,
+                pids: l.pids,
+                cpu: l.cpu,
+                disk_bytes: l.disk_mb.unwrap_or(0) << 20,
+            },
+            preferred_slot: (source == LayerSource::Existing).then_some(rec.slot),
+            source,
+            network: Some(policy),
+        };
+        let sb = self.engine.start(&rec.info.id, spec).await?;
+        self.store.set_slot(&rec.info.id, sb.slot())?;
+        Ok(sb)
+    }
+
+    /// Creates a sandbox; with `get_or_create` and a name that exists, returns that one (resumed if
+    /// stopped or paused, once its own creation has finished if it is in flight).
+    pub async fn create(&self, caller: &Caller, req: CreateSandbox) -> Result<Created> {
+        if let Some(name) = &req.name {
+            check_name(name)?;
+            if let Some(existing) = self.store.get_by_name(&caller.tenant, name)? {
+                if !req.get_or_create {
+                    return Err(name_taken(name));
+                }
+                return Ok(Created { info: self.get_existing(existing).await?.info, existed: true });
+            }
+        } else if req.get_or_create {
+            return Err(Error::invalid("get_or_create needs a `name`"));
+        }
+        let plan = self.plan(caller, &req)?;
+        match self.start_record(plan).await {
+            Ok(info) => Ok(Created { info, existed: false }),
+            // Another call created the name between our check and our insert.
+            Err(e) if e.kind == Kind::AlreadyExists && req.get_or_create => {
+                let name = req.name.as_deref().unwrap_or_default();
+                let existing = self.store.get_by_name(&caller.tenant, name)?.ok_or(e)?;
+                Ok(Created { info: self.get_existing(existing).await?.info, existed: true })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `get_or_create` found the sandbox: wait out its creation if it is in flight, resume it if needed.
+    async fn get_existing(&self, existing: SandboxRecord) -> Result<SandboxRecord> {
+        let existing = if existing.info.state == SandboxState::Creating {
+            // The creating call holds the sandbox's transition lock until it has booted.
+            drop(self.entries.lock(&existing.info.id).await);
+            self.fresh(&existing)?
+        } else {
+            existing
+        };
+        Ok(match existing.info.state {
+            SandboxState::Stopped | SandboxState::Paused => self.resume(&existing, "get_or_create").await?,
+            _ => existing,
+        })
+    }
+
+    /// Inserts the plan's record and starts it; on failure the record ends `failed` with the reason.
+    pub(crate) async fn start_record(&self, plan: Plan) -> Result<SandboxInfo> {
+        let Plan { mut rec, source, policy } = plan;
+        let id = rec.info.id.clone();
+        // Reserved before the boot is awaited: concurrent creates cannot all pass the check and all boot.
+        self.ledger.reserve(&id, &rec.info.limits)?;
+        // Locked before the row exists, so a concurrent get_or_create waits for the boot to finish.
+        let _g = self.entries.lock(&id).await;
+        if let Err(e) = self.store.insert_sandbox(&rec) {
+            self.ledger.release(&id);
+            self.entries.remove(&id);
+            if let Some(name) = &rec.info.name {
+                if self.store.get_by_name(&rec.tenant, name)?.is_some() {
+                    return Err(name_taken(name));
+                }
+            }
+            return Err(e.into());
+        }
+        let t0 = std::time::Instant::now();
+        match self.boot(&rec, source, Some(policy)).await {
+            Ok(_) => {
+                self.store.set_state(&id, SandboxState::Running, None)?;
+                rec.info.state = SandboxState::Running;
+                self.audit(
+                    &rec.tenant,
+                    Some(&id),
+                    "sandbox.create",
+                    &json!({"image": rec.info.image, "name": rec.info.name, "limits": rec.info.limits,
+                            "snapshot": rec.info.snapshot, "ms": t0.elapsed().as_secs_f64() * 1000.0}),
+                )?;
+                Ok(rec.info)
+            }
+            Err(e) => {
+                let _ = self.engine.destroy(&id).await;
+                self.ledger.release(&id);
+                self.entries.remove(&id);
+                self.store.set_state(&id, SandboxState::Failed, Some(&e.message))?;
+                self.audit(&rec.tenant, Some(&id), "sandbox.create_failed", &json!({"reason": e.message}))?;
+                Err(e)
+            }
+        }
+    }
+
+    /// The caller's sandboxes that have not been deleted.
+    pub fn list(&self, caller: &Caller) -> Result<SandboxList> {
+        let sandboxes = self.store.list_sandboxes(&caller.tenant)?.into_iter().map(|r| r.info).collect();
+        Ok(SandboxList { sandboxes })
+    }
+
+    /// The caller's sandbox `id`, deleted ones included (so a caller learns why one ended), with its
+    /// live figures (network bytes, last activity).
+    pub fn get(&self, caller: &Caller, id: &str) -> Result<SandboxInfo> {
+        let rec = self.store.get_sandbox_any(&caller.tenant, id)?;
+        let mut info = rec.map(|r| r.info).ok_or_else(|| Error::not_found(&format!("sandbox {id}")))?;
+        let running = self.engine.get(id);
+        let output = running.as_ref().map_or(0, |sb| sb.last_output_ms());
+        let (out, inn) = running.as_ref().map_or((0, 0), |sb| sb.net_bytes());
+        info.network.bytes_out = out;
+        info.network.bytes_in = inn;
+        info.last_active_at_ms = info.last_active_at_ms.max(output).max(self.entries.last_activity(id));
+        Ok(info)
+    }
+
+    /// The caller's sandbox `id`, which must be running — or is resumed first when it is stopped or
+    /// paused and has `auto_resume`. Counts as activity for its idle timeout.
+    pub async fn ensure_running(&self, caller: &Caller, id: &str) -> Result<(SandboxRecord, Arc<Sandbox>)> {
+        // Deleted ones too, so the error can say how the sandbox ended.
+        let mut rec = self
+            .store
+            .get_sandbox_any(&caller.tenant, id)?
+            .ok_or_else(|| Error::not_found(&format!("sandbox {id}")))?;
+        if matches!(rec.info.state, SandboxState::Stopped | SandboxState::Paused) && rec.info.auto_resume {
+            rec = self.resume(&rec, "auto_resume").await?;
+        }
+        match (rec.info.state, self.engine.get(id)) {
+            (SandboxState::Running, Some(sb)) if sb.alive() => {
+                self.entries.touch(id, now_ms());
+                Ok((rec, sb))
+            }
+            (state, _) => Err(Error::conflict(format!(
+                "sandbox {id} is {}{}; only a running sandbox accepts commands and file operations{}",
+                state.as_str(),
+                rec.info.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default(),
+                match state {
+                    SandboxState::Stopped | SandboxState::Paused => " (POST …/resume, or create it with auto_resume)",
+                    _ => "",
+                }
+            ))),
+        }
+    }
+
+    /// Stops the caller's sandbox `id`.
+    pub async fn stop_sandbox(&self, caller: &Caller, id: &str) -> Result<SandboxInfo> {
+        let rec = self.record(caller, id)?;
+        Ok(self.stop(&rec, None).await?.info)
+    }
+
+    /// Resumes the caller's sandbox `id`.
+    pub async fn resume_sandbox(&self, caller: &Caller, id: &str) -> Result<SandboxInfo> {
+        let rec = self.record(caller, id)?;
+        Ok(self.resume(&rec, "api").await?.info)
+    }
+
+    /// Pauses the caller's sandbox `id`.
+    pub async fn pause_sandbox(&self, caller: &Caller, id: &str) -> Result<SandboxInfo> {
+        let rec = self.record(caller, id)?;
+        Ok(self.pause(&rec, None).await?.info)
+    }
+
+    /// Deletes the caller's sandbox `id` in any state but `creating`.
+    pub async fn delete(&self, caller: &Caller, id: &str) -> Result<()> {
+        let rec = self.record(caller, id)?;
+        if step(rec.info.state, Transition::Delete) == Step::Refused {
+            return Err(refusal(id, rec.info.state, Transition::Delete));
+        }
+        self.remove(&rec, "sandbox.delete", None).await
+    }
+
+    /// Gives the caller's sandbox `id` a new lifetime of `timeout_s` from now.
+    pub fn set_timeout(&self, caller: &Caller, id: &str, timeout_s: u64) -> Result<SandboxInfo> {
+        let mut rec = self.record(caller, id)?;
+        self.check_timeout(timeout_s)?;
+        let expires = now_ms() + timeout_s as i64 * 1000;
+        self.store.set_expiry(id, expires)?;
+        self.audit(&rec.tenant, Some(id), "sandbox.timeout", &json!({"timeout_s": timeout_s}))?;
+        rec.info.expires_at_ms = expires;
+        Ok(rec.info)
+    }
+
+    /// stopped → running (fresh supervisor, same layer) or paused → running (thaw).
+    pub(crate) async fn resume(&self, rec: &SandboxRecord, why: &str) -> Result<SandboxRecord> {
+        let _g = self.entries.lock(&rec.info.id).await;
+        let mut rec = self.fresh(rec)?;
+        let id = rec.info.id.clone();
+        let t0 = std::time::Instant::now();
+        match step(rec.info.state, Transition::Resume) {
+            Step::Already => return Ok(rec),
+            Step::Refused => return Err(refusal(&id, rec.info.state, Transition::Resume)),
+            Step::Go => {}
+        }
+        if rec.info.state == SandboxState::Paused {
+            self.engine.freeze(&id, false).await?;
+        } else {
+            self.ledger.reserve(&id, &rec.info.limits)?;
+            if let Err(e) = self.boot(&rec, LayerSource::Existing, None).await {
+                self.ledger.release(&id);
+                self.audit(&rec.tenant, Some(&id), "sandbox.resume_failed", &json!({"reason": e.message}))?;
+                return Err(e);
+            }
+        }
+        let from = rec.info.state;
+        // A lifetime is wall-clock: resuming keeps the deadline, so pause/resume cannot extend it. Only a
+        // sandbox whose lifetime already ended (paused or stopped by expiry, resumed by its owner) starts
+        // a new one.
+        let now = now_ms();
+        let expires = if rec.info.expires_at_ms > now {
+            rec.info.expires_at_ms
+        } else {
+            now + rec.info.limits.timeout_s as i64 * 1000
+        };
+        self.store.set_expiry(&id, expires)?;
+        self.store.set_state(&id, SandboxState::Running, None)?;
+        self.store.touch(&id, now_ms())?;
+        self.audit(
+            &rec.tenant,
+            Some(&id),
+            "sandbox.resume",
+            &json!({"from": from.as_str(), "why": why, "ms": t0.elapsed().as_secs_f64() * 1000.0}),
+        )?;
+        rec.info.state = SandboxState::Running;
+        rec.info.expires_at_ms = expires;
+        rec.info.reason = None;
+        Ok(rec)
+    }
+
+    /// running/paused → stopped: processes end, files stay (synced before this returns).
+    pub(crate) async fn stop(&self, rec: &SandboxRecord, why: Option<&str>) -> Result<SandboxRecord> {
+        let _g = self.entries.lock(&rec.info.id).await;
+        let mut rec = self.fresh(rec)?;
+        let id = rec.info.id.clone();
+        match step(rec.info.state, Transition::Stop) {
+            Step::Already => return Ok(rec),
+            Step::Refused => return Err(refusal(&id, rec.info.state, Transition::Stop)),
+            Step::Go => {}
+        }
+        self.engine.stop(&id).await?;
+        self.ledger.release(&id);
+        self.store.set_state(&id, SandboxState::Stopped, why)?;
+        self.audit(&rec.tenant, Some(&id), "sandbox.stop", &json!({"from": rec.info.state.as_str(), "why": why}))?;
+        rec.info.state = SandboxState::Stopped;
+        rec.info.reason = why.map(str::to_string);
+        Ok(rec)
+    }
+
+    /// running → paused: every process frozen, memory kept, no CPU.
+    pub(crate) async fn pause(&self, rec: &SandboxRecord, why: Option<&str>) -> Result<SandboxRecord> {
+        let _g = self.entries.lock(&rec.info.id).await;
+        let mut rec = self.fresh(rec)?;
+        let id = rec.info.id.clone();
+        match step(rec.info.state, Transition::Pause) {
+            // Paused by its owner when its lifetime ends: from now on it counts as paused by expiry, so
+            // it is stopped after `stop_after_s`.
+            Step::Already if why.is_some() && rec.info.reason.is_none() => {
+                self.store.set_state(&id, SandboxState::Paused, why)?;
+                self.store.touch(&id, now_ms())?;
+                rec.info.reason = why.map(str::to_string);
+                return Ok(rec);
+            }
+            Step::Already => return Ok(rec),
+            Step::Refused => return Err(refusal(&id, rec.info.state, Transition::Pause)),
+            Step::Go => {}
+        }
+        self.engine.freeze(&id, true).await?;
+        self.store.set_state(&id, SandboxState::Paused, why)?;
+        // For a pause by expiry, `stop_after_s` counts from now.
+        self.store.touch(&id, now_ms())?;
+        self.audit(&rec.tenant, Some(&id), "sandbox.pause", &json!({"why": why}))?;
+        rec.info.state = SandboxState::Paused;
+        rec.info.reason = why.map(str::to_string);
+        Ok(rec)
+    }
+
+    /// Deletes a sandbox in any state: processes killed, cgroup and layer removed, record kept as
+    /// `deleted` (with the reason) for audit and for reads; its in-memory entry goes.
+    pub(crate) async fn remove(&self, rec: &SandboxRecord, action: &str, reason: Option<&str>) -> Result<()> {
+        let id = &rec.info.id;
+        let _g = self.entries.lock(id).await;
+        self.engine.destroy(id).await?;
+        self.ledger.release(id);
+        self.store.set_state(id, SandboxState::Deleted, reason)?;
+        self.entries.remove(id);
+        self.audit(&rec.tenant, Some(id), action, &json!({"reason": reason}))?;
+        Ok(())
+    }
+
+    /// Stops persistent sandboxes and deletes ephemeral ones, then the engine (graceful shutdown).
+    pub async fn shutdown(&self) {
+        for rec in self.store.live_sandboxes().unwrap_or_default() {
+            let running = matches!(rec.info.state, SandboxState::Running | SandboxState::Paused);
+            let r = if rec.info.persistent && running {
+                self.stop(&rec, Some("server shut down")).await.map(|_| ())
+            } else if !rec.info.persistent {
+                self.remove(&rec, "sandbox.delete", Some("server shut down")).await
+            } else {
+                Ok(())
+            };
+            if let Err(e) = r {
+                tracing::error!(sandbox = %rec.info.id, "shutdown: {}", e.message);
+            }
+        }
+        self.engine.shutdown().await;
+    }
+}

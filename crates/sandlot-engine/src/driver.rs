@@ -1,0 +1,119 @@
+//! The seam between the engine and the host: what the engine asks for, and the trait a driver
+//! implements to do it.
+//!
+//! The engine keeps the state that is the same on every host (the supervisor link, processes, output
+//! budgets, transfers, the network proxy); a driver does the host-specific work (namespaces, cgroups,
+//! layers, uid ranges). [`crate::linux::LinuxDriver`] is the real one; [`crate::fake::FakeDriver`]
+//! (feature `fake`) runs an in-process supervisor over a socketpair so the layers above can be tested
+//! without root.
+
+use std::collections::HashSet;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+
+use crate::{EngineError, LayerSource};
+
+/// What a sandbox may use of the host.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Resources {
+    /// Memory limit, bytes.
+    pub memory_bytes: u64,
+    /// Process (task) limit.
+    pub pids: u64,
+    /// CPU limit, in cores.
+    pub cpu: f64,
+    /// Cap on the writable layer, bytes (0: none; ignored without a layers volume).
+    pub disk_bytes: u64,
+}
+
+/// One sandbox to launch.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec<'a> {
+    /// Sandbox id.
+    pub id: &'a str,
+    /// Image name (checked with [`Driver::has_image`] first).
+    pub image: &'a str,
+    /// Its limits.
+    pub resources: Resources,
+    /// The host slot (uid range) it held before, reused if free, so its files keep their owners.
+    pub preferred_slot: Option<u32>,
+    /// Where its writable layer comes from.
+    pub source: &'a LayerSource,
+}
+
+/// A launched sandbox: its pid 1, the daemon's end of the control socket, and the driver's handle.
+pub struct Launched {
+    /// Host pid of the sandbox's pid 1 (tells one instance of a sandbox from a later one).
+    pub pid: i32,
+    /// The daemon's end of the supervisor protocol.
+    pub control: UnixStream,
+    /// Read end of the supervisor's stderr (setup errors, panics), if the driver captures it.
+    pub log: Option<OwnedFd>,
+    /// What only the driver can do to this sandbox.
+    pub instance: Box<dyn Instance>,
+}
+
+/// A snapshot a driver took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotTaken {
+    /// Bytes the snapshot references (what it is charged).
+    pub bytes: u64,
+    /// The driver's note of who owns its files (the host uid base on Linux), handed back in
+    /// [`LayerSource::Snapshot`] when a sandbox is made from it.
+    pub owner: u32,
+}
+
+/// The host's side of a sandbox's network: the daemon's sockets inside its namespace.
+pub struct Egress {
+    /// Listening and datagram sockets the proxy serves.
+    pub fds: sandlot_netproxy::egress::EgressFds,
+    /// Kept alive as long as the proxy runs (the traffic-steering program on Linux).
+    pub keep: Box<dyn Send>,
+}
+
+/// What the engine asks of one running sandbox.
+pub trait Instance: Send + Sync {
+    /// The host slot (uid range) it holds while it exists.
+    fn slot(&self) -> u32;
+    /// OOM kills in the sandbox so far.
+    fn oom_kills(&self) -> u64;
+    /// Freezes (`true`) or thaws every process. Blocking.
+    fn freeze(&self, frozen: bool) -> Result<(), EngineError>;
+    /// Kills every process of the sandbox (pid 1 first). Returns at once.
+    fn kill(&self);
+    /// Waits until pid 1 is reaped and says how it ended. Blocking; called once, on a thread of its own.
+    fn wait(&self) -> String;
+    /// Removes what the sandbox held on the host (cgroup; its layer too when `remove_layer`), after
+    /// [`Instance::wait`] returned. Blocking.
+    fn teardown(&self, remove_layer: bool);
+    /// Opens the daemon's sockets in the sandbox's network namespace. Blocking.
+    fn attach_egress(&self) -> Result<Egress, EngineError>;
+}
+
+/// What the engine asks of the host. Every method may block (the engine calls them off the runtime).
+pub trait Driver: Send + Sync + 'static {
+    /// Whether `image` can be launched.
+    fn has_image(&self, image: &str) -> bool;
+    /// Whether writable layers have an enforced size limit (and so persistence and snapshots work).
+    fn disk_limits(&self) -> bool;
+    /// Prepares the sandbox's layer, cgroup and uid range and starts its pid 1. On failure nothing it
+    /// made is left, except an existing layer (`LayerSource::Existing`), which is never removed.
+    fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Launched, EngineError>;
+    /// Removes whatever may remain of sandbox `id` that is not running (a failed start, a previous
+    /// daemon's leftovers): cgroup and layer. Idempotent.
+    fn remove(&self, id: &str) -> Result<(), EngineError>;
+    /// Makes sandbox `id`'s writable layer durable (after its processes ended).
+    fn sync(&self, id: &str) -> Result<(), EngineError>;
+    /// Takes read-only snapshot `snap` of sandbox `id`'s layer; `slot` is the slot its files belong to.
+    fn snapshot(&self, id: &str, slot: u32, snap: &str) -> Result<SnapshotTaken, EngineError>;
+    /// Deletes snapshot `snap`.
+    fn delete_snapshot(&self, snap: &str) -> Result<(), EngineError>;
+    /// Removes cgroups and layers of sandboxes that are neither in `keep` nor `running`.
+    fn sweep(&self, keep: &HashSet<String>, running: &HashSet<String>) -> crate::SweepReport;
+    /// Removes snapshots not in `keep`.
+    fn sweep_snapshots(&self, keep: &HashSet<String>) -> Vec<String>;
+    /// The host's own addresses and networks `(address, prefix)`, always denied to sandboxes.
+    fn host_networks(&self) -> Vec<(std::net::IpAddr, u8)>;
+    /// Releases what the driver holds for the daemon (its cgroup base), at graceful shutdown.
+    fn shutdown(&self);
+}

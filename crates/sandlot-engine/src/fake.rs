@@ -1,0 +1,342 @@
+//! A driver for tests that need no root: each "sandbox" is a thread that speaks the real supervisor
+//! protocol over a socketpair, so everything above the driver (the supervisor link, processes, the
+//! control layer's state machine) runs as it does in production. It records what it was asked, and
+//! can be told to fail a launch or to let a supervisor die.
+//!
+//! The in-process supervisor understands a few programs: `true`, `false`, `echo ARGS…` (prints the
+//! arguments), `exit N`, and `sleep` (runs until signalled). Anything else exits 127. File operations
+//! and inbound connections are refused.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use sandlot_protocol::{read_frame, write_frame, Event, FileErrorKind, Request, Termination, VERSION};
+
+use crate::driver::{Driver, Egress, Instance, LaunchSpec, Launched, SnapshotTaken};
+use crate::{lock, EngineError, LayerSource, SweepReport};
+
+/// One thing the fake driver was asked to do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// A launch of sandbox `id` from this layer source.
+    Launch(String, LayerSource),
+    /// A freeze (`true`) or thaw.
+    Freeze(String, bool),
+    /// A kill of every process.
+    Kill(String),
+    /// A teardown; `true` when the layer went too.
+    Teardown(String, bool),
+    /// Leftovers of a sandbox that was not running removed.
+    Remove(String),
+    /// A layer synced after a stop.
+    Sync(String),
+    /// A snapshot of sandbox `.0` named `.1`.
+    Snapshot(String, String),
+    /// A snapshot deleted.
+    DeleteSnapshot(String),
+}
+
+/// What the fake host holds.
+#[derive(Default)]
+struct Host {
+    calls: Vec<Call>,
+    /// Sandboxes with a layer (made by a launch, kept by a stop, gone with a removal).
+    layers: HashSet<String>,
+    snapshots: HashSet<String>,
+    /// Launches left to fail, with the reason.
+    fail_launches: Vec<String>,
+    /// Running instances by sandbox, to crash them from a test.
+    running: BTreeMap<String, Arc<Peer>>,
+}
+
+/// The fake driver (see the module's documentation).
+#[derive(Default, Clone)]
+pub struct FakeDriver {
+    host: Arc<Mutex<Host>>,
+    next_slot: Arc<AtomicU32>,
+}
+
+impl FakeDriver {
+    /// A fake host with nothing on it.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Everything asked so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        lock(&self.host).calls.clone()
+    }
+
+    /// Sandboxes that have a layer on the fake host.
+    pub fn layers(&self) -> HashSet<String> {
+        lock(&self.host).layers.clone()
+    }
+
+    /// Snapshots on the fake host.
+    pub fn snapshots(&self) -> HashSet<String> {
+        lock(&self.host).snapshots.clone()
+    }
+
+    /// Puts a layer on the fake host as a previous daemon would have left it.
+    pub fn leave_layer(&self, id: &str) {
+        lock(&self.host).layers.insert(id.to_string());
+    }
+
+    /// Makes the next launch fail with `reason`.
+    pub fn fail_next_launch(&self, reason: &str) {
+        lock(&self.host).fail_launches.push(reason.to_string());
+    }
+
+    /// Ends sandbox `id`'s supervisor as a crash would: the engine sees its connection close.
+    /// `false` when it is not running.
+    pub fn crash(&self, id: &str) -> bool {
+        let peer = lock(&self.host).running.remove(id);
+        match peer {
+            Some(peer) => {
+                peer.end("killed by SIGSEGV");
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn record(&self, call: Call) {
+        lock(&self.host).calls.push(call);
+    }
+}
+
+impl Driver for FakeDriver {
+    fn has_image(&self, image: &str) -> bool {
+        image == "host"
+    }
+
+    fn disk_limits(&self) -> bool {
+        true
+    }
+
+    fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Launched, EngineError> {
+        let id = spec.id.to_string();
+        self.record(Call::Launch(id.clone(), spec.source.clone()));
+        {
+            let mut host = lock(&self.host);
+            if !host.fail_launches.is_empty() {
+                let reason = host.fail_launches.remove(0);
+                return Err(EngineError::StartFailed(reason));
+            }
+            match spec.source {
+                LayerSource::Existing if !host.layers.contains(&id) => return Err(EngineError::LayerMissing(id)),
+                LayerSource::Snapshot { id: snap, .. } if !host.snapshots.contains(snap) => {
+                    return Err(EngineError::Io(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("snapshot {snap} is missing"),
+                    )))
+                }
+                _ => {}
+            }
+            host.layers.insert(id.clone());
+        }
+        let (daemon_end, supervisor_end) = UnixStream::pair()?;
+        let slot = spec.preferred_slot.unwrap_or_else(|| self.next_slot.fetch_add(1, Ordering::SeqCst));
+        let peer = Arc::new(Peer { ended: Mutex::new(None), wake: Condvar::new(), sock: supervisor_end.try_clone()? });
+        lock(&self.host).running.insert(id.clone(), Arc::clone(&peer));
+        let serving = Arc::clone(&peer);
+        std::thread::Builder::new().name(format!("fake-{id}")).spawn(move || serving.serve(supervisor_end))?;
+        Ok(Launched {
+            pid: 1_000_000 + slot as i32,
+            control: daemon_end,
+            log: None,
+            instance: Box::new(FakeInstance { id, slot, peer, driver: self.clone(), frozen: AtomicBool::new(false) }),
+        })
+    }
+
+    fn remove(&self, id: &str) -> Result<(), EngineError> {
+        self.record(Call::Remove(id.to_string()));
+        lock(&self.host).layers.remove(id);
+        Ok(())
+    }
+
+    fn sync(&self, id: &str) -> Result<(), EngineError> {
+        self.record(Call::Sync(id.to_string()));
+        Ok(())
+    }
+
+    fn snapshot(&self, id: &str, slot: u32, snap: &str) -> Result<SnapshotTaken, EngineError> {
+        self.record(Call::Snapshot(id.to_string(), snap.to_string()));
+        let mut host = lock(&self.host);
+        if !host.layers.contains(id) {
+            return Err(EngineError::LayerMissing(id.to_string()));
+        }
+        host.snapshots.insert(snap.to_string());
+        Ok(SnapshotTaken { bytes: 1 << 20, owner: slot })
+    }
+
+    fn delete_snapshot(&self, snap: &str) -> Result<(), EngineError> {
+        self.record(Call::DeleteSnapshot(snap.to_string()));
+        lock(&self.host).snapshots.remove(snap);
+        Ok(())
+    }
+
+    fn sweep(&self, keep: &HashSet<String>, running: &HashSet<String>) -> SweepReport {
+        let mut host = lock(&self.host);
+        let gone: Vec<String> =
+            host.layers.iter().filter(|l| !keep.contains(*l) && !running.contains(*l)).cloned().collect();
+        for l in &gone {
+            host.layers.remove(l);
+        }
+        SweepReport { cgroups: Vec::new(), layers: gone }
+    }
+
+    fn sweep_snapshots(&self, keep: &HashSet<String>) -> Vec<String> {
+        let mut host = lock(&self.host);
+        let gone: Vec<String> = host.snapshots.iter().filter(|s| !keep.contains(*s)).cloned().collect();
+        for s in &gone {
+            host.snapshots.remove(s);
+        }
+        gone
+    }
+
+    fn host_networks(&self) -> Vec<(std::net::IpAddr, u8)> {
+        Vec::new()
+    }
+
+    fn shutdown(&self) {}
+}
+
+/// The in-process supervisor of one fake sandbox.
+struct Peer {
+    /// How it ended, once it has.
+    ended: Mutex<Option<String>>,
+    wake: Condvar,
+    /// Its end of the socket, to close it from outside (kill, crash).
+    sock: UnixStream,
+}
+
+impl Peer {
+    fn end(&self, how: &str) {
+        let mut ended = lock(&self.ended);
+        if ended.is_none() {
+            *ended = Some(how.to_string());
+        }
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        self.wake.notify_all();
+    }
+
+    /// Answers the daemon until the socket closes.
+    fn serve(&self, sock: UnixStream) {
+        let mut rd = match sock.try_clone() {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        let wr = Mutex::new(sock);
+        let send = |ev: &Event, payload: &[u8]| {
+            let mut w = lock(&wr);
+            let _ = write_frame(&mut *w, ev, payload).and_then(|_| w.flush().map_err(Into::into));
+        };
+        send(&Event::Ready { version: VERSION }, &[]);
+        // Processes that run until signalled (`sleep`).
+        let mut sleeping = HashSet::new();
+        while let Ok(frame) = read_frame::<Request, _>(&mut rd) {
+            match frame.header {
+                Request::Spawn(spawn) => {
+                    let proc = spawn.proc;
+                    send(&Event::Started { proc, pid: 2 }, &[]);
+                    let args = &spawn.argv[1..];
+                    let code = match spawn.argv[0].as_str() {
+                        "true" => Some(0),
+                        "false" => Some(1),
+                        "exit" => Some(args.first().and_then(|c| c.parse().ok()).unwrap_or(0)),
+                        "echo" => {
+                            send(&Event::Output { proc, fd: 1 }, format!("{}\n", args.join(" ")).as_bytes());
+                            Some(0)
+                        }
+                        "sleep" => None,
+                        _ => {
+                            send(&Event::Output { proc, fd: 2 }, b"fake supervisor: no such program\n");
+                            Some(127)
+                        }
+                    };
+                    match code {
+                        Some(code) => send(&Event::Exited { proc, end: Termination::Exited { code } }, &[]),
+                        None => {
+                            sleeping.insert(proc);
+                        }
+                    }
+                }
+                Request::Signal { proc, signal } if sleeping.remove(&proc) => {
+                    send(&Event::Exited { proc, end: Termination::Signaled { signal } }, &[]);
+                }
+                Request::File { req, .. } => send(
+                    &Event::Failed {
+                        req,
+                        kind: FileErrorKind::Invalid,
+                        message: "the fake supervisor has no file system".into(),
+                    },
+                    &[],
+                ),
+                Request::Connect { conn, port } => send(
+                    &Event::ConnectFailed { conn, message: format!("nothing listens on port {port}"), busy: false },
+                    &[],
+                ),
+                _ => {}
+            }
+        }
+        self.end("exit status 0");
+    }
+}
+
+/// One fake sandbox, as the engine sees it.
+struct FakeInstance {
+    id: String,
+    slot: u32,
+    peer: Arc<Peer>,
+    driver: FakeDriver,
+    frozen: AtomicBool,
+}
+
+impl Instance for FakeInstance {
+    fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    fn oom_kills(&self) -> u64 {
+        0
+    }
+
+    fn freeze(&self, frozen: bool) -> Result<(), EngineError> {
+        self.driver.record(Call::Freeze(self.id.clone(), frozen));
+        self.frozen.store(frozen, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn kill(&self) {
+        self.driver.record(Call::Kill(self.id.clone()));
+        self.peer.end("killed by SIGKILL");
+    }
+
+    fn wait(&self) -> String {
+        let mut ended = lock(&self.peer.ended);
+        while ended.is_none() {
+            ended = self.peer.wake.wait(ended).unwrap_or_else(|p| p.into_inner());
+        }
+        ended.clone().unwrap_or_default()
+    }
+
+    fn teardown(&self, remove_layer: bool) {
+        self.driver.record(Call::Teardown(self.id.clone(), remove_layer));
+        let mut host = lock(&self.driver.host);
+        host.running.remove(&self.id);
+        if remove_layer {
+            host.layers.remove(&self.id);
+        }
+    }
+
+    fn attach_egress(&self) -> Result<Egress, EngineError> {
+        Err(EngineError::Io(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "the fake driver gives sandboxes no network",
+        )))
+    }
+}

@@ -1,0 +1,370 @@
+//! The Linux driver: namespaces, cgroups, overlay layers on the btrfs volume and host uid ranges, all
+//! from `sandlot-linux`. The engine reaches the host only through here.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use sandlot_linux::cgroup::{CgroupLimits, Cgroups, SandboxCgroup};
+use sandlot_linux::launch::{LaunchRequest, Launcher};
+use sandlot_linux::layers::Layer;
+use sandlot_linux::{image, ContainerSpec};
+
+use crate::driver::{Driver, Egress, Instance, LaunchSpec, Launched, SnapshotTaken};
+use crate::{EngineError, LayerSource, SweepReport};
+
+/// Process-wide host set-up the daemon does before it starts anything.
+pub mod host {
+    pub use sandlot_linux::volume::enter_private_mount_namespace;
+    pub use sandlot_linux::{host_memory_bytes, raise_fd_limit, running_as_root};
+}
+
+/// Pids each sandbox's cgroup holds beyond its own limit, for its supervisor alone.
+pub const SUPERVISOR_PIDS: u64 = sandlot_linux::cgroup::SUPERVISOR_PIDS;
+
+/// Defence layers of a sandbox that the escape suite may switch off one at a time.
+pub type DefenceLayers = sandlot_linux::Layers;
+
+/// Settings of the Linux driver.
+#[derive(Debug, Clone)]
+pub struct LinuxConfig {
+    /// Root of the daemon's state (layers, images, snapshots).
+    pub state_dir: PathBuf,
+    /// Defence layers in force (all, except in the escape suite's layer-by-layer tests).
+    pub layers: DefenceLayers,
+    /// Size of the btrfs layers volume in GiB; `None` keeps layers on the state filesystem with no disk
+    /// limit (an explicit opt-out for hosts without btrfs).
+    pub layers_volume_gb: Option<u64>,
+    /// The egress CA's certificate (PEM), installed in every image's trust bundle.
+    pub ca_pem: Option<String>,
+}
+
+/// The Linux driver.
+pub struct LinuxDriver {
+    cfg: LinuxConfig,
+    cgroups: Cgroups,
+    launcher: Launcher,
+    volume: Option<sandlot_linux::volume::Volume>,
+    /// Held open for the daemon's lifetime: its closing tells the thaw watchdog (cgroup v1) to thaw
+    /// whatever is still frozen.
+    _thaw_watchdog: Option<std::os::fd::OwnedFd>,
+    /// The exclusive lock on the state directory (shared with the thaw watchdog, which releases it last).
+    _state_lock: std::os::fd::OwnedFd,
+}
+
+impl LinuxDriver {
+    /// Locks the state directory, detects cgroups, opens the layers volume, builds the default image
+    /// and starts the launcher thread.
+    pub fn new(cfg: LinuxConfig) -> Result<Self, EngineError> {
+        // First: nothing below may touch the state of a daemon already running on it.
+        let state_lock = sandlot_linux::lock_state_dir(&cfg.state_dir, std::time::Duration::from_secs(5))?;
+        let instance = instance_id(&cfg.state_dir)?;
+        let cgroups = Cgroups::detect(&instance)?;
+        let volume = match cfg.layers_volume_gb {
+            Some(gb) => Some(sandlot_linux::volume::Volume::open(&cfg.state_dir, gb)?),
+            None => None,
+        };
+        std::fs::create_dir_all(cfg.state_dir.join("images"))?;
+        // Build the default image now, once, rather than racing to build it in concurrent first creates.
+        image::open(&cfg.state_dir.join("images"), "host")?;
+        if let Some(pem) = &cfg.ca_pem {
+            image::install_ca(&cfg.state_dir.join("images"), pem)?;
+        }
+        let launcher = Launcher::start()?;
+        // Last of the fallible steps: a start that fails before this point never thaws anything.
+        let thaw_watchdog = match cgroups.freezer_base() {
+            Some(base) => Some(sandlot_linux::cgroup::spawn_thaw_watchdog(base, &state_lock)?),
+            None => None,
+        };
+        Ok(LinuxDriver { cfg, cgroups, launcher, volume, _thaw_watchdog: thaw_watchdog, _state_lock: state_lock })
+    }
+
+    fn sandboxes_dir(&self) -> PathBuf {
+        match &self.volume {
+            Some(v) => v.sandboxes(),
+            None => self.cfg.state_dir.join("sandboxes"),
+        }
+    }
+
+    fn images_dir(&self) -> PathBuf {
+        self.cfg.state_dir.join("images")
+    }
+
+    fn snapshots_dir(&self) -> PathBuf {
+        match &self.volume {
+            Some(v) => v.root.join("snapshots"),
+            None => self.cfg.state_dir.join("snapshots"),
+        }
+    }
+}
+
+impl Driver for LinuxDriver {
+    fn has_image(&self, name: &str) -> bool {
+        image::IMAGES.contains(&name)
+    }
+
+    fn disk_limits(&self) -> bool {
+        self.volume.is_some()
+    }
+
+    fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Launched, EngineError> {
+        let id = spec.id;
+        let img = image::open(&self.images_dir(), spec.image)?;
+        let slot = sandlot_linux::ids::claim(spec.preferred_slot)?;
+        let ids = slot.ids();
+        let layer = Layer::at(&self.sandboxes_dir(), id);
+        let disk = self.volume.as_ref().map(|_| spec.resources.disk_bytes);
+        let fresh = *spec.source != LayerSource::Existing;
+        let cleanup = |layer: &Layer| {
+            if fresh {
+                let _ = layer.remove();
+            }
+        };
+        match spec.source {
+            LayerSource::Fresh => layer.create(ids, &hostname(id), disk)?,
+            LayerSource::Existing => {
+                if !layer.upper.is_dir() {
+                    return Err(EngineError::LayerMissing(id.to_string()));
+                }
+                if let Ok(n) = layer.remove_partial_uploads() {
+                    if n > 0 {
+                        tracing::info!(sandbox = id, "removed {n} partial upload(s) cut short by a crash");
+                    }
+                }
+                let old = spec.preferred_slot.map(|s| sandlot_linux::IdRange::for_slot(s).base);
+                if let Some(old) = old.filter(|b| *b != ids.base) {
+                    // Its old host id range is taken by another sandbox now: re-own the files.
+                    sandlot_linux::volume::shift_owners(&layer.dir, old, ids.base)?;
+                }
+            }
+            LayerSource::Snapshot { id: snap, owner } => {
+                let result = (|| -> std::io::Result<()> {
+                    std::fs::create_dir_all(self.sandboxes_dir())?;
+                    sandlot_linux::volume::snapshot(&self.snapshots_dir().join(snap), &layer.dir, false)?;
+                    sandlot_linux::volume::shift_owners(&layer.dir, *owner, ids.base)?;
+                    if let Some(bytes) = disk {
+                        sandlot_linux::volume::limit_subvolume(&layer.dir, bytes)?;
+                    }
+                    layer.rename_host(ids, &hostname(id))
+                })();
+                if let Err(e) = result {
+                    cleanup(&layer);
+                    return Err(e.into());
+                }
+            }
+        }
+        let r = spec.resources;
+        let limits = CgroupLimits { memory_bytes: r.memory_bytes, pids: r.pids, cpu: r.cpu };
+        let cgroup = match self.cgroups.create(id, limits) {
+            Ok(c) => c,
+            Err(e) => {
+                cleanup(&layer);
+                return Err(e.into());
+            }
+        };
+        let container = ContainerSpec {
+            root: layer.root.clone(),
+            lower: img.lower.clone(),
+            upper: layer.upper.clone(),
+            work: layer.work.clone(),
+            ro_binds: img.ro_binds.clone(),
+            hostname: hostname(id),
+            // Half the memory limit: filling /tmp (whose pages count as memory) then ends in ENOSPC,
+            // not in the OOM killer.
+            tmp_mb: (r.memory_bytes >> 21).max(8),
+            layers: self.cfg.layers,
+            work_cgroup_fds: cgroup.work_procs().len() as u32,
+            max_file_bytes: disk.unwrap_or(0),
+        };
+        match self.launcher.launch(LaunchRequest { spec: container, ids, cgroup: cgroup.clone() }) {
+            Ok(launched) => Ok(Launched {
+                pid: launched.pid,
+                control: std::os::unix::net::UnixStream::from(launched.control),
+                log: Some(launched.log),
+                instance: Box::new(LinuxInstance { pid: launched.pid, cgroup, layer, slot }),
+            }),
+            Err(e) => {
+                let _ = cgroup.destroy();
+                cleanup(&layer);
+                Err(EngineError::StartFailed(format!("launch: {e}")))
+            }
+        }
+    }
+
+    fn remove(&self, id: &str) -> Result<(), EngineError> {
+        let _ = self.cgroups.handle(id).destroy();
+        Layer::at(&self.sandboxes_dir(), id).remove()?;
+        Ok(())
+    }
+
+    fn sync(&self, id: &str) -> Result<(), EngineError> {
+        sandlot_linux::volume::sync(&Layer::at(&self.sandboxes_dir(), id).dir)?;
+        Ok(())
+    }
+
+    fn snapshot(&self, id: &str, slot: u32, snap: &str) -> Result<SnapshotTaken, EngineError> {
+        if self.volume.is_none() {
+            return Err(EngineError::NoLayersVolume("snapshots"));
+        }
+        let src = Layer::at(&self.sandboxes_dir(), id).dir;
+        let dst = self.snapshots_dir().join(snap);
+        std::fs::create_dir_all(self.snapshots_dir())?;
+        sandlot_linux::volume::sync(&src)?;
+        sandlot_linux::volume::snapshot(&src, &dst, true)?;
+        sandlot_linux::volume::sync(&dst)?;
+        match sandlot_linux::volume::referenced_bytes(&dst) {
+            Ok(bytes) => Ok(SnapshotTaken { bytes, owner: sandlot_linux::IdRange::for_slot(slot).base }),
+            Err(e) => {
+                let _ = sandlot_linux::volume::remove_subvolume(&dst);
+                Err(e.into())
+            }
+        }
+    }
+
+    fn delete_snapshot(&self, snap: &str) -> Result<(), EngineError> {
+        sandlot_linux::volume::remove_subvolume(&self.snapshots_dir().join(snap))?;
+        Ok(())
+    }
+
+    fn sweep(&self, keep: &HashSet<String>, running: &HashSet<String>) -> SweepReport {
+        let mut report = SweepReport::default();
+        for name in self.cgroups.existing() {
+            if running.contains(&name) {
+                continue;
+            }
+            if self.cgroups.handle(&name).destroy().is_ok() {
+                report.cgroups.push(name);
+            }
+        }
+        if let Ok(rd) = std::fs::read_dir(self.sandboxes_dir()) {
+            for ent in rd.flatten() {
+                let name = ent.file_name().to_string_lossy().into_owned();
+                if keep.contains(&name) || running.contains(&name) {
+                    continue;
+                }
+                if Layer::at(&self.sandboxes_dir(), &name).remove().is_ok() {
+                    report.layers.push(name);
+                }
+            }
+        }
+        report
+    }
+
+    fn sweep_snapshots(&self, keep: &HashSet<String>) -> Vec<String> {
+        let mut removed = Vec::new();
+        if let Ok(rd) = std::fs::read_dir(self.snapshots_dir()) {
+            for ent in rd.flatten() {
+                let name = ent.file_name().to_string_lossy().into_owned();
+                if !keep.contains(&name) && sandlot_linux::volume::remove_subvolume(&ent.path()).is_ok() {
+                    removed.push(name);
+                }
+            }
+        }
+        removed
+    }
+
+    fn host_networks(&self) -> Vec<(std::net::IpAddr, u8)> {
+        host_networks()
+    }
+
+    fn shutdown(&self) {
+        self.cgroups.remove_base();
+    }
+}
+
+/// One sandbox on Linux: its pid 1, cgroup, layer and uid range.
+struct LinuxInstance {
+    pid: i32,
+    cgroup: SandboxCgroup,
+    layer: Layer,
+    /// Held while the sandbox exists: its host uid range.
+    slot: sandlot_linux::ids::Slot,
+}
+
+impl Instance for LinuxInstance {
+    fn slot(&self) -> u32 {
+        self.slot.n
+    }
+
+    fn oom_kills(&self) -> u64 {
+        self.cgroup.oom_kills()
+    }
+
+    fn freeze(&self, frozen: bool) -> Result<(), EngineError> {
+        Ok(self.cgroup.freeze(frozen)?)
+    }
+
+    fn kill(&self) {
+        // A frozen (paused) process cannot die on cgroup v1 until it is thawed.
+        let _ = self.cgroup.freeze(false);
+        // SIGKILL to pid 1 of a pid namespace kills every process in it.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGKILL);
+    }
+
+    fn wait(&self) -> String {
+        match sandlot_linux::launch::wait(self.pid) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => format!("exit status {code}"),
+            Ok(nix::sys::wait::WaitStatus::Signaled(_, sig, _)) => format!("killed by {sig}"),
+            Ok(other) => format!("{other:?}"),
+            Err(e) => format!("wait failed: {e}"),
+        }
+    }
+
+    fn teardown(&self, remove_layer: bool) {
+        let _ = self.cgroup.destroy();
+        if remove_layer {
+            let _ = self.layer.remove();
+        }
+    }
+
+    fn attach_egress(&self) -> Result<Egress, EngineError> {
+        let sandlot_linux::net::EgressSockets { tcp4, tcp6, udp4, udp6, steering } =
+            sandlot_linux::net::attach_egress(self.pid)?;
+        let fds = sandlot_netproxy::egress::EgressFds { tcp4, tcp6, udp4, udp6 };
+        Ok(Egress { fds, keep: Box::new(steering) })
+    }
+}
+
+/// This state directory's instance name (random, made on first start), which names its cgroup base.
+fn instance_id(state_dir: &Path) -> Result<String, EngineError> {
+    let path = state_dir.join("instance-id");
+    if let Ok(id) = std::fs::read_to_string(&path) {
+        let id = id.trim().to_string();
+        if !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Ok(id);
+        }
+    }
+    use rand::Rng;
+    let id: String = (0..8).map(|_| format!("{:x}", rand::thread_rng().gen_range(0..16u8))).collect();
+    std::fs::write(&path, &id)?;
+    Ok(id)
+}
+
+/// Hostname of a sandbox: `sandlot-` and the first characters of its id.
+fn hostname(id: &str) -> String {
+    let short: String = id.trim_start_matches("sb_").chars().take(12).collect();
+    format!("sandlot-{short}")
+}
+
+/// Process output every sandbox together may hold in the daemon: an eighth of the host's memory
+/// (2.9 GiB on a 23 GiB host).
+pub fn daemon_output_bytes() -> u64 {
+    sandlot_linux::host_memory_bytes().unwrap_or(0) / 8
+}
+
+/// Environment that points every common TLS stack at the image's trust bundle, which holds the
+/// daemon's egress CA (for brokered hosts) besides the system roots.
+pub fn tls_env() -> [(&'static str, &'static str); 5] {
+    [
+        ("SSL_CERT_FILE", image::CA_BUNDLE),
+        ("REQUESTS_CA_BUNDLE", image::CA_BUNDLE),
+        ("CURL_CA_BUNDLE", image::CA_BUNDLE),
+        ("PIP_CERT", image::CA_BUNDLE),
+        ("NODE_EXTRA_CA_CERTS", image::CA_CERT),
+    ]
+}
+
+/// The host's own addresses, networks and default gateways `(address, prefix)`, always denied to
+/// sandboxes (read before the driver exists: the network is set up first).
+pub fn host_networks() -> Vec<(std::net::IpAddr, u8)> {
+    sandlot_linux::net::host_networks()
+}
