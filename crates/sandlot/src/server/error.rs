@@ -42,7 +42,7 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::error!(code = self.code, "{}", self.message);
         }
-        let body = ErrorBody { error: ErrorDetail { code: self.code.into(), message: self.message } };
+        let body = ErrorBody { error: ErrorDetail { code: self.code.into(), message: self.message, retryable: false } };
         (self.status, Json(body)).into_response()
     }
 }
@@ -55,7 +55,7 @@ impl From<EngineError> for ApiError {
             }
             EngineError::UnknownImage(_) => ApiError::invalid(e.to_string()),
             EngineError::OutputBudget(m) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, codes::LIMIT_REACHED, m),
-            EngineError::PortUnreachable(m) => ApiError::new(StatusCode::BAD_GATEWAY, "port_unreachable", m),
+            EngineError::PortUnreachable(m) => ApiError::new(StatusCode::BAD_GATEWAY, codes::PORT_UNREACHABLE, m),
             EngineError::Busy(m) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, codes::LIMIT_REACHED, m),
             EngineError::StartFailed(_) | EngineError::Host(_) => ApiError::internal(e.to_string()),
             EngineError::File { kind, message } => {

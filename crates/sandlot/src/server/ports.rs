@@ -219,10 +219,9 @@ async fn proxy_inner(app: &AppState, id: String, port: u16, req: Request, route:
     tokio::spawn(async move {
         let _ = conn.with_upgrades().await;
     });
-    let mut resp = sender
-        .send_request(hyper::Request::from_parts(parts, body))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "port_unreachable", format!("port {port}: {e}")))?;
+    let mut resp = sender.send_request(hyper::Request::from_parts(parts, body)).await.map_err(|e| {
+        ApiError::new(StatusCode::BAD_GATEWAY, sandlot_api::codes::PORT_UNREACHABLE, format!("port {port}: {e}"))
+    })?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         if let Some(client_upgrade) = client_upgrade {
             let server_upgrade = hyper::upgrade::on(&mut resp);
