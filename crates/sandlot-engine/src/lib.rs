@@ -228,10 +228,11 @@ impl Engine {
             .await
             .map_err(|e| EngineError::Host(e.to_string()))??;
         let sandlot_linux::net::EgressSockets { tcp4, tcp6, udp4, udp6, steering } = egress;
-        let fds = sandlot_netproxy::egress::EgressFds { tcp4, tcp6, udp4, udp6 };
+        let (tcp4, tcp6) = (std::net::TcpListener::from(tcp4), tcp6.map(std::net::TcpListener::from));
+        let (udp4, udp6) = (std::net::UdpSocket::from(udp4), udp6.map(std::net::UdpSocket::from));
         let net =
             sandlot_netproxy::egress::SandboxNet::new(&sb.id, policy, Arc::clone(&self.cfg.net), self.net_tx.clone());
-        let task = net.start(fds, steering)?;
+        let task = net.start(tcp4, tcp6, udp4, udp6, steering)?;
         sb.set_net(net, task);
         Ok(())
     }

@@ -6,6 +6,7 @@
 
 pub mod broker;
 pub mod cidr;
+pub mod dial;
 pub mod dns;
 pub mod egress;
 pub mod policy;
