@@ -203,7 +203,7 @@ impl Engine {
         &self,
         spec: &sandlot_api::NetworkSpec,
         exempt: &[String],
-    ) -> Result<sandlot_netproxy::policy::Policy, String> {
+    ) -> Result<sandlot_netproxy::policy::Policy, sandlot_netproxy::policy::PolicyError> {
         sandlot_netproxy::policy::Policy::compile(spec, &self.cfg.net.host_nets, exempt)
     }
 
