@@ -4,6 +4,8 @@
 //! parses requests into these types (unknown fields are rejected) and the clients build them, so both ends
 //! agree on one definition.
 
+#![deny(missing_docs)]
+
 /// Default TCP address of `sandlot serve`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7423";
 /// Environment variable naming the server URL for the CLI and the SDKs.

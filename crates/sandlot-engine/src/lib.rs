@@ -3,6 +3,8 @@
 //! The engine never sees HTTP or SQL and holds no `unsafe`. The HTTP layer validates requests, records
 //! them in the store and calls in here; the Linux driver (`sandlot-linux`) does the privileged work.
 
+#![deny(missing_docs)]
+
 pub mod budget;
 mod output;
 mod process;

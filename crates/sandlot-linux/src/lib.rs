@@ -9,6 +9,8 @@
 //! overlayfs root (lower = image, upper = private layer) → pivot_root, fresh /proc, minimal /dev, tmpfs
 //! /tmp and /dev/shm, no /sys → hostname, loopback up → supervisor as pid 1.
 
+#![deny(missing_docs)]
+
 pub mod cgroup;
 pub mod container;
 pub mod ids;

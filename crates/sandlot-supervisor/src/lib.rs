@@ -8,12 +8,14 @@
 //!
 //! It holds no host secret and trusts nothing from the workload. Its threads: one reads requests, one reaps
 //! children, one per output pipe, one per file operation; all writes to the socket go through
-//! [`Outbox`], which writes whole frames under a lock.
+//! `Outbox`, which writes whole frames under a lock.
 //!
 //! Pid 1 must never die from load: its death ends the sandbox. Every thread is started with
-//! [`spawn_thread`], whose failure (EAGAIN once the sandbox's pids limit, which counts threads, is
+//! `spawn_thread`, whose failure (EAGAIN once the sandbox's pids limit, which counts threads, is
 //! reached) becomes an error answer to the request that needed it; inbound connections and file
 //! operations are capped per sandbox; every queue between the control loop and a slow consumer is bounded.
+
+#![deny(missing_docs)]
 
 mod credit;
 mod files;

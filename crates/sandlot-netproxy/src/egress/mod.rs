@@ -2,8 +2,8 @@
 //! policy-checked TCP proxy for every connection the sandbox opens, fed by the daemon's sockets inside
 //! the sandbox's network namespace (the driver steers all of the sandbox's traffic to them).
 //!
-//! Split by what each part handles: [`tcp`] (connections: policy, sniffing, splicing, brokering),
-//! [`udp`] (datagrams), [`lookup`] (the gateway's DNS server) and [`vips`] (the virtual addresses DNS
+//! Split by what each part handles: `tcp` (connections: policy, sniffing, splicing, brokering),
+//! `udp` (datagrams), `lookup` (the gateway's DNS server) and `vips` (the virtual addresses DNS
 //! answers with); this module holds the per-sandbox state they share and the loop that feeds them.
 
 mod lookup;
@@ -32,7 +32,7 @@ use vips::Vips;
 /// Share of the daemon's descriptor limit that proxied connections of all sandboxes together may
 /// hold: a connection costs up to four (both sockets, and a pipe pair while bytes move), so an eighth
 /// of the limit in connections is at most half the descriptors, and 40 sandboxes at their own cap of
-/// 512 connections (see [`tcp`]) can no longer pin the daemon at its limit.
+/// 512 connections (see the `tcp` module) can no longer pin the daemon at its limit.
 pub const SHARE_OF_FDS: u64 = 8;
 
 /// Name resolutions one sandbox may have in flight (each holds a thread of the shared blocking pool).
