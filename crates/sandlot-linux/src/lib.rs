@@ -27,7 +27,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// Everything the sandbox side needs to build its root. Serialised into the supervisor's argv.
+/// Everything the sandbox side needs to build its root. Sent as the first frame on the control socket
+/// (not in argv, which every process of the sandbox can read in /proc/1/cmdline: the spec names host paths).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ContainerSpec {
     /// Empty directory the root is assembled on.
