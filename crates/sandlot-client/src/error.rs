@@ -50,6 +50,8 @@ pub struct Error {
     kind: ErrorKind,
     code: Option<String>,
     status: Option<u16>,
+    /// The server's own retry hint (`retryable` in its error body); `false` from servers that predate it.
+    retryable: bool,
     message: String,
     source: Option<Box<dyn StdError + Send + Sync + 'static>>,
 }
@@ -71,13 +73,15 @@ impl Error {
     }
 
     /// Whether the same request may succeed if sent again later (server down, overloaded or limited).
+    /// True when the server said so in its answer, or when the kind of failure is one that passes
+    /// (servers that predate the server's hint never send it, so the kind still decides for them).
     pub fn is_retryable(&self) -> bool {
-        matches!(self.kind, ErrorKind::Connect | ErrorKind::LimitReached | ErrorKind::Server)
+        self.retryable || matches!(self.kind, ErrorKind::Connect | ErrorKind::LimitReached | ErrorKind::Server)
     }
 
     /// An error of `kind` with our own message.
     pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
-        Error { kind, code: None, status: None, message: message.into(), source: None }
+        Error { kind, code: None, status: None, retryable: false, message: message.into(), source: None }
     }
 
     fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Error {
@@ -92,6 +96,7 @@ impl Error {
                 kind: kind_of_code(&parsed.error.code).unwrap_or_else(|| kind_of_status(status)),
                 code: Some(parsed.error.code),
                 status: Some(status),
+                retryable: parsed.error.retryable,
                 message: parsed.error.message,
                 source: None,
             },
@@ -102,7 +107,14 @@ impl Error {
                 } else {
                     format!("HTTP {status}: {}", truncate(body, 300))
                 };
-                Error { kind: kind_of_status(status), code: None, status: Some(status), message, source: None }
+                Error {
+                    kind: kind_of_status(status),
+                    code: None,
+                    status: Some(status),
+                    retryable: false,
+                    message,
+                    source: None,
+                }
             }
         }
     }
@@ -214,6 +226,7 @@ impl fmt::Debug for Error {
             .field("kind", &self.kind)
             .field("code", &self.code)
             .field("status", &self.status)
+            .field("retryable", &self.retryable)
             .field("message", &self.message)
             .finish()
     }
@@ -247,6 +260,18 @@ mod tests {
         let err = Error::from_status(503, r#"{"error":{"code":"unavailable","message":"bye"}}"#);
         assert_eq!(err.kind(), ErrorKind::Server);
         assert!(err.is_retryable());
+    }
+
+    #[test]
+    fn the_servers_retry_hint_is_read() {
+        let body = r#"{"error":{"code":"conflict","message":"busy","retryable":true}}"#;
+        let err = Error::from_status(409, body);
+        assert_eq!(err.kind(), ErrorKind::Conflict);
+        assert!(err.is_retryable());
+        let err = Error::from_status(409, r#"{"error":{"code":"conflict","message":"stopped","retryable":false}}"#);
+        assert!(!err.is_retryable());
+        let err = Error::from_status(409, r#"{"error":{"code":"conflict","message":"stopped"}}"#);
+        assert!(!err.is_retryable());
     }
 
     #[test]

@@ -28,7 +28,7 @@
 //! Errors are one opaque [`Error`]: branch on [`Error::kind`], read the server's stable code with
 //! [`Error::code`].
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod client;
 mod error;

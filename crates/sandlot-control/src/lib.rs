@@ -8,6 +8,8 @@
 //!
 //! Data flows one way: surface → [`Control`] → engine (→ driver) and store.
 
+#![deny(missing_docs)]
+
 mod audit;
 pub mod capacity;
 mod config;

@@ -3,7 +3,7 @@
 //!
 //! The engine keeps the state that is the same on every host (the supervisor link, processes, output
 //! budgets, transfers, the network proxy); a driver does the host-specific work (namespaces, cgroups,
-//! layers, uid ranges). [`crate::linux::LinuxDriver`] is the real one; [`crate::fake::FakeDriver`]
+//! layers, uid ranges). [`crate::linux::LinuxDriver`] is the real one; `crate::fake::FakeDriver`
 //! (feature `fake`) runs an in-process supervisor over a socketpair so the layers above can be tested
 //! without root.
 
@@ -65,8 +65,14 @@ pub struct SnapshotTaken {
 
 /// The host's side of a sandbox's network: the daemon's sockets inside its namespace.
 pub struct Egress {
-    /// Listening and datagram sockets the proxy serves.
-    pub fds: sandlot_netproxy::egress::EgressFds,
+    /// Listening TCP socket (IPv4), non-blocking.
+    pub tcp4: std::net::TcpListener,
+    /// Listening TCP socket (IPv6 only); `None` on a host without IPv6.
+    pub tcp6: Option<std::net::TcpListener>,
+    /// UDP socket (IPv4) bound to the gateway's port 53.
+    pub udp4: std::net::UdpSocket,
+    /// UDP socket (IPv6 only); `None` without IPv6.
+    pub udp6: Option<std::net::UdpSocket>,
     /// Kept alive as long as the proxy runs (the traffic-steering program on Linux).
     pub keep: Box<dyn Send>,
 }

@@ -2,7 +2,9 @@
 //!
 //! The engine never sees HTTP or SQL and holds no `unsafe`. The control layer (`sandlot-control`)
 //! decides what to do and records it; the engine does it, through a [`Driver`] that does the host's
-//! part: [`linux::LinuxDriver`] in the daemon, [`fake::FakeDriver`] in tests (feature `fake`).
+//! part: [`linux::LinuxDriver`] in the daemon, `fake::FakeDriver` in tests (feature `fake`).
+
+#![deny(missing_docs)]
 
 pub mod budget;
 pub mod driver;
@@ -198,7 +200,7 @@ impl Engine {
         let egress = tokio::task::spawn_blocking(move || instance.attach_egress()).await??;
         let net =
             sandlot_netproxy::egress::SandboxNet::new(&sb.id, policy, Arc::clone(&self.cfg.net), self.net_tx.clone());
-        let task = net.start(egress.fds, egress.keep)?;
+        let task = net.start(egress.tcp4, egress.tcp6, egress.udp4, egress.udp6, egress.keep)?;
         sb.set_net(net, task);
         Ok(())
     }

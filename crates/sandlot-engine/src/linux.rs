@@ -319,8 +319,13 @@ impl Instance for LinuxInstance {
     fn attach_egress(&self) -> Result<Egress, EngineError> {
         let sandlot_linux::net::EgressSockets { tcp4, tcp6, udp4, udp6, steering } =
             sandlot_linux::net::attach_egress(self.pid)?;
-        let fds = sandlot_netproxy::egress::EgressFds { tcp4, tcp6, udp4, udp6 };
-        Ok(Egress { fds, keep: Box::new(steering) })
+        Ok(Egress {
+            tcp4: tcp4.into(),
+            tcp6: tcp6.map(Into::into),
+            udp4: udp4.into(),
+            udp6: udp6.map(Into::into),
+            keep: Box::new(steering),
+        })
     }
 }
 

@@ -11,10 +11,7 @@ use sandlot_netproxy::egress::{Shared, TcpDialer};
 use sandlot_netproxy::policy::HostNetworks;
 
 pub use sandlot_netproxy::egress::NetEvent;
-pub use sandlot_netproxy::policy::Policy;
-
-/// Why a network spec was refused.
-pub type PolicyError = String;
+pub use sandlot_netproxy::policy::{Policy, PolicyError};
 
 /// The daemon's network settings, as the admin gave them.
 #[derive(Debug, Clone, Default)]

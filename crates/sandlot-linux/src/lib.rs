@@ -9,6 +9,8 @@
 //! overlayfs root (lower = image, upper = private layer) → pivot_root, fresh /proc, minimal /dev, tmpfs
 //! /tmp and /dev/shm, no /sys → hostname, loopback up → supervisor as pid 1.
 
+#![deny(missing_docs)]
+
 pub mod cgroup;
 pub mod container;
 pub mod ids;
@@ -25,7 +27,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// Everything the sandbox side needs to build its root. Serialised into the supervisor's argv.
+/// Everything the sandbox side needs to build its root. Sent as the first frame on the control socket
+/// (not in argv, which every process of the sandbox can read in /proc/1/cmdline: the spec names host paths).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ContainerSpec {
     /// Empty directory the root is assembled on.

@@ -184,7 +184,7 @@ pub enum Step {
 /// each directory `visit` returned [`Step::Descend`] for, `leave(parent, name)` runs once all its
 /// entries were visited (children before parents: where a removal would run).
 ///
-/// Iterative: any depth costs heap for the names still to visit and at most [`WALK_OPEN_DIRS`]
+/// Iterative: any depth costs heap for the names still to visit and at most `WALK_OPEN_DIRS` (16)
 /// descriptors.
 pub fn walk(
     root: &Path,

@@ -55,10 +55,38 @@ struct VolArgsV2 {
 
 const SUBVOL_RDONLY: u64 = 1 << 1;
 
-nix::ioctl_write_ptr!(btrfs_subvol_create, 0x94, 14, VolArgs);
-nix::ioctl_write_ptr!(btrfs_snap_create_v2, 0x94, 23, VolArgsV2);
-nix::ioctl_write_ptr!(btrfs_snap_destroy, 0x94, 15, VolArgs);
-nix::ioctl_read!(btrfs_qgroup_limit, 0x94, 43, QgroupLimitArgs);
+nix::ioctl_write_ptr!(
+    /// `BTRFS_IOC_SUBVOL_CREATE`: creates an empty subvolume, named in the argument, in the directory
+    /// the ioctl is issued on (see [`create_subvolume`]).
+    btrfs_subvol_create,
+    0x94,
+    14,
+    VolArgs
+);
+nix::ioctl_write_ptr!(
+    /// `BTRFS_IOC_SNAP_CREATE_V2`: snapshots the subvolume open as the argument's `fd` into the directory
+    /// the ioctl is issued on, read-only with `SUBVOL_RDONLY`; the copy shares every extent (see [`snapshot`]).
+    btrfs_snap_create_v2,
+    0x94,
+    23,
+    VolArgsV2
+);
+nix::ioctl_write_ptr!(
+    /// `BTRFS_IOC_SNAP_DESTROY`: deletes the subvolume named in the argument from the directory the ioctl
+    /// is issued on, without walking its files.
+    btrfs_snap_destroy,
+    0x94,
+    15,
+    VolArgs
+);
+nix::ioctl_read!(
+    /// `BTRFS_IOC_QGROUP_LIMIT`: sets the referenced-bytes limit of a subvolume's qgroup, which is what
+    /// caps a sandbox's writable layer at `disk_mb`.
+    btrfs_qgroup_limit,
+    0x94,
+    43,
+    QgroupLimitArgs
+);
 
 /// Moves the calling process into a new mount namespace that receives the host's mounts but sends none
 /// back. Must run before the process starts threads.

@@ -25,7 +25,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::egress::Dial;
+use crate::dial::Dial;
 
 fn ca_params() -> CertificateParams {
     let mut p = CertificateParams::default();

@@ -36,18 +36,29 @@ impl Cidr {
     }
 }
 
-impl FromStr for Cidr {
-    type Err = String;
+/// Why a text is not a CIDR; the text is quoted in the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CidrError {
+    /// The part before any `/` is not an IPv4 or IPv6 address.
+    #[error("{0:?} is not an IP address or CIDR")]
+    NotAnAddress(String),
+    /// The prefix length after `/` is not a number or is longer than the address (32 or 128 bits).
+    #[error("{0:?}: bad prefix length")]
+    BadPrefix(String),
+}
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl FromStr for Cidr {
+    type Err = CidrError;
+
+    fn from_str(s: &str) -> Result<Self, CidrError> {
         let (a, p) = match s.split_once('/') {
             Some((a, p)) => (a, Some(p)),
             None => (s, None),
         };
-        let addr: IpAddr = a.parse().map_err(|_| format!("{s:?} is not an IP address or CIDR"))?;
+        let addr: IpAddr = a.parse().map_err(|_| CidrError::NotAnAddress(s.to_string()))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match p {
-            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| format!("{s:?}: bad prefix length"))?,
+            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| CidrError::BadPrefix(s.to_string()))?,
             None => max,
         };
         // An IPv4-mapped IPv6 network (`::ffff:a.b.c.d/96+`) is the IPv4 network it maps, so a rule

@@ -4,8 +4,11 @@
 //! heads), so every parser is bounded and returns `None` rather than guessing. This crate never touches
 //! the store or the driver's privileges.
 
+#![deny(missing_docs)]
+
 pub mod broker;
 pub mod cidr;
+pub mod dial;
 pub mod dns;
 pub mod egress;
 pub mod policy;

@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 
-use crate::cidr::Cidr;
+use crate::cidr::{Cidr, CidrError};
 
 /// Ranges no sandbox reaches unless the admin maps a name there explicitly.
 pub const ALWAYS_DENY: &[&str] = &[
@@ -38,6 +38,45 @@ pub const ALWAYS_DENY: &[&str] = &[
 ];
 
 pub use sandlot_api::{HostRule, Mode, NetworkSpec};
+
+/// Why a network spec does not compile. The message names the offending entry, so it can be shown to
+/// whoever wrote the spec as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// An `allow` or `deny` entry looked like an address or CIDR but is not one.
+    #[error(transparent)]
+    Cidr(#[from] CidrError),
+    /// An `allow` entry or a rule's host is neither a domain name nor a `*.domain` pattern.
+    #[error("{0:?} is not a domain name, `*.domain` pattern or CIDR")]
+    NotAName(String),
+    /// A rule's header name is not one the broker could send.
+    #[error("rules[{host:?}]: {header:?} is not a valid header name")]
+    HeaderName {
+        /// The rule's host, as written.
+        host: String,
+        /// The header name, as written.
+        header: String,
+    },
+    /// A rule's header value holds characters a header may not (control characters).
+    #[error("rules[{host:?}]: the value of header {header:?} is not valid (no control characters)")]
+    HeaderValue {
+        /// The rule's host, as written.
+        host: String,
+        /// The header whose value is refused.
+        header: String,
+    },
+    /// In allowlist mode, a rule names a host that `allow` does not admit (a typo the rule would hide).
+    #[error("rules[{0:?}]: the host is not in `allow`")]
+    RuleHostNotAllowed(String),
+    /// One of the tenant's exemptions (set by an admin) is not a CIDR.
+    #[error("tenant exemption {entry:?}: {source}")]
+    Exemption {
+        /// The exemption, as stored.
+        entry: String,
+        /// What is wrong with it.
+        source: CidrError,
+    },
+}
 
 /// The host's own addresses, the networks its interfaces are on, and its default gateways: what a
 /// sandbox with `allow-all` would otherwise reach next to the host (its LAN, its router, a cloud's
@@ -90,7 +129,7 @@ enum Pattern {
 }
 
 impl Pattern {
-    fn parse(s: &str) -> Result<Pattern, String> {
+    fn parse(s: &str) -> Result<Pattern, PolicyError> {
         let lower = s.trim_end_matches('.').to_ascii_lowercase();
         let (wild, name) = match lower.strip_prefix("*.") {
             Some(rest) => (true, rest.to_string()),
@@ -100,7 +139,7 @@ impl Pattern {
             !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         };
         if name.is_empty() || name.len() > 253 || !name.split('.').all(ok_label) {
-            return Err(format!("{s:?} is not a domain name, `*.domain` pattern or CIDR"));
+            return Err(PolicyError::NotAName(s.to_string()));
         }
         Ok(if wild { Pattern::Suffix(name) } else { Pattern::Exact(name) })
     }
@@ -176,7 +215,7 @@ impl Policy {
     /// Compiles `spec`; `host` holds the host's own addresses and networks (always denied, read at
     /// each decision so a change applies at once); `exempt` are the always-denied ranges an admin
     /// opted the sandbox's tenant into (reachable when `spec` allows).
-    pub fn compile(spec: &NetworkSpec, host: &Arc<HostNetworks>, exempt: &[String]) -> Result<Policy, String> {
+    pub fn compile(spec: &NetworkSpec, host: &Arc<HostNetworks>, exempt: &[String]) -> Result<Policy, PolicyError> {
         let mut names = Vec::new();
         let mut cidrs = Vec::new();
         for a in &spec.allow {
@@ -196,25 +235,23 @@ impl Policy {
                 // Checked as the broker will build them: a header it could not send must be refused
                 // here, not silently left out of the request (with the credential it carries).
                 if hyper::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
-                    return Err(format!("rules[{host:?}]: {k:?} is not a valid header name"));
+                    return Err(PolicyError::HeaderName { host: host.clone(), header: k.clone() });
                 }
                 if hyper::header::HeaderValue::from_str(v).is_err() {
-                    return Err(format!(
-                        "rules[{host:?}]: the value of header {k:?} is not valid (no control characters)"
-                    ));
+                    return Err(PolicyError::HeaderValue { host: host.clone(), header: k.clone() });
                 }
             }
             // A rule's host must be reachable, or the rule is dead weight that hides a typo.
             if spec.mode == Mode::Allowlist
                 && !names.iter().any(|n| n == &p || n.matches(&p.text().replace("*.", "x.")))
             {
-                return Err(format!("rules[{host:?}]: the host is not in `allow`"));
+                return Err(PolicyError::RuleHostNotAllowed(host.clone()));
             }
             rules.push((p, rule.clone()));
         }
         let exempt = exempt
             .iter()
-            .map(|c| c.parse::<Cidr>().map_err(|e| format!("tenant exemption {c:?}: {e}")))
+            .map(|c| c.parse::<Cidr>().map_err(|source| PolicyError::Exemption { entry: c.clone(), source }))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Policy { mode: spec.mode, names, cidrs, deny, always_deny, host, exempt, rules })
     }
@@ -342,11 +379,41 @@ mod tests {
         assert!(!p.decide(&attempt("10.20.30.4", 5432, &[], None)).allow);
         assert!(Policy::compile(&strict, &HostNetworks::of(&[]), &["not-a-cidr".into()])
             .unwrap_err()
+            .to_string()
             .contains("tenant exemption"));
         // The host's own address stays denied inside an exempt range.
         let p = Policy::compile(&spec, &HostNetworks::of(&["10.20.30.1"]), &["10.20.30.0/24".into()]).unwrap();
         let d = p.decide(&attempt("10.20.30.1", 22, &[], None));
         assert!(!d.allow && d.rule == "always-deny 10.20.30.1/32", "{d:?}");
+    }
+
+    #[test]
+    fn compile_errors_name_the_entry_at_fault() {
+        let fails = |json: &str, exempt: &[&str]| {
+            let spec: NetworkSpec = serde_json::from_str(json).unwrap();
+            let exempt: Vec<String> = exempt.iter().map(|e| e.to_string()).collect();
+            Policy::compile(&spec, &HostNetworks::of(&[]), &exempt).unwrap_err().to_string()
+        };
+        let allowlist = |extra: &str| format!(r#"{{"mode":"allowlist","allow":["a.test"]{extra}}}"#);
+        assert_eq!(fails(&allowlist(r#","deny":["10.0.0.0/40"]"#), &[]), r#""10.0.0.0/40": bad prefix length"#);
+        assert_eq!(fails(r#"{"allow":["1.2.3.x/8"]}"#, &[]), r#""1.2.3.x/8" is not an IP address or CIDR"#);
+        assert_eq!(
+            fails(r#"{"allow":["bad name"]}"#, &[]),
+            r#""bad name" is not a domain name, `*.domain` pattern or CIDR"#
+        );
+        assert_eq!(
+            fails(&allowlist(r#","rules":{"a.test":{"headers":{"bad name":"v"}}}"#), &[]),
+            r#"rules["a.test"]: "bad name" is not a valid header name"#
+        );
+        assert_eq!(
+            fails(&allowlist(r#","rules":{"a.test":{"headers":{"x":"a\nb"}}}"#), &[]),
+            r#"rules["a.test"]: the value of header "x" is not valid (no control characters)"#
+        );
+        assert_eq!(
+            fails(&allowlist(r#","rules":{"b.test":{"headers":{"x":"v"}}}"#), &[]),
+            r#"rules["b.test"]: the host is not in `allow`"#
+        );
+        assert_eq!(fails("{}", &["nope"]), r#"tenant exemption "nope": "nope" is not an IP address or CIDR"#);
     }
 
     #[test]

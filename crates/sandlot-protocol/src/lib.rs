@@ -6,6 +6,8 @@
 //! allocate more than [`MAX_HEADER`] + [`MAX_PAYLOAD`] per frame. Bulk data (process output, file bytes)
 //! travels in the payload so it is never base64-encoded.
 
+#![deny(missing_docs)]
+
 use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};

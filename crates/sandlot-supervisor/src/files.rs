@@ -156,10 +156,10 @@ pub(crate) fn start(out: &Outbox, uploads: &Uploads, credits: &Credits, req: u64
             Err(e) => out2.send(&Event::Failed { req, kind: e.kind, message: e.message }, &[]),
         }
     });
-    if let Err(message) = started {
+    if let Err(e) = started {
         uploads.forget(req);
         credits.forget(req);
-        busy(message);
+        busy(e.to_string());
     }
 }
 

@@ -8,12 +8,14 @@
 //!
 //! It holds no host secret and trusts nothing from the workload. Its threads: one reads requests, one reaps
 //! children, one per output pipe, one per file operation; all writes to the socket go through
-//! [`Outbox`], which writes whole frames under a lock.
+//! `Outbox`, which writes whole frames under a lock.
 //!
 //! Pid 1 must never die from load: its death ends the sandbox. Every thread is started with
-//! [`spawn_thread`], whose failure (EAGAIN once the sandbox's pids limit, which counts threads, is
+//! `spawn_thread`, whose failure (EAGAIN once the sandbox's pids limit, which counts threads, is
 //! reached) becomes an error answer to the request that needed it; inbound connections and file
 //! operations are capped per sandbox; every queue between the control loop and a slow consumer is bounded.
+
+#![deny(missing_docs)]
 
 mod credit;
 mod files;
@@ -29,16 +31,34 @@ use std::sync::{Arc, Mutex};
 
 use sandlot_protocol::{read_frame, write_frame, Event, FrameError, Request, CONTROL_FD};
 
-/// Starts a named thread, or says why it could not. Thread creation fails (EAGAIN) when the sandbox's
-/// pids limit is reached; the caller answers its request with the error instead of panicking.
-pub(crate) fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
-    std::thread::Builder::new().name(name.into()).spawn(f).map(drop).map_err(|e| {
-        format!(
+/// A thread the supervisor needed for a request could not be started. Thread creation fails (EAGAIN)
+/// when the sandbox's pids limit is reached; the message says so and what to do, and is what the
+/// daemon's caller reads.
+#[derive(Debug)]
+pub(crate) struct ThreadError(io::Error);
+
+impl std::fmt::Display for ThreadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
             "the sandbox is at its process limit (pids, which counts threads) and its supervisor cannot start a \
-             thread for this request ({e}); retry once fewer processes run, or create the sandbox with a larger \
-             pids limit"
+             thread for this request ({}); retry once fewer processes run, or create the sandbox with a larger \
+             pids limit",
+            self.0
         )
-    })
+    }
+}
+
+impl std::error::Error for ThreadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// Starts a named thread, or says why it could not; the caller answers its request with the error
+/// instead of panicking.
+pub(crate) fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), ThreadError> {
+    std::thread::Builder::new().name(name.into()).spawn(f).map(drop).map_err(ThreadError)
 }
 
 /// One of at most `max` things running at once (file operations, inbound connections), counted in
@@ -161,5 +181,21 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
                 credits.close(conn);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_refused_at_the_pids_limit_says_which_limit_and_what_to_do() {
+        let e = ThreadError(io::Error::from_raw_os_error(libc::EAGAIN));
+        let message = e.to_string();
+        assert!(message.starts_with("the sandbox is at its process limit (pids, which counts threads)"), "{message}");
+        assert!(message.contains(&io::Error::from_raw_os_error(libc::EAGAIN).to_string()), "{message}");
+        assert!(message.ends_with("or create the sandbox with a larger pids limit"), "{message}");
+        let source = std::error::Error::source(&e).expect("the OS error is kept as the source");
+        assert_eq!(source.to_string(), io::Error::from_raw_os_error(libc::EAGAIN).to_string());
     }
 }

@@ -79,8 +79,8 @@ impl Ports {
         };
         let slot = Arc::new(slot);
         let (out2, ports) = (out.clone(), self.clone());
-        if let Err(message) = spawn_thread("conn-read", move || ports.run(&out2, conn, port, slot)) {
-            out.send(&Event::ConnectFailed { conn, message, busy: true }, &[]);
+        if let Err(e) = spawn_thread("conn-read", move || ports.run(&out2, conn, port, slot)) {
+            out.send(&Event::ConnectFailed { conn, message: e.to_string(), busy: true }, &[]);
         }
     }
 
@@ -121,8 +121,8 @@ impl Ports {
             }
             let _ = writer.shutdown(Shutdown::Write);
         });
-        if let Err(message) = started {
-            out.send(&Event::ConnectFailed { conn, message, busy: true }, &[]);
+        if let Err(e) = started {
+            out.send(&Event::ConnectFailed { conn, message: e.to_string(), busy: true }, &[]);
             return;
         }
         // Before `Connected`: the daemon may close (and so close this window) as soon as it has that.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use sandlot_protocol::{Event, Spawn, Termination, MAX_PAYLOAD};
 
 use crate::harden::Hardening;
-use crate::{spawn_thread, Outbox};
+use crate::{spawn_thread, Outbox, ThreadError};
 
 /// How long output pipes may stay open after the process itself has exited (a daemonised grandchild
 /// holding them). Past this the exit is reported and later output of that handle is dropped.
@@ -156,7 +156,7 @@ impl Table {
     }
 
     /// Starts the thread that reaps every child, ours and orphans reparented to pid 1.
-    pub(crate) fn start_reaper(&self) -> Result<(), String> {
+    pub(crate) fn start_reaper(&self) -> Result<(), ThreadError> {
         let table = self.clone();
         spawn_thread("reaper", move || loop {
             wait_sigchld();
@@ -282,13 +282,13 @@ impl Table {
             });
         let (stdin, timer) = match threads {
             Ok(t) => t,
-            Err(message) => {
+            Err(e) => {
                 // The command never gets to run unwatched: kill its group; the reaper reaps it as an
                 // orphan, and readers already started find no handle and end at EOF.
                 // SAFETY: plain syscall; the group id equals the child's pid (process_group(0)).
                 unsafe { libc::kill(-pid, libc::SIGKILL) };
                 drop(inner);
-                self.out.send(&Event::SpawnFailed { proc: handle, message }, &[]);
+                self.out.send(&Event::SpawnFailed { proc: handle, message: e.to_string() }, &[]);
                 return;
             }
         };
@@ -300,7 +300,7 @@ impl Table {
         // `child` is dropped without waiting: the reaper owns waitpid.
     }
 
-    fn start_reader(&self, handle: u64, fd: u8, mut pipe: impl Read + Send + 'static) -> Result<(), String> {
+    fn start_reader(&self, handle: u64, fd: u8, mut pipe: impl Read + Send + 'static) -> Result<(), ThreadError> {
         let table = self.clone();
         spawn_thread("output", move || {
             let mut buf = vec![0u8; MAX_PAYLOAD];
@@ -327,7 +327,7 @@ impl Table {
         })
     }
 
-    fn start_timer(&self, handle: u64, pid: i32, after: Duration) -> Result<mpsc::Sender<()>, String> {
+    fn start_timer(&self, handle: u64, pid: i32, after: Duration) -> Result<mpsc::Sender<()>, ThreadError> {
         let (tx, rx) = mpsc::channel::<()>();
         let table = self.clone();
         spawn_thread("timeout", move || {
@@ -400,7 +400,7 @@ impl Table {
 }
 
 /// Feeds a child's stdin from its own thread, so a child that never reads cannot stall the control loop.
-fn start_stdin_writer(mut w: std::process::ChildStdin, total: &Arc<AtomicUsize>) -> Result<StdinQueue, String> {
+fn start_stdin_writer(mut w: std::process::ChildStdin, total: &Arc<AtomicUsize>) -> Result<StdinQueue, ThreadError> {
     let q = StdinQueue(Arc::default(), Arc::clone(total));
     let theirs = q.clone();
     spawn_thread("stdin", move || {

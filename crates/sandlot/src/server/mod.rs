@@ -225,8 +225,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     host::enter_private_mount_namespace().context("creating the daemon's mount namespace")?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let r = runtime.block_on(serve(args, state_dir, fd_limit));
-    // Sandboxes are gone by now; a task still winding down a proxied connection (a blocking step of
-    // its teardown) must not hold the exit.
+    // Sandboxes are gone by now; a blocking-pool task still running (a host name lookup for a sandbox's
+    // DNS query can outlive the proxy's 5 s wait) must not hold the exit, as a plain drop would.
     runtime.shutdown_timeout(Duration::from_secs(2));
     r
 }

@@ -12,8 +12,6 @@
 //! - [`lifecycle`]: delete, stop/resume, pause, fork, supervisor death, graceful shutdown, crash and
 //!   restart; nothing left behind.
 //!
-//! is fixed; `cargo nextest run -p sandlot --test e2e --run-ignored all` shows where each stands.
-//!
 //! Every test starts its own server in a fresh state dir and its own cgroup (see [`harness`]); dropping
 //! the server stops it with SIGTERM and asserts that no cgroup, layer or mount of a sandbox remains.
 

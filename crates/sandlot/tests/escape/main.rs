@@ -18,9 +18,6 @@
 //! - [`bounds`]: the daemon's own resources: API connections, host capacity, the audit log, lifetimes.
 //! - [`pid1`]: the supervisor under load and odd inputs (connection floods, FIFOs, deep trees, unread
 //!   stdin, ptrace stops, /proc through the file API).
-//!
-//! succeeds; the reason says what happens instead. Run them with `--run-ignored all` (nextest) or
-//! `--include-ignored` (cargo test) to see them fail.
 
 #[path = "../common/mod.rs"]
 mod common;

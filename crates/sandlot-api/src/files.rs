@@ -1,0 +1,94 @@
+//! File operations inside a sandbox: metadata, listings, mkdir, move and write results.
+
+use serde::{Deserialize, Serialize};
+
+use crate::User;
+
+/// Kind of a directory entry.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link (not followed).
+    Symlink,
+    /// Device, socket or fifo.
+    Other,
+}
+
+/// Metadata of one path, as seen inside the sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileStat {
+    /// Absolute path inside the sandbox.
+    pub path: String,
+    /// Last path component.
+    pub name: String,
+    /// Entry kind.
+    pub kind: FileKind,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits (e.g. 0o644).
+    pub mode: u32,
+    /// Owner uid inside the sandbox.
+    pub uid: u32,
+    /// Modification time, Unix milliseconds.
+    pub mtime_ms: i64,
+    /// Target of a symlink.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_target: Option<String>,
+}
+
+/// Body of `GET …/files/list`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileList {
+    /// Entries below the listed directory (to the asked depth), sorted by path.
+    pub entries: Vec<FileStat>,
+}
+
+/// Body of `POST …/files/mkdir`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MkdirRequest {
+    /// Directory to create.
+    pub path: String,
+    /// Create missing parents and accept an existing directory (default true).
+    #[serde(default = "default_true")]
+    pub parents: bool,
+    /// Identity to create it as (default `user`).
+    #[serde(default)]
+    pub user: User,
+}
+
+/// Body of `POST …/files/move`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MoveRequest {
+    /// Existing path.
+    pub from: String,
+    /// New path.
+    pub to: String,
+    /// Replace an existing destination (default false).
+    #[serde(default)]
+    pub overwrite: bool,
+    /// Identity to move it as (default `user`).
+    #[serde(default)]
+    pub user: User,
+}
+
+/// Answer to a file write or tar upload.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WriteResult {
+    /// Path written (the file, or the directory unpacked into).
+    pub path: String,
+    /// Bytes received.
+    pub bytes: u64,
+    /// Entries unpacked (tar uploads only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<u64>,
+}
+
+fn default_true() -> bool {
+    true
+}
