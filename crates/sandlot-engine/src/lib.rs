@@ -4,6 +4,7 @@
 //! them in the store and calls in here; the Linux driver (`sandlot-linux`) does the privileged work.
 
 pub mod budget;
+mod files;
 mod output;
 mod process;
 mod sandbox;
@@ -18,7 +19,8 @@ use sandlot_linux::cgroup::{CgroupError, CgroupLimits, Cgroups};
 use sandlot_linux::launch::{LaunchRequest, Launcher};
 use sandlot_linux::layers::Layer;
 use sandlot_linux::{image, ContainerSpec};
-use sandlot_protocol::FileErrorKind;
+/// Categories of file-operation failure, in [`EngineError::File`].
+pub use sandlot_protocol::FileErrorKind;
 
 pub use process::{Follow, Process};
 pub use sandbox::{ExecSpec, FileStream, Sandbox};

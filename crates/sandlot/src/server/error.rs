@@ -4,8 +4,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sandlot_api::{codes, ErrorBody, ErrorDetail};
-use sandlot_engine::EngineError;
-use sandlot_protocol::FileErrorKind;
+use sandlot_engine::{EngineError, FileErrorKind};
 
 /// An error answer.
 #[derive(Debug)]

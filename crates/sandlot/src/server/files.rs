@@ -8,9 +8,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use futures_util::TryStreamExt;
-use sandlot_api::{FileList, FileStat, MkdirRequest, MoveRequest, User, WriteResult};
+use sandlot_api::{FileList, FileStat, MkdirRequest, MoveRequest, User};
 use sandlot_engine::FileStream;
-use sandlot_protocol::FileOp;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -155,7 +154,8 @@ async fn upload_inner(
     let path = sandbox_path(&q.path, q.user)?;
     let max = app.cfg.max_upload_mb << 20;
     check_length(headers, max)?;
-    let (op, action) = match kind {
+    let uid = q.user.uid();
+    let (r, action) = match kind {
         Upload::File => {
             let mode = match q.mode.as_deref() {
                 None => 0o644,
@@ -165,21 +165,20 @@ async fn upload_inner(
                     )?
                 }
             };
-            (FileOp::Write { path: path.clone(), mode, max_bytes: max }, "file.write")
+            (sb.write_file(&path, uid, mode, max, reader).await, "file.write")
         }
-        Upload::Tar => (FileOp::Untar { path: path.clone(), max_bytes: max }, "file.untar"),
+        Upload::Tar => (sb.upload_tar(&path, uid, max, reader).await, "file.untar"),
     };
-    let v = match sb.upload(q.user.uid(), op, reader).await {
-        Ok(v) => v,
+    let written = match r {
+        Ok(w) => w,
         Err(e) => {
             audit(app, &rec.tenant, id, action, json!({"path": path, "user": q.user, "error": e.to_string()}));
             return Err(e.into());
         }
     };
-    let bytes = v["bytes"].as_u64().unwrap_or(0);
-    let entries = v["entries"].as_u64();
-    audit(app, &rec.tenant, id, action, json!({"path": path, "user": q.user, "bytes": bytes, "entries": entries}));
-    Ok((StatusCode::CREATED, Json(WriteResult { path, bytes, entries })).into_response())
+    let detail = json!({"path": path, "user": q.user, "bytes": written.bytes, "entries": written.entries});
+    audit(app, &rec.tenant, id, action, detail);
+    Ok((StatusCode::CREATED, Json(written)).into_response())
 }
 
 pub async fn read(
@@ -188,7 +187,7 @@ pub async fn read(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Response, ApiError> {
-    send(&app, &caller, &id, &q, |path| FileOp::Read { path }, "file.read", "application/octet-stream").await
+    send(&app, &caller, &id, &q, Download::File, "file.read", "application/octet-stream").await
 }
 
 pub async fn list(
@@ -203,11 +202,9 @@ pub async fn list(
     if !(1..=MAX_LIST_DEPTH).contains(&depth) {
         return Err(ApiError::invalid(format!("depth must be between 1 and {MAX_LIST_DEPTH}, got {depth}")));
     }
-    let v = sb.file_op(q.user.uid(), FileOp::List { path: path.clone(), depth, max_entries: MAX_LIST_ENTRIES }).await;
-    audit(&app, &rec.tenant, &id, "file.list", json!({"path": path, "user": q.user, "ok": v.is_ok()}));
-    let list: FileList =
-        serde_json::from_value(v?).map_err(|e| ApiError::internal(format!("supervisor answer: {e}")))?;
-    Ok(Json(list))
+    let r = sb.list(&path, q.user.uid(), depth, MAX_LIST_ENTRIES).await;
+    audit(&app, &rec.tenant, &id, "file.list", json!({"path": path, "user": q.user, "ok": r.is_ok()}));
+    Ok(Json(r?))
 }
 
 pub async fn stat(
@@ -218,8 +215,7 @@ pub async fn stat(
 ) -> Result<Json<FileStat>, ApiError> {
     let (_, sb) = running(&app, &caller, &id).await?;
     let path = sandbox_path(&q.path, q.user)?;
-    let v = sb.file_op(q.user.uid(), FileOp::Stat { path }).await?;
-    Ok(Json(serde_json::from_value(v).map_err(|e| ApiError::internal(format!("supervisor answer: {e}")))?))
+    Ok(Json(sb.stat(&path, q.user.uid()).await?))
 }
 
 pub async fn mkdir(
@@ -230,12 +226,10 @@ pub async fn mkdir(
 ) -> Result<impl IntoResponse, ApiError> {
     let (rec, sb) = running(&app, &caller, &id).await?;
     let path = sandbox_path(&req.path, req.user)?;
-    let r = sb.file_op(req.user.uid(), FileOp::Mkdir { path: path.clone(), parents: req.parents }).await;
+    let r = sb.mkdir(&path, req.user.uid(), req.parents).await;
     audit(&app, &rec.tenant, &id, "file.mkdir", json!({"path": path, "user": req.user, "ok": r.is_ok()}));
     r?;
-    let v = sb.file_op(req.user.uid(), FileOp::Stat { path }).await?;
-    let st: FileStat = serde_json::from_value(v).map_err(|e| ApiError::internal(format!("supervisor answer: {e}")))?;
-    Ok((StatusCode::CREATED, Json(st)))
+    Ok((StatusCode::CREATED, Json(sb.stat(&path, req.user.uid()).await?)))
 }
 
 pub async fn remove(
@@ -247,7 +241,7 @@ pub async fn remove(
     let (rec, sb) = running(&app, &caller, &id).await?;
     let path = sandbox_path(&q.path, q.user)?;
     let recursive = q.recursive.unwrap_or(false);
-    let r = sb.file_op(q.user.uid(), FileOp::Remove { path: path.clone(), recursive }).await;
+    let r = sb.remove(&path, q.user.uid(), recursive).await;
     audit(
         &app,
         &rec.tenant,
@@ -268,12 +262,10 @@ pub async fn rename(
     let (rec, sb) = running(&app, &caller, &id).await?;
     let from = sandbox_path(&req.from, req.user)?;
     let to = sandbox_path(&req.to, req.user)?;
-    let r =
-        sb.file_op(req.user.uid(), FileOp::Move { from: from.clone(), to: to.clone(), overwrite: req.overwrite }).await;
+    let r = sb.rename(&from, &to, req.user.uid(), req.overwrite).await;
     audit(&app, &rec.tenant, &id, "file.move", json!({"from": from, "to": to, "user": req.user, "ok": r.is_ok()}));
     r?;
-    let v = sb.file_op(req.user.uid(), FileOp::Stat { path: to }).await?;
-    Ok(Json(serde_json::from_value(v).map_err(|e| ApiError::internal(format!("supervisor answer: {e}")))?))
+    Ok(Json(sb.stat(&to, req.user.uid()).await?))
 }
 
 pub async fn download_tar(
@@ -282,7 +274,16 @@ pub async fn download_tar(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Response, ApiError> {
-    send(&app, &caller, &id, &q, |path| FileOp::Tar { path }, "file.tar", "application/x-tar").await
+    send(&app, &caller, &id, &q, Download::Tar, "file.tar", "application/x-tar").await
+}
+
+/// What a download carries.
+#[derive(Clone, Copy)]
+enum Download {
+    /// One file (`GET …/files`).
+    File,
+    /// A directory as a tar archive (`GET …/files/tar`).
+    Tar,
 }
 
 /// Streams what the supervisor reads at `q.path` (a file, or a directory as tar) to the client, and
@@ -292,13 +293,16 @@ async fn send(
     caller: &Caller,
     id: &str,
     q: &PathQuery,
-    op: impl FnOnce(String) -> FileOp,
+    kind: Download,
     action: &str,
     content_type: &'static str,
 ) -> Result<Response, ApiError> {
     let (rec, sb) = running(app, caller, id).await?;
     let path = sandbox_path(&q.path, q.user)?;
-    let r = sb.download(q.user.uid(), op(path.clone())).await;
+    let r = match kind {
+        Download::File => sb.read_file(&path, q.user.uid()).await,
+        Download::Tar => sb.download_tar(&path, q.user.uid()).await,
+    };
     audit(app, &rec.tenant, id, action, json!({"path": path, "user": q.user, "ok": r.is_ok()}));
     Ok(stream_body(r?, content_type))
 }
