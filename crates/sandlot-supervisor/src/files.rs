@@ -90,6 +90,7 @@ impl Uploads {
 }
 
 /// An operation failure, as reported to the daemon.
+#[derive(Debug)]
 struct OpError {
     kind: FileErrorKind,
     message: String,
@@ -858,4 +859,76 @@ fn tar_entry<W: Write>(
         b.append_data(&mut header, &name, io::empty()).map_err(io_err)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory under the system's temporary one, removed at the end.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("sandlot-files-{name}-{:x}", rand_suffix()));
+            fs::create_dir(&dir).unwrap();
+            Scratch(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn stat_answers_with_the_kind_size_mode_and_link_target() {
+        let s = Scratch::new("stat");
+        let file = s.0.join("f");
+        fs::write(&file, b"hello").unwrap();
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o640)).unwrap();
+        std::os::unix::fs::symlink("f", s.0.join("l")).unwrap();
+
+        let st = stat(&file).unwrap();
+        assert_eq!((st.kind, st.size, st.mode, st.name.as_str()), (FileKind::File, 5, 0o640, "f"));
+        assert_eq!(st.path, file.to_str().unwrap());
+        assert_eq!(st.link_target, None);
+        assert!(st.mtime_ms > 0);
+        let link = stat(&s.0.join("l")).unwrap();
+        assert_eq!((link.kind, link.link_target.as_deref()), (FileKind::Symlink, Some("f")));
+        assert_eq!(stat(&s.0).unwrap().kind, FileKind::Dir);
+        assert_eq!(stat(Path::new("/")).unwrap().name, "/");
+        assert!(matches!(stat(&s.0.join("none")), Err(OpError { kind: FileErrorKind::NotFound, .. })));
+    }
+
+    #[test]
+    fn list_answers_with_entries_sorted_by_path_to_the_asked_depth() {
+        let s = Scratch::new("list");
+        fs::create_dir_all(s.0.join("b/deeper")).unwrap();
+        fs::write(s.0.join("b/x"), b"").unwrap();
+        fs::write(s.0.join("a"), b"12").unwrap();
+        let paths = |answer: FileAnswer| match answer {
+            FileAnswer::List { entries } => {
+                entries.iter().map(|e| e.path.strip_prefix(s.0.to_str().unwrap()).unwrap().to_string()).collect()
+            }
+            other => panic!("a list answered {other:?}"),
+        };
+        let top: Vec<String> = paths(list(&s.0, 1, 100).unwrap());
+        assert_eq!(top, ["/a", "/b"]);
+        let all: Vec<String> = paths(list(&s.0, 2, 100).unwrap());
+        assert_eq!(all, ["/a", "/b", "/b/deeper", "/b/x"]);
+        assert!(matches!(list(&s.0, 2, 3), Err(OpError { kind: FileErrorKind::TooLarge, .. })));
+        assert!(matches!(list(&s.0.join("a"), 1, 100), Err(OpError { kind: FileErrorKind::WrongKind, .. })));
+    }
+
+    #[test]
+    fn remove_and_rename_answer_with_their_own_kind() {
+        let s = Scratch::new("rm-mv");
+        fs::write(s.0.join("a"), b"").unwrap();
+        assert_eq!(rename(&s.0.join("a"), &s.0.join("b"), false).unwrap(), FileAnswer::Moved);
+        assert!(s.0.join("b").exists());
+        assert_eq!(remove(&s.0.join("b"), false).unwrap(), FileAnswer::Removed);
+        assert!(!s.0.join("b").exists());
+    }
 }
