@@ -3,7 +3,6 @@
 
 use sandlot_api::{FileList, FileStat, User, WriteResult};
 use sandlot_engine::FileStream;
-use sandlot_protocol::FileOp;
 use serde_json::json;
 
 use crate::plan::no_nul;
@@ -54,10 +53,6 @@ pub fn parse_mode(m: &str) -> Result<u32> {
         .ok_or_else(|| Error::invalid(format!("mode must be octal permission bits like 0644, got {m:?}")))
 }
 
-fn answer<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T> {
-    serde_json::from_value(v).map_err(|e| Error::internal(format!("supervisor answer: {e}")))
-}
-
 impl Control {
     fn audit_file(&self, tenant: &str, id: &str, action: &str, detail: serde_json::Value) {
         let _ = self.store.audit(tenant, Some(id), action, &detail);
@@ -84,53 +79,44 @@ impl Control {
                 format!("upload is larger than this server's limit of {max} bytes (--max-upload-mb)"),
             ));
         }
-        let (op, action) = match kind {
+        let (written, action) = match kind {
             Upload::File { mode } => {
-                (FileOp::Write { path: path.clone(), mode: mode.unwrap_or(0o644), max_bytes: max }, "file.write")
+                (sb.write_file(&path, user.uid(), mode.unwrap_or(0o644), max, body).await, "file.write")
             }
-            Upload::Tar => (FileOp::Untar { path: path.clone(), max_bytes: max }, "file.untar"),
+            Upload::Tar => (sb.upload_tar(&path, user.uid(), max, body).await, "file.untar"),
         };
-        let v = match sb.upload(user.uid(), op, body).await {
-            Ok(v) => v,
+        let written = match written {
+            Ok(w) => w,
             Err(e) => {
                 self.audit_file(&rec.tenant, id, action, json!({"path": path, "user": user, "error": e.to_string()}));
                 return Err(e.into());
             }
         };
-        let bytes = v["bytes"].as_u64().unwrap_or(0);
-        let entries = v["entries"].as_u64();
+        let (bytes, entries) = (written.bytes, written.entries);
         self.audit_file(
             &rec.tenant,
             id,
             action,
             json!({"path": path, "user": user, "bytes": bytes, "entries": entries}),
         );
-        Ok(WriteResult { path, bytes, entries })
+        Ok(written)
     }
 
     /// Streams the file at `path` out of the caller's sandbox `id`.
     pub async fn read_file(&self, caller: &Caller, id: &str, path: &str, user: User) -> Result<FileStream> {
-        self.download(caller, id, path, user, |path| FileOp::Read { path }, "file.read").await
+        let (rec, sb) = self.ensure_running(caller, id).await?;
+        let path = sandbox_path(path, user)?;
+        let r = sb.read_file(&path, user.uid()).await;
+        self.audit_file(&rec.tenant, id, "file.read", json!({"path": path, "user": user, "ok": r.is_ok()}));
+        Ok(r?)
     }
 
     /// Streams the directory at `path` out of the caller's sandbox `id` as a tar archive.
     pub async fn download_tar(&self, caller: &Caller, id: &str, path: &str, user: User) -> Result<FileStream> {
-        self.download(caller, id, path, user, |path| FileOp::Tar { path }, "file.tar").await
-    }
-
-    async fn download(
-        &self,
-        caller: &Caller,
-        id: &str,
-        path: &str,
-        user: User,
-        op: impl FnOnce(String) -> FileOp,
-        action: &str,
-    ) -> Result<FileStream> {
         let (rec, sb) = self.ensure_running(caller, id).await?;
         let path = sandbox_path(path, user)?;
-        let r = sb.download(user.uid(), op(path.clone())).await;
-        self.audit_file(&rec.tenant, id, action, json!({"path": path, "user": user, "ok": r.is_ok()}));
+        let r = sb.download_tar(&path, user.uid()).await;
+        self.audit_file(&rec.tenant, id, "file.tar", json!({"path": path, "user": user, "ok": r.is_ok()}));
         Ok(r?)
     }
 
@@ -149,33 +135,33 @@ impl Control {
         if !(1..=MAX_LIST_DEPTH).contains(&depth) {
             return Err(Error::invalid(format!("depth must be between 1 and {MAX_LIST_DEPTH}, got {depth}")));
         }
-        let v = sb.file_op(user.uid(), FileOp::List { path: path.clone(), depth, max_entries: MAX_LIST_ENTRIES }).await;
-        self.audit_file(&rec.tenant, id, "file.list", json!({"path": path, "user": user, "ok": v.is_ok()}));
-        answer(v?)
+        let list = sb.list(&path, user.uid(), depth, MAX_LIST_ENTRIES).await;
+        self.audit_file(&rec.tenant, id, "file.list", json!({"path": path, "user": user, "ok": list.is_ok()}));
+        Ok(list?)
     }
 
     /// What is at `path`.
     pub async fn stat(&self, caller: &Caller, id: &str, path: &str, user: User) -> Result<FileStat> {
         let (_, sb) = self.ensure_running(caller, id).await?;
         let path = sandbox_path(path, user)?;
-        answer(sb.file_op(user.uid(), FileOp::Stat { path }).await?)
+        Ok(sb.stat(&path, user.uid()).await?)
     }
 
     /// Makes the directory `path` (and its parents, with `parents`); returns what is there then.
     pub async fn mkdir(&self, caller: &Caller, id: &str, path: &str, user: User, parents: bool) -> Result<FileStat> {
         let (rec, sb) = self.ensure_running(caller, id).await?;
         let path = sandbox_path(path, user)?;
-        let r = sb.file_op(user.uid(), FileOp::Mkdir { path: path.clone(), parents }).await;
+        let r = sb.mkdir(&path, user.uid(), parents).await;
         self.audit_file(&rec.tenant, id, "file.mkdir", json!({"path": path, "user": user, "ok": r.is_ok()}));
         r?;
-        answer(sb.file_op(user.uid(), FileOp::Stat { path }).await?)
+        Ok(sb.stat(&path, user.uid()).await?)
     }
 
     /// Removes what is at `path` (a directory's contents too, with `recursive`).
     pub async fn remove_file(&self, caller: &Caller, id: &str, path: &str, user: User, recursive: bool) -> Result<()> {
         let (rec, sb) = self.ensure_running(caller, id).await?;
         let path = sandbox_path(path, user)?;
-        let r = sb.file_op(user.uid(), FileOp::Remove { path: path.clone(), recursive }).await;
+        let r = sb.remove(&path, user.uid(), recursive).await;
         self.audit_file(
             &rec.tenant,
             id,
@@ -199,9 +185,9 @@ impl Control {
         let (rec, sb) = self.ensure_running(caller, id).await?;
         let from = sandbox_path(from, user)?;
         let to = sandbox_path(to, user)?;
-        let r = sb.file_op(user.uid(), FileOp::Move { from: from.clone(), to: to.clone(), overwrite }).await;
+        let r = sb.rename(&from, &to, user.uid(), overwrite).await;
         self.audit_file(&rec.tenant, id, "file.move", json!({"from": from, "to": to, "user": user, "ok": r.is_ok()}));
         r?;
-        answer(sb.file_op(user.uid(), FileOp::Stat { path: to }).await?)
+        Ok(sb.stat(&to, user.uid()).await?)
     }
 }

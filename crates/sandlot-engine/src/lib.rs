@@ -10,6 +10,7 @@ pub mod budget;
 pub mod driver;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+mod files;
 pub mod linux;
 pub mod network;
 mod output;
@@ -25,6 +26,7 @@ pub use driver::{Driver, Resources, SnapshotTaken};
 pub use network::{NetEvent, NetworkSettings, Policy, PolicyError};
 pub use process::{Follow, Process};
 pub use sandbox::{ExecSpec, FileStream, Sandbox};
+/// Categories of file-operation failure, in [`EngineError::File`].
 pub use sandlot_protocol::FileErrorKind;
 
 /// Engine configuration.
@@ -104,9 +106,12 @@ pub enum EngineError {
     /// A blocking host step panicked or was cancelled.
     #[error("host: {0}")]
     Task(#[from] tokio::task::JoinError),
-    /// The supervisor broke the protocol, or a frame could not be encoded.
+    /// A frame to or from the supervisor could not be encoded or read.
     #[error("supervisor protocol: {0}")]
     Protocol(#[from] sandlot_protocol::FrameError),
+    /// The supervisor answered what was not asked (it is untrusted: the answer is refused).
+    #[error("{0}")]
+    Violation(String),
     /// Holding this process's output would pass the sandbox's or the daemon's output budget.
     #[error("{0}")]
     OutputBudget(String),

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use sandlot_protocol::{
-    encode, parse_prefix, Event, FileErrorKind, FileOp, Request, Spawn, Termination, MAX_PAYLOAD, OUT_WINDOW,
-    STREAM_WINDOW,
+    encode, read_frame_async, Event, FileAnswer, FileErrorKind, FileOp, Frame, FrameError, Request, Spawn, Termination,
+    MAX_PAYLOAD, OUT_WINDOW, STREAM_WINDOW,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -46,7 +46,7 @@ pub struct ExecSpec {
 
 enum FileMsg {
     Chunk(Vec<u8>),
-    Done(serde_json::Value),
+    Done(FileAnswer),
     Failed(FileErrorKind, String),
 }
 
@@ -429,8 +429,8 @@ impl Sandbox {
         (req, rx, held)
     }
 
-    /// A file operation with a JSON answer (stat, list, mkdir, remove, move).
-    pub async fn file_op(&self, uid: u32, op: FileOp) -> Result<serde_json::Value, EngineError> {
+    /// A file operation answered in one message (stat, list, mkdir, remove, move).
+    pub(crate) async fn file_op(&self, uid: u32, op: FileOp) -> Result<FileAnswer, EngineError> {
         let (req, mut rx, _) = self.open_file_req();
         self.send(&Request::File { req, uid, op }, &[]).await?;
         loop {
@@ -444,7 +444,7 @@ impl Sandbox {
     }
 
     /// Starts a download (`Read` or `Tar`); errors that happen before the first byte are returned here.
-    pub async fn download(&self, uid: u32, op: FileOp) -> Result<FileStream, EngineError> {
+    pub(crate) async fn download(&self, uid: u32, op: FileOp) -> Result<FileStream, EngineError> {
         let (req, mut rx, held) = self.open_file_req();
         let mut pending = Pending { shared: &self.shared, stream: Some(Stream::File(req)) };
         self.send(&Request::File { req, uid, op }, &[]).await?;
@@ -462,12 +462,12 @@ impl Sandbox {
     }
 
     /// Runs an upload (`Write` or `Untar`), feeding it from `body` (chunks of any size).
-    pub async fn upload<R: AsyncRead + Unpin>(
+    pub(crate) async fn upload<R: AsyncRead + Unpin>(
         &self,
         uid: u32,
         op: FileOp,
         body: &mut R,
-    ) -> Result<serde_json::Value, EngineError> {
+    ) -> Result<FileAnswer, EngineError> {
         let (req, mut rx, _) = self.open_file_req();
         // A caller dropped mid-upload would leave pid 1's writer waiting for data that never comes.
         let mut pending = Pending { shared: &self.shared, stream: Some(Stream::File(req)) };
@@ -589,7 +589,7 @@ impl Sandbox {
     }
 }
 
-fn finish_upload(msg: FileMsg) -> Result<serde_json::Value, EngineError> {
+fn finish_upload(msg: FileMsg) -> Result<FileAnswer, EngineError> {
     match msg {
         FileMsg::Done(v) => Ok(v),
         FileMsg::Failed(kind, message) => Err(EngineError::File { kind, message }),
@@ -688,18 +688,6 @@ impl Shared {
     }
 }
 
-async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R) -> Result<(Event, Vec<u8>), String> {
-    let mut prefix = [0u8; 8];
-    rd.read_exact(&mut prefix).await.map_err(|e| format!("supervisor connection closed ({e})"))?;
-    let (hlen, plen) = parse_prefix(prefix).map_err(|e| e.to_string())?;
-    let mut head = vec![0u8; hlen];
-    rd.read_exact(&mut head).await.map_err(|e| e.to_string())?;
-    let mut payload = vec![0u8; plen];
-    rd.read_exact(&mut payload).await.map_err(|e| e.to_string())?;
-    let ev = serde_json::from_slice(&head).map_err(|e| format!("malformed supervisor frame: {e}"))?;
-    Ok((ev, payload))
-}
-
 /// Dispatches supervisor events until the connection ends; returns why it ended.
 async fn read_loop<R: AsyncRead + Unpin>(
     rd: &mut R,
@@ -707,9 +695,10 @@ async fn read_loop<R: AsyncRead + Unpin>(
     ready: &mut Option<oneshot::Sender<Result<(), String>>>,
 ) -> String {
     loop {
-        let (ev, payload) = match read_frame(rd).await {
-            Ok(f) => f,
-            Err(e) => return e,
+        let (ev, payload) = match read_frame_async::<Event, _>(rd).await {
+            Ok(Frame { header, payload }) => (header, payload),
+            Err(FrameError::Closed) => return "supervisor connection closed".into(),
+            Err(e) => return format!("reading from the supervisor: {e}"),
         };
         match ev {
             Event::Ready { version } => {
@@ -819,10 +808,10 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     }
                 }
             }
-            Event::Done { req, value } => {
+            Event::Done { req, answer } => {
                 let file = lock(&shared.files).remove(&req);
                 if let Some(file) = file {
-                    let _ = file.tx.send(FileMsg::Done(value));
+                    let _ = file.tx.send(FileMsg::Done(answer));
                 }
             }
             Event::Failed { req, kind, message } => {

@@ -12,8 +12,9 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-/// Protocol version, sent by the supervisor in [`Event::Ready`].
-pub const VERSION: u32 = 1;
+/// Protocol version, sent by the supervisor in [`Event::Ready`]. 2: `Done` carries a typed
+/// [`FileAnswer`] instead of free-form JSON.
+pub const VERSION: u32 = 2;
 /// Largest header accepted (argv and env of a spawn live here).
 pub const MAX_HEADER: usize = 4 << 20;
 /// Largest payload per frame; bulk data is split into frames of at most this size.
@@ -245,12 +246,12 @@ pub enum Event {
         /// Request id.
         req: u64,
     },
-    /// A file operation finished; `value` is its JSON result (stat, list, counts) or null.
+    /// A file operation finished.
     Done {
         /// Request id.
         req: u64,
-        /// Result.
-        value: serde_json::Value,
+        /// What it did or found; one kind of answer per [`FileOp`].
+        answer: FileAnswer,
     },
     /// A `Connect` succeeded.
     Connected {
@@ -294,6 +295,79 @@ pub enum Event {
         /// Message (paths are the sandbox's own).
         message: String,
     },
+}
+
+/// The answer of a finished [`FileOp`]: the variant names the operation it answers, so a daemon that
+/// gets another kind than it asked for knows the supervisor broke the protocol.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FileAnswer {
+    /// A download (`Read` or `Tar`) sent all its `Chunk`s.
+    Sent {
+        /// Payload bytes sent in `Chunk` frames.
+        bytes: u64,
+    },
+    /// A `Write` was committed.
+    Written {
+        /// Bytes written.
+        bytes: u64,
+    },
+    /// An `Untar` was unpacked.
+    Untarred {
+        /// Archive entries unpacked.
+        entries: u64,
+        /// Archive bytes received.
+        bytes: u64,
+    },
+    /// Metadata of the path of a `Stat`.
+    Stat(FileStat),
+    /// The entries of a `List`, sorted by path.
+    List {
+        /// One per entry below the directory, to the asked depth.
+        entries: Vec<FileStat>,
+    },
+    /// A `Mkdir` created the directory (or, with `parents`, found it there).
+    Made,
+    /// A `Remove` removed the path.
+    Removed,
+    /// A `Move` renamed the path.
+    Moved,
+}
+
+/// Metadata of one path inside the sandbox, symlinks not followed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileStat {
+    /// Absolute path.
+    pub path: String,
+    /// Last path component (`/` for the root).
+    pub name: String,
+    /// Entry kind.
+    pub kind: FileKind,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Owner uid.
+    pub uid: u32,
+    /// Modification time, Unix milliseconds.
+    pub mtime_ms: i64,
+    /// Target of a symlink (absent for other kinds, and for links on /proc or /sys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_target: Option<String>,
+}
+
+/// Kind of a file-system entry.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link.
+    Symlink,
+    /// Device, socket or FIFO.
+    Other,
 }
 
 /// How a process ended, as the supervisor saw it.
@@ -384,14 +458,45 @@ pub fn encode<T: Serialize>(header: &T, payload: &[u8]) -> Result<Vec<u8>, Frame
     Ok(out)
 }
 
+/// Bytes of the length prefix that starts every frame.
+pub const PREFIX_LEN: usize = 8;
+
 /// Checks the 8-byte length prefix and returns `(header_len, payload_len)`.
-pub fn parse_prefix(prefix: [u8; 8]) -> Result<(usize, usize), FrameError> {
+pub fn parse_prefix(prefix: [u8; PREFIX_LEN]) -> Result<(usize, usize), FrameError> {
     let header = u32::from_le_bytes(prefix[..4].try_into().expect("4 bytes")) as usize;
     let payload = u32::from_le_bytes(prefix[4..].try_into().expect("4 bytes")) as usize;
     if header > MAX_HEADER || payload > MAX_PAYLOAD || header == 0 {
         return Err(FrameError::TooLarge { header, payload });
     }
     Ok((header, payload))
+}
+
+/// The rest of a frame whose prefix passed the caps: buffers of exactly the announced sizes for the
+/// reader to fill, then decoded. The blocking and the async reader share it, so the caps, the
+/// allocation and the decoding exist once and only the I/O calls differ.
+struct FrameBody {
+    head: Vec<u8>,
+    payload: Vec<u8>,
+}
+
+impl FrameBody {
+    fn new(prefix: [u8; PREFIX_LEN]) -> Result<Self, FrameError> {
+        let (hlen, plen) = parse_prefix(prefix)?;
+        Ok(FrameBody { head: vec![0u8; hlen], payload: vec![0u8; plen] })
+    }
+
+    fn decode<T: for<'de> Deserialize<'de>>(self) -> Result<Frame<T>, FrameError> {
+        Ok(Frame { header: serde_json::from_slice(&self.head)?, payload: self.payload })
+    }
+}
+
+/// A failed read of the prefix: a clean EOF between frames is [`FrameError::Closed`].
+fn prefix_error(e: io::Error) -> FrameError {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        FrameError::Closed
+    } else {
+        FrameError::Io(e)
+    }
 }
 
 /// Writes one frame (blocking).
@@ -402,18 +507,27 @@ pub fn write_frame<T: Serialize, W: Write>(w: &mut W, header: &T, payload: &[u8]
 
 /// Reads one frame (blocking). Returns [`FrameError::Closed`] on a clean EOF between frames.
 pub fn read_frame<T: for<'de> Deserialize<'de>, R: Read>(r: &mut R) -> Result<Frame<T>, FrameError> {
-    let mut prefix = [0u8; 8];
-    match r.read_exact(&mut prefix) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-        Err(e) => return Err(e.into()),
-    }
-    let (hlen, plen) = parse_prefix(prefix)?;
-    let mut head = vec![0u8; hlen];
-    r.read_exact(&mut head)?;
-    let mut payload = vec![0u8; plen];
-    r.read_exact(&mut payload)?;
-    Ok(Frame { header: serde_json::from_slice(&head)?, payload })
+    let mut prefix = [0u8; PREFIX_LEN];
+    r.read_exact(&mut prefix).map_err(prefix_error)?;
+    let mut body = FrameBody::new(prefix)?;
+    r.read_exact(&mut body.head)?;
+    r.read_exact(&mut body.payload)?;
+    body.decode()
+}
+
+/// Reads one frame from an async reader (the daemon's side), with the same caps and errors as
+/// [`read_frame`].
+#[cfg(feature = "tokio")]
+pub async fn read_frame_async<T: for<'de> Deserialize<'de>, R: tokio::io::AsyncRead + Unpin>(
+    r: &mut R,
+) -> Result<Frame<T>, FrameError> {
+    use tokio::io::AsyncReadExt;
+    let mut prefix = [0u8; PREFIX_LEN];
+    r.read_exact(&mut prefix).await.map_err(prefix_error)?;
+    let mut body = FrameBody::new(prefix)?;
+    r.read_exact(&mut body.head).await?;
+    r.read_exact(&mut body.payload).await?;
+    body.decode()
 }
 
 #[cfg(test)]
@@ -455,5 +569,116 @@ mod tests {
         bytes.extend_from_slice(&0u32.to_le_bytes());
         bytes.extend_from_slice(b"{x}");
         assert!(matches!(read_frame::<Event, _>(&mut &bytes[..]), Err(FrameError::Malformed(_))));
+    }
+
+    fn stat(path: &str, kind: FileKind, link_target: Option<&str>) -> FileStat {
+        FileStat {
+            path: path.into(),
+            name: path.rsplit('/').next().unwrap_or("/").into(),
+            kind,
+            size: 4096,
+            mode: 0o755,
+            uid: 1000,
+            mtime_ms: 1_700_000_000_123,
+            link_target: link_target.map(Into::into),
+        }
+    }
+
+    /// One of each kind of answer, with every optional field both set and unset.
+    fn every_answer() -> Vec<FileAnswer> {
+        vec![
+            FileAnswer::Sent { bytes: 0 },
+            FileAnswer::Sent { bytes: u64::MAX },
+            FileAnswer::Written { bytes: 12 },
+            FileAnswer::Untarred { entries: 3, bytes: 10_240 },
+            FileAnswer::Stat(stat("/home/user/a", FileKind::File, None)),
+            FileAnswer::Stat(stat("/home/user/l", FileKind::Symlink, Some("/etc/passwd"))),
+            FileAnswer::List { entries: vec![] },
+            FileAnswer::List {
+                entries: vec![
+                    stat("/d/dir", FileKind::Dir, None),
+                    stat("/d/fifo", FileKind::Other, None),
+                    stat("/d/link", FileKind::Symlink, Some("dir")),
+                ],
+            },
+            FileAnswer::Made,
+            FileAnswer::Removed,
+            FileAnswer::Moved,
+        ]
+    }
+
+    #[test]
+    fn every_file_answer_round_trips_through_a_frame() {
+        for (req, answer) in every_answer().into_iter().enumerate() {
+            let ev = Event::Done { req: req as u64, answer };
+            let bytes = encode(&ev, b"").unwrap();
+            let frame: Frame<Event> = read_frame(&mut &bytes[..]).unwrap();
+            assert_eq!(frame.header, ev);
+            assert!(frame.payload.is_empty());
+        }
+    }
+
+    #[test]
+    fn file_answers_are_tagged_by_type_and_omit_absent_link_targets() {
+        let done = Event::Done { req: 3, answer: FileAnswer::Untarred { entries: 2, bytes: 5 } };
+        assert_eq!(
+            serde_json::to_value(&done).unwrap(),
+            serde_json::json!({"ev": "done", "req": 3, "answer": {"type": "untarred", "entries": 2, "bytes": 5}})
+        );
+        let st = serde_json::to_value(FileAnswer::Stat(stat("/a", FileKind::File, None))).unwrap();
+        assert_eq!(st["type"], "stat");
+        assert_eq!(st["kind"], "file");
+        assert!(st.get("link_target").is_none(), "{st}");
+        assert_eq!(serde_json::to_value(FileAnswer::Removed).unwrap(), serde_json::json!({"type": "removed"}));
+    }
+
+    #[test]
+    fn an_answer_of_no_known_type_is_malformed() {
+        for bad in [
+            r#"{"ev":"done","req":1,"answer":{"type":"deleted"}}"#,
+            r#"{"ev":"done","req":1,"answer":{"type":"written"}}"#,
+            r#"{"ev":"done","req":1,"answer":null}"#,
+            r#"{"ev":"done","req":1,"answer":{"type":"stat","path":"/a","kind":"file"}}"#,
+        ] {
+            let mut bytes = Vec::new();
+            bytes.extend_from_slice(&(bad.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&0u32.to_le_bytes());
+            bytes.extend_from_slice(bad.as_bytes());
+            assert!(matches!(read_frame::<Event, _>(&mut &bytes[..]), Err(FrameError::Malformed(_))), "{bad}");
+        }
+    }
+
+    /// The async reader (the daemon's) gives what the blocking one gives, on the same bytes.
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn the_async_reader_agrees_with_the_blocking_one() {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let mut stream = Vec::new();
+            for (req, answer) in every_answer().into_iter().enumerate() {
+                stream.extend(encode(&Event::Done { req: req as u64, answer }, b"").unwrap());
+            }
+            stream.extend(encode(&Event::Chunk { req: 9 }, &[7u8; MAX_PAYLOAD]).unwrap());
+            let (mut sync_rd, mut async_rd) = (&stream[..], &stream[..]);
+            loop {
+                let want = read_frame::<Event, _>(&mut sync_rd);
+                let got = read_frame_async::<Event, _>(&mut async_rd).await;
+                match (want, got) {
+                    (Ok(w), Ok(g)) => assert_eq!(w, g),
+                    (Err(FrameError::Closed), Err(FrameError::Closed)) => break,
+                    (w, g) => panic!("blocking reader: {w:?}, async reader: {g:?}"),
+                }
+            }
+
+            let mut oversized = Vec::new();
+            oversized.extend_from_slice(&10u32.to_le_bytes());
+            oversized.extend_from_slice(&(MAX_PAYLOAD as u32 + 1).to_le_bytes());
+            let r = read_frame_async::<Event, _>(&mut &oversized[..]).await;
+            assert!(matches!(r, Err(FrameError::TooLarge { .. })), "{r:?}");
+
+            let bytes = encode(&Event::Ready { version: VERSION }, b"").unwrap();
+            let r = read_frame_async::<Event, _>(&mut &bytes[..bytes.len() - 1]).await;
+            assert!(matches!(r, Err(FrameError::Io(_))), "a torn frame: {r:?}");
+        });
     }
 }

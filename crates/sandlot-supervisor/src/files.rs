@@ -25,8 +25,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::UNIX_EPOCH;
 
-use sandlot_protocol::{Event, FileErrorKind, FileOp, MAX_PAYLOAD};
-use serde_json::{json, Value};
+use sandlot_protocol::{Event, FileAnswer, FileErrorKind, FileKind, FileOp, FileStat, MAX_PAYLOAD};
 
 use crate::credit::{Credits, Window};
 use crate::{spawn_thread, Outbox, Slot};
@@ -91,6 +90,7 @@ impl Uploads {
 }
 
 /// An operation failure, as reported to the daemon.
+#[derive(Debug)]
 struct OpError {
     kind: FileErrorKind,
     message: String,
@@ -124,7 +124,7 @@ impl OpError {
     }
 }
 
-type OpResult = Result<Value, OpError>;
+type OpResult = Result<FileAnswer, OpError>;
 
 /// Starts one file operation on its own thread, unless [`MAX_FILE_OPS`] already run.
 pub(crate) fn start(out: &Outbox, uploads: &Uploads, credits: &Credits, req: u64, uid: u32, op: FileOp) {
@@ -152,7 +152,7 @@ pub(crate) fn start(out: &Outbox, uploads: &Uploads, credits: &Credits, req: u64
         ups.forget(req);
         creds.forget(req);
         match result {
-            Ok(value) => out2.send(&Event::Done { req, value }, &[]),
+            Ok(answer) => out2.send(&Event::Done { req, answer }, &[]),
             Err(e) => out2.send(&Event::Failed { req, kind: e.kind, message: e.message }, &[]),
         }
     });
@@ -199,16 +199,13 @@ fn run(
             let max = if max_file_bytes > 0 { max_bytes.min(max_file_bytes) } else { max_bytes };
             write(&checked_path(&path)?, mode, max, rx.expect("registered"))
         }
-        FileOp::Stat { path } => {
-            let path = checked_path(&path)?;
-            stat(&path).map(|s| s.0)
-        }
+        FileOp::Stat { path } => stat(&checked_path(&path)?).map(FileAnswer::Stat),
         FileOp::List { path, depth, max_entries } => list(&checked_path(&path)?, depth, max_entries),
         FileOp::Mkdir { path, parents } => {
             let path = checked_path(&path)?;
             let r = if parents { fs::create_dir_all(&path) } else { fs::create_dir(&path) };
             r.map_err(|e| OpError::io(&path, e))?;
-            Ok(json!({"path": path}))
+            Ok(FileAnswer::Made)
         }
         FileOp::Remove { path, recursive } => remove(&checked_path(&path)?, recursive),
         FileOp::Move { from, to, overwrite } => rename(&checked_path(&from)?, &checked_path(&to)?, overwrite),
@@ -310,7 +307,7 @@ fn read(out: &Outbox, req: u64, path: &Path, window: &Window) -> OpResult {
         }
         out.send(&Event::Chunk { req }, &buf[..n]);
     }
-    Ok(json!({"bytes": total}))
+    Ok(FileAnswer::Sent { bytes: total })
 }
 
 fn write(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpResult {
@@ -358,7 +355,7 @@ fn write(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpR
     drop(f);
     fs::rename(&tmp, path).map_err(|e| cleanup(OpError::io(path, e)))?;
     sync_dir(dir);
-    Ok(json!({"bytes": total}))
+    Ok(FileAnswer::Written { bytes: total })
 }
 
 fn split(path: &Path) -> Result<(&Path, &std::ffi::OsStr), OpError> {
@@ -381,18 +378,18 @@ fn rand_suffix() -> u64 {
     u64::from_ne_bytes(b)
 }
 
-/// `(json, is_dir)` for one path, symlinks not followed.
-fn stat(path: &Path) -> Result<(Value, bool), OpError> {
+/// Metadata of one path, symlinks not followed.
+fn stat(path: &Path) -> Result<FileStat, OpError> {
     let m = fs::symlink_metadata(path).map_err(|e| OpError::io(path, e))?;
     let ft = m.file_type();
     let kind = if ft.is_file() {
-        "file"
+        FileKind::File
     } else if ft.is_dir() {
-        "dir"
+        FileKind::Dir
     } else if ft.is_symlink() {
-        "symlink"
+        FileKind::Symlink
     } else {
-        "other"
+        FileKind::Other
     };
     // Not for links on /proc or /sys: /proc/1/fd/* would tell where pid 1's own descriptors lead (its
     // threads pass every ptrace check on their own process, whatever their capabilities).
@@ -404,24 +401,20 @@ fn stat(path: &Path) -> Result<(Value, bool), OpError> {
     let mtime_ms =
         m.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as i64);
     let name = path.file_name().map_or_else(|| "/".to_string(), |n| n.to_string_lossy().into_owned());
-    let mut v = json!({
-        "path": path.to_string_lossy(),
-        "name": name,
-        "kind": kind,
-        "size": m.len(),
-        "mode": m.mode() & 0o7777,
-        "uid": m.uid(),
-        "mtime_ms": mtime_ms,
-    });
-    if let Some(t) = link_target {
-        v["link_target"] = Value::String(t);
-    }
-    Ok((v, ft.is_dir()))
+    Ok(FileStat {
+        path: path.to_string_lossy().into_owned(),
+        name,
+        kind,
+        size: m.len(),
+        mode: m.mode() & 0o7777,
+        uid: m.uid(),
+        mtime_ms,
+        link_target,
+    })
 }
 
 fn list(root: &Path, depth: u32, max_entries: u32) -> OpResult {
-    let (_, is_dir) = stat(root)?;
-    if !is_dir {
+    if stat(root)?.kind != FileKind::Dir {
         return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: not a directory", root.display())));
     }
     let mut entries = Vec::new();
@@ -444,15 +437,16 @@ fn list(root: &Path, depth: u32, max_entries: u32) -> OpResult {
                 ));
             }
             let p = ent.path();
-            let Ok((v, is_dir)) = stat(&p) else { continue };
-            entries.push(v);
+            let Ok(st) = stat(&p) else { continue };
+            let is_dir = st.kind == FileKind::Dir;
+            entries.push(st);
             if is_dir && level < depth {
                 stack.push((p, level + 1));
             }
         }
     }
-    entries.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
-    Ok(json!({"entries": entries}))
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(FileAnswer::List { entries })
 }
 
 fn remove(path: &Path, recursive: bool) -> OpResult {
@@ -479,7 +473,7 @@ fn remove(path: &Path, recursive: bool) -> OpResult {
             OpError::io(path, e)
         }
     })?;
-    Ok(json!({"path": path}))
+    Ok(FileAnswer::Removed)
 }
 
 /// `(dev, ino)` of an open directory.
@@ -664,7 +658,7 @@ fn rename(from: &Path, to: &Path, overwrite: bool) -> OpResult {
         let at = if e.raw_os_error() == Some(libc::EEXIST) { to } else { from };
         return Err(OpError::io(at, e));
     }
-    Ok(json!({"from": from, "to": to}))
+    Ok(FileAnswer::Moved)
 }
 
 /// Reads upload frames as a byte stream, enforcing the size cap.
@@ -745,7 +739,7 @@ fn untar(dest: &Path, max_bytes: u64, max_file_bytes: u64, rx: Receiver<UploadMs
     // Drain to the End marker so the byte count is exact and the control loop is never left blocked.
     io::copy(&mut reader, &mut io::sink()).map_err(|e| tar_error(dest, e))?;
     sync_dir(dest);
-    Ok(json!({"entries": count, "bytes": reader.total}))
+    Ok(FileAnswer::Untarred { entries: count, bytes: reader.total })
 }
 
 fn tar_error(dest: &Path, e: io::Error) -> OpError {
@@ -764,6 +758,8 @@ struct ChunkWriter<'a> {
     req: u64,
     buf: Vec<u8>,
     window: &'a Window,
+    /// Bytes sent so far.
+    sent: u64,
 }
 
 impl Write for ChunkWriter<'_> {
@@ -783,6 +779,7 @@ impl Write for ChunkWriter<'_> {
                 return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the download was abandoned by its reader"));
             }
             self.out.send(&Event::Chunk { req: self.req }, &self.buf);
+            self.sent += self.buf.len() as u64;
             self.buf.clear();
         }
         Ok(())
@@ -790,8 +787,7 @@ impl Write for ChunkWriter<'_> {
 }
 
 fn tar(out: &Outbox, req: u64, dir: &Path, window: &Window) -> OpResult {
-    let (_, is_dir) = stat(dir)?;
-    if !is_dir {
+    if stat(dir)?.kind != FileKind::Dir {
         return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: not a directory", dir.display())));
     }
     let top = File::open(dir).map_err(|e| OpError::io(dir, e))?;
@@ -801,7 +797,7 @@ fn tar(out: &Outbox, req: u64, dir: &Path, window: &Window) -> OpResult {
             format!("{}: is under /proc or /sys, which the file API does not read", dir.display()),
         ));
     }
-    let mut w = ChunkWriter { out, req, buf: Vec::with_capacity(MAX_PAYLOAD), window };
+    let mut w = ChunkWriter { out, req, buf: Vec::with_capacity(MAX_PAYLOAD), window, sent: 0 };
     {
         let mut builder = tar::Builder::new(&mut w);
         builder.append_dir(".", dir).map_err(|e| OpError::io(dir, e))?;
@@ -818,7 +814,7 @@ fn tar(out: &Outbox, req: u64, dir: &Path, window: &Window) -> OpResult {
         builder.finish().map_err(|e| OpError::io(dir, e))?;
     }
     w.flush().map_err(|e| OpError::io(dir, e))?;
-    Ok(json!({}))
+    Ok(FileAnswer::Sent { bytes: w.sent })
 }
 
 /// Archives one entry as `name`; a directory is pushed on `stack` to be walked.
@@ -863,4 +859,76 @@ fn tar_entry<W: Write>(
         b.append_data(&mut header, &name, io::empty()).map_err(io_err)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory under the system's temporary one, removed at the end.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("sandlot-files-{name}-{:x}", rand_suffix()));
+            fs::create_dir(&dir).unwrap();
+            Scratch(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn stat_answers_with_the_kind_size_mode_and_link_target() {
+        let s = Scratch::new("stat");
+        let file = s.0.join("f");
+        fs::write(&file, b"hello").unwrap();
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o640)).unwrap();
+        std::os::unix::fs::symlink("f", s.0.join("l")).unwrap();
+
+        let st = stat(&file).unwrap();
+        assert_eq!((st.kind, st.size, st.mode, st.name.as_str()), (FileKind::File, 5, 0o640, "f"));
+        assert_eq!(st.path, file.to_str().unwrap());
+        assert_eq!(st.link_target, None);
+        assert!(st.mtime_ms > 0);
+        let link = stat(&s.0.join("l")).unwrap();
+        assert_eq!((link.kind, link.link_target.as_deref()), (FileKind::Symlink, Some("f")));
+        assert_eq!(stat(&s.0).unwrap().kind, FileKind::Dir);
+        assert_eq!(stat(Path::new("/")).unwrap().name, "/");
+        assert!(matches!(stat(&s.0.join("none")), Err(OpError { kind: FileErrorKind::NotFound, .. })));
+    }
+
+    #[test]
+    fn list_answers_with_entries_sorted_by_path_to_the_asked_depth() {
+        let s = Scratch::new("list");
+        fs::create_dir_all(s.0.join("b/deeper")).unwrap();
+        fs::write(s.0.join("b/x"), b"").unwrap();
+        fs::write(s.0.join("a"), b"12").unwrap();
+        let paths = |answer: FileAnswer| match answer {
+            FileAnswer::List { entries } => {
+                entries.iter().map(|e| e.path.strip_prefix(s.0.to_str().unwrap()).unwrap().to_string()).collect()
+            }
+            other => panic!("a list answered {other:?}"),
+        };
+        let top: Vec<String> = paths(list(&s.0, 1, 100).unwrap());
+        assert_eq!(top, ["/a", "/b"]);
+        let all: Vec<String> = paths(list(&s.0, 2, 100).unwrap());
+        assert_eq!(all, ["/a", "/b", "/b/deeper", "/b/x"]);
+        assert!(matches!(list(&s.0, 2, 3), Err(OpError { kind: FileErrorKind::TooLarge, .. })));
+        assert!(matches!(list(&s.0.join("a"), 1, 100), Err(OpError { kind: FileErrorKind::WrongKind, .. })));
+    }
+
+    #[test]
+    fn remove_and_rename_answer_with_their_own_kind() {
+        let s = Scratch::new("rm-mv");
+        fs::write(s.0.join("a"), b"").unwrap();
+        assert_eq!(rename(&s.0.join("a"), &s.0.join("b"), false).unwrap(), FileAnswer::Moved);
+        assert!(s.0.join("b").exists());
+        assert_eq!(remove(&s.0.join("b"), false).unwrap(), FileAnswer::Removed);
+        assert!(!s.0.join("b").exists());
+    }
 }
