@@ -14,6 +14,15 @@ RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps
 # Advisories are left out: their database is downloaded from a git host this machine cannot reach.
 need_cargo_deny
 cargo deny check licenses bans sources
+# The control layer's tests (state machine, quotas, expiry, recovery over the fake driver) need no root:
+# run them as `nobody` too, so a change that makes them need it fails here.
+control_tests=$(cargo test --locked -p sandlot-control --lib --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
+        print(m["executable"])')
+(cd /tmp && su nobody -s /bin/sh -c "$control_tests -q")
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --locked --workspace --no-fail-fast
     # The fairness suite measures one tenant's service under another's abuse: it runs alone, after the rest.
