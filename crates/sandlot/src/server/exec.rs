@@ -12,8 +12,9 @@ use bytes::Bytes;
 use sandlot_api::{ExecEvent, ExecRequest, ExecResult, KillRequest, ProcessList, ProcessStarted, StdinRequest, NDJSON};
 use sandlot_control::{Process, Started};
 
+use super::app::{channel_body, AppState};
+use super::error::ApiError;
 use super::extract::{optional_json, ApiJson, ApiPath, Auth};
-use super::{ApiError, AppState};
 
 fn wants_ndjson(headers: &HeaderMap) -> bool {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(NDJSON))
@@ -51,7 +52,7 @@ fn ndjson(proc: Arc<Process>) -> Response {
             }
         }
     });
-    ([(header::CONTENT_TYPE, NDJSON)], super::channel_body(rx)).into_response()
+    ([(header::CONTENT_TYPE, NDJSON)], channel_body(rx)).into_response()
 }
 
 pub async fn list(

@@ -10,7 +10,8 @@ use sandlot_api::codes;
 use sandlot_control::Caller;
 use serde::de::DeserializeOwned;
 
-use super::{ApiError, AppState};
+use super::app::AppState;
+use super::error::ApiError;
 
 /// The caller a valid `Authorization: Bearer` key stands for.
 pub struct Auth(pub Caller);

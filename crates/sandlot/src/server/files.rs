@@ -12,8 +12,9 @@ use sandlot_api::{FileList, FileStat, MkdirRequest, MoveRequest, User};
 use sandlot_control::{Caller, FileStream, SandboxPath, Upload};
 use serde::Deserialize;
 
+use super::app::{channel_body, AppState};
+use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, Auth};
-use super::{ApiError, AppState};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -43,7 +44,7 @@ fn stream_body(mut s: FileStream, content_type: &'static str) -> Response {
             }
         }
     });
-    ([(header::CONTENT_TYPE, content_type)], super::channel_body(rx)).into_response()
+    ([(header::CONTENT_TYPE, content_type)], channel_body(rx)).into_response()
 }
 
 fn body_reader(body: Body) -> impl tokio::io::AsyncRead + Unpin {

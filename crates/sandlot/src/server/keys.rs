@@ -7,8 +7,9 @@ use axum::Json;
 use sandlot_api::{CreateKey, KeyList};
 use serde::Deserialize;
 
+use super::app::AppState;
+use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, Auth};
-use super::{ApiError, AppState};
 
 pub async fn create(
     State(app): State<AppState>,

@@ -1,5 +1,6 @@
 //! `sandlot serve`: configuration, start-up recovery, the HTTP router and graceful shutdown.
 
+mod app;
 pub mod config;
 mod error;
 mod exec;
@@ -27,6 +28,7 @@ use sandlot_engine::linux::{host, LinuxConfig, LinuxDriver};
 use sandlot_engine::{Engine, EngineConfig, NetworkSettings};
 use sandlot_store::Store;
 
+pub use app::{App, AppState};
 pub use error::ApiError;
 
 /// Options of `sandlot serve`.
@@ -131,32 +133,6 @@ pub struct ServeArgs {
     /// suite can show what each remaining layer stops on its own. Never use in production.
     #[arg(long = "insecure-disable-layer", value_name = "LAYER", hide = true)]
     pub disable_layers: Vec<String>,
-}
-
-/// What the handlers share: the control layer, and what only HTTP needs (how preview URLs look).
-pub struct App {
-    pub control: Arc<Control>,
-    /// Host-routed preview origins' domain (`--preview-domain`, normalised once at start).
-    pub preview_domain: Option<String>,
-    /// The address the API listens on (preview URLs of clients that sent no `Host`).
-    pub listen: SocketAddr,
-}
-
-pub type AppState = Arc<App>;
-
-/// The domain of host-routed preview origins, if any (see `--preview-domain`).
-fn preview_domain(cfg: &ServeArgs) -> Option<String> {
-    match &cfg.preview_domain {
-        Some(d) => Some(d.trim_matches('.').to_ascii_lowercase()).filter(|d| !d.is_empty()),
-        None => cfg.listen.ip().is_loopback().then(|| "localhost".to_string()),
-    }
-}
-
-impl App {
-    /// The domain of host-routed preview origins, if any.
-    pub fn preview_domain(&self) -> Option<&str> {
-        self.preview_domain.as_deref()
-    }
 }
 
 impl ServeArgs {
@@ -294,8 +270,11 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
     let control = Control::new(Arc::clone(&engine), store, control_cfg, host);
     control.recover().await?;
 
-    let app =
-        Arc::new(App { control: Arc::clone(&control), preview_domain: preview_domain(&args), listen: args.listen });
+    let app = Arc::new(App {
+        control: Arc::clone(&control),
+        preview_domain: app::preview_domain(args.preview_domain.as_deref(), args.listen),
+        listen: args.listen,
+    });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let services = control.start_services(shutdown_rx.clone());
 
@@ -392,14 +371,6 @@ fn write_admin_key(store: &Store, state_dir: &Path) -> anyhow::Result<()> {
 }
 
 use std::os::unix::fs::OpenOptionsExt;
-
-/// A response body fed by a channel: each item is a chunk, an error aborts the transfer.
-pub(crate) fn channel_body<E>(mut rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, E>>) -> axum::body::Body
-where
-    E: Into<axum::BoxError> + Send + 'static,
-{
-    axum::body::Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
-}
 
 fn router(app: AppState) -> Router {
     let uploads = Router::new()

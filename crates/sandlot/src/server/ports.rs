@@ -23,8 +23,9 @@ use sandlot_api::{ExposePort, PortInfo};
 
 use sandlot_control::{Error, Kind};
 
+use super::app::AppState;
+use super::error::ApiError;
 use super::extract::{bearer_key, ApiJson, ApiPath, Auth};
-use super::{ApiError, AppState};
 
 const TOKEN_PARAM: &str = "sandlot_token";
 

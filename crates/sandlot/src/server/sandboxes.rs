@@ -6,8 +6,9 @@ use axum::response::IntoResponse;
 use axum::Json;
 use sandlot_api::{CreateSandbox, NetworkSpec, SandboxInfo, SandboxList, SetTimeout};
 
+use super::app::AppState;
+use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, Auth};
-use super::{ApiError, AppState};
 
 pub async fn create(
     State(app): State<AppState>,

@@ -6,8 +6,9 @@ use axum::response::IntoResponse;
 use axum::Json;
 use sandlot_api::{CreateSnapshot, ForkRequest, ForkResult, SnapshotList};
 
+use super::app::AppState;
+use super::error::ApiError;
 use super::extract::{optional_json, ApiJson, ApiPath, Auth};
-use super::{ApiError, AppState};
 
 pub async fn snapshot(
     State(app): State<AppState>,

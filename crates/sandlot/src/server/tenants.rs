@@ -6,8 +6,9 @@ use axum::Json;
 use sandlot_api::{AuditList, TenantNetwork};
 use serde::Deserialize;
 
+use super::app::AppState;
+use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, Auth};
-use super::{ApiError, AppState};
 
 pub async fn get_network(
     State(app): State<AppState>,

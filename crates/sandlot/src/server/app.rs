@@ -1,0 +1,41 @@
+//! What every handler shares: the control layer, and what only HTTP needs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use sandlot_control::Control;
+
+/// What the handlers share: the control layer, and what only HTTP needs (how preview URLs look).
+pub struct App {
+    pub control: Arc<Control>,
+    /// Host-routed preview origins' domain (`--preview-domain`, normalised once at start).
+    pub preview_domain: Option<String>,
+    /// The address the API listens on (preview URLs of clients that sent no `Host`).
+    pub listen: SocketAddr,
+}
+
+pub type AppState = Arc<App>;
+
+/// The domain of host-routed preview origins, if any, from `--preview-domain` (`given`) and the
+/// listening address: `localhost` by default on loopback, none elsewhere or when given empty.
+pub fn preview_domain(given: Option<&str>, listen: SocketAddr) -> Option<String> {
+    match given {
+        Some(d) => Some(d.trim_matches('.').to_ascii_lowercase()).filter(|d| !d.is_empty()),
+        None => listen.ip().is_loopback().then(|| "localhost".to_string()),
+    }
+}
+
+impl App {
+    /// The domain of host-routed preview origins, if any.
+    pub fn preview_domain(&self) -> Option<&str> {
+        self.preview_domain.as_deref()
+    }
+}
+
+/// A response body fed by a channel: each item is a chunk, an error aborts the transfer.
+pub fn channel_body<E>(mut rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, E>>) -> axum::body::Body
+where
+    E: Into<axum::BoxError> + Send + 'static,
+{
+    axum::body::Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+}
