@@ -1,10 +1,14 @@
-//! What the three test suites (e2e, escape, persist) share: starting `sandlot serve` the same way,
-//! stopping it, and looking at host processes. Each suite's launcher adds what it alone needs (e2e:
-//! a cgroup per server and a leftovers check; escape: disabled layers and inherited descriptors;
-//! persist: crashes and restarts on the same state).
+//! What the test suites (e2e, escape, persist, fairness) share: one launcher of `sandlot serve`
+//! ([`server::TestServer`], started from a [`server::Builder`]), raw HTTP ([`http`]), and looking at
+//! host processes and cgroups. Each suite's own launcher file adds its defaults and what it alone
+//! inspects (e2e: a cgroup per server and a leftovers check; escape: the supervisors; persist: the
+//! layers volume).
 
 // Each suite uses a different subset.
 #![allow(dead_code)]
+
+pub mod http;
+pub mod server;
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};

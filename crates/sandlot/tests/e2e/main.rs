@@ -8,7 +8,8 @@
 //! - [`files`]: the file API, tar transfer, and path tricks planted by sandbox code.
 //! - [`isolation`]: what a sandbox cannot see or reach of the host and of other sandboxes.
 //! - [`limits`]: memory, CPU, processes, disk, command and sandbox time limits.
-//! - [`network`]: egress policy, DNS, SNI/Host binding, credential brokering, audit.
+//! - [`network`]: egress policy, DNS, SNI/Host binding, always-denied ranges, credential brokering,
+//!   previews, per-sandbox bounds (one module per subject).
 //! - [`lifecycle`]: delete, stop/resume, pause, fork, supervisor death, graceful shutdown, crash and
 //!   restart; nothing left behind.
 //!

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use sandlot_client::api::{CreateSandbox, SandboxState};
 
 use crate::common::{eventually, expect_error};
-use crate::server::{Options, Server};
+use crate::server::Server;
 
 /// Descriptor limit of the daemon in the connection tests: small enough that the attack below would
 /// exhaust it without the caps (the API's share is then 128 connections, 32 per address).
@@ -68,7 +68,7 @@ fn raise_own_fd_limit() {
 #[test]
 fn bounds_half_sent_requests_from_one_peer_do_not_stop_another_clients_healthz() {
     raise_own_fd_limit();
-    let server = Server::with(Options { fd_limit: Some(DAEMON_FDS), ..Options::default() });
+    let server = Server::builder().fd_limit(DAEMON_FDS).start();
     let attacker = Ipv4Addr::new(127, 0, 0, 2);
     let t0 = Instant::now();
     let mut held = Vec::new();
@@ -95,11 +95,11 @@ fn bounds_half_sent_requests_from_one_peer_do_not_stop_another_clients_healthz()
             healthz_from(victim, server.port()),
             Ok("HTTP/1.1 200 OK".to_string()),
             "another client's healthz under attack\n--- server log ---\n{}",
-            server.log()
+            server.log_text()
         );
         eprintln!("healthz under attack answered in {:?}", t.elapsed());
     }
-    assert!(server.log().contains("API connections refused"), "refusals are logged");
+    assert!(server.log_text().contains("API connections refused"), "refusals are logged");
     drop(held);
 }
 
@@ -124,7 +124,7 @@ fn bounds_a_connection_that_sends_no_header_is_closed_after_the_timeout() {
 /// with `429 limit_reached` (the places are reserved before the boots are awaited).
 #[test]
 fn bounds_twelve_concurrent_creates_on_max_sandboxes_3_run_at_most_3() {
-    let server = Server::with(Options { args: vec!["--max-sandboxes".into(), "3".into()], ..Options::default() });
+    let server = Server::builder().args(&["--max-sandboxes", "3"]).start();
     let results: Vec<_> = std::thread::scope(|scope| {
         let handles: Vec<_> =
             (0..12).map(|_| scope.spawn(|| server.client().create(&CreateSandbox::default()))).collect();
@@ -181,7 +181,7 @@ fn bounds_memory_mb_beyond_host_memory_is_refused_with_the_maximum() {
 /// past it a create is refused `429 server_full`, and deleting a sandbox gives its share back.
 #[test]
 fn bounds_the_sum_of_live_memory_cannot_exceed_capacity_times_overcommit() {
-    let server = Server::with(Options { args: vec!["--overcommit".into(), "0.1".into()], ..Options::default() });
+    let server = Server::builder().args(&["--overcommit", "0.1"]).start();
     let capacity = host_memory_mb() / 10;
     let each = capacity * 6 / 10;
     let spec = CreateSandbox { memory_mb: Some(each), ..CreateSandbox::default() };

@@ -272,7 +272,7 @@ op("bind 10.200.0.1:53", lambda: u.bind(("10.200.0.1", 53)))
         "bind 10.200.0.1:53: errno=98 EADDRINUSE",
     ];
     assert_lines(&python(&sb, User::Root, body), &expected);
-    assert!(!server.log().contains("BUG: the proxy tried to dial"), "{}", server.log());
+    assert!(!server.log_text().contains("BUG: the proxy tried to dial"), "{}", server.log_text());
 }
 
 /// The cgroup tree is absent (no /sys content) and cannot be mounted; /proc/self/cgroup shows only `/`.

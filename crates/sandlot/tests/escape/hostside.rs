@@ -32,7 +32,7 @@ fn fork_does_not_write_through_planted_etc_symlinks() {
     let r = sh(&sb, User::Root, &plant);
     assert_eq!(r.exit_code, 0, "planting the links: {r:?}");
 
-    let copy = sb.fork(1).unwrap_or_else(|e| panic!("fork: {e:?}\n{}", server.log())).remove(0);
+    let copy = sb.fork(1).unwrap_or_else(|e| panic!("fork: {e:?}\n{}", server.log_text())).remove(0);
 
     for (path, body) in [(&hosts, "host file: hosts\n"), (&hostname, "host file: hostname\n")] {
         assert_eq!(fs::read_to_string(path).unwrap(), body, "{} was written through the link", path.display());
@@ -68,7 +68,7 @@ print("built", flush=True)
     let r = sb.run(&["python3", "-c", build]).unwrap();
     assert_eq!(r.stdout.trim(), "built", "{r:?}");
 
-    let copy = sb.fork(1).unwrap_or_else(|e| panic!("fork of a deep tree: {e:?}\n{}", server.log())).remove(0);
+    let copy = sb.fork(1).unwrap_or_else(|e| panic!("fork of a deep tree: {e:?}\n{}", server.log_text())).remove(0);
 
     let check = r#"
 import os

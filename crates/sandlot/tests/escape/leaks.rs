@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use sandlot_client::api::{ExecRequest, ExitStatus, User};
 
 use crate::probe::{assert_lines, exec, python};
-use crate::server::{Options, Server};
+use crate::server::Server;
 
 /// Descriptor number at which the daemon inherits a host directory in these tests.
 const LEAKED_FD: i32 = 77;
@@ -118,8 +118,7 @@ s.detach()
 #[test]
 fn leak_daemon_descriptors_do_not_reach_commands() {
     let (dir, _secret) = host_dir_with_secret();
-    let server =
-        Server::with(Options { inherited_dir: Some((dir.path().to_path_buf(), LEAKED_FD)), ..Options::default() });
+    let server = Server::builder().inherit_dir(dir.path(), LEAKED_FD).start();
     let sb = server.sandbox();
     let body = format!(
         "op('fstat fd {LEAKED_FD}', lambda: os.fstat({LEAKED_FD}))\nop('readlink fd {LEAKED_FD}', lambda: os.readlink('/proc/self/fd/{LEAKED_FD}'))\n"
@@ -164,8 +163,7 @@ fn read_planted(sb: &sandlot_client::Sandbox) -> Vec<String> {
 #[test]
 fn landlock_confines_the_supervisors_leaked_descriptor() {
     let (dir, secret) = host_dir_with_secret();
-    let server =
-        Server::with(Options { inherited_dir: Some((dir.path().to_path_buf(), LEAKED_FD)), ..Options::default() });
+    let server = Server::builder().inherit_dir(dir.path(), LEAKED_FD).start();
     let sb = server.sandbox();
     for line in read_planted(&sb) {
         assert!(!line.contains(&secret) && !line.contains("root:x:0:0"), "the host leaked: {line}");
@@ -177,8 +175,7 @@ fn landlock_confines_the_supervisors_leaked_descriptor() {
 #[test]
 fn leak_daemon_descriptors_do_not_reach_the_supervisor() {
     let (dir, _secret) = host_dir_with_secret();
-    let server =
-        Server::with(Options { inherited_dir: Some((dir.path().to_path_buf(), LEAKED_FD)), ..Options::default() });
+    let server = Server::builder().inherit_dir(dir.path(), LEAKED_FD).start();
     let sb = server.sandbox();
     match sb.stat(&format!("/proc/1/fd/{LEAKED_FD}")) {
         Ok(stat) => panic!("the supervisor holds fd {LEAKED_FD}: {stat:?}"),
@@ -191,11 +188,7 @@ fn leak_daemon_descriptors_do_not_reach_the_supervisor() {
 #[test]
 fn leak_without_landlock_planted_symlinks_cannot_reach_host_files() {
     let (dir, secret) = host_dir_with_secret();
-    let server = Server::with(Options {
-        disabled_layers: vec!["landlock"],
-        inherited_dir: Some((dir.path().to_path_buf(), LEAKED_FD)),
-        ..Options::default()
-    });
+    let server = Server::builder().disable_layer("landlock").inherit_dir(dir.path(), LEAKED_FD).start();
     let sb = server.sandbox();
     for line in read_planted(&sb) {
         assert!(!line.contains(&secret) && !line.contains("root:x:0:0"), "the host leaked: {line}");
