@@ -370,6 +370,16 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Waits on `cv` with `guard`, as [`lock`] does with poison (the fake driver's peer state is whole
+/// after each statement too).
+#[cfg(feature = "fake")]
+pub(crate) fn wait<'a, T>(
+    cv: &std::sync::Condvar,
+    guard: std::sync::MutexGuard<'a, T>,
+) -> std::sync::MutexGuard<'a, T> {
+    cv.wait(guard).unwrap_or_else(|p| p.into_inner())
+}
+
 /// A supervisor that ended without being asked to.
 #[derive(Debug, Clone)]
 pub struct Death {

@@ -13,6 +13,7 @@ use sandlot_protocol::Termination;
 use tokio::sync::watch;
 
 use crate::budget::Reservation;
+use crate::lock;
 use crate::output::{Capture, Span};
 
 /// Log entries kept per process. Past it, output is no longer logged chunk by chunk: a follower
@@ -227,7 +228,7 @@ impl Process {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     fn notify(&self, st: &State) {
@@ -323,13 +324,13 @@ impl Process {
 
     /// The supervisor closed standard input because the process did not read it.
     pub(crate) fn stdin_closed_by_supervisor(&self, why: String) {
-        *self.stdin_closed_why.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        *lock(&self.stdin_closed_why) = Some(why);
         self.close_stdin();
     }
 
     /// Why the supervisor closed standard input on its own, if it did.
     pub fn stdin_closed_reason(&self) -> Option<String> {
-        self.stdin_closed_why.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.stdin_closed_why).clone()
     }
 
     /// Waits for the end.

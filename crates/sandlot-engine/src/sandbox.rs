@@ -510,10 +510,7 @@ impl Sandbox {
         let (ready_tx, ready_rx) = oneshot::channel();
         let (data_tx, mut data_rx, held) = Inbound::new();
         let window = Arc::new(tokio::sync::Semaphore::new(STREAM_WINDOW));
-        self.shared
-            .conns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.shared.conns)
             .insert(conn, Conn { ready: Some(ready_tx), data: data_tx, window: Arc::clone(&window) });
         // A caller dropped before `Connected` would leave pid 1 holding the connection (and a slot).
         let mut pending = Pending { shared: &self.shared, stream: Some(Stream::Conn(conn)) };

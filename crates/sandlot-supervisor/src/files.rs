@@ -28,7 +28,7 @@ use std::time::UNIX_EPOCH;
 use sandlot_protocol::{Event, FileAnswer, FileErrorKind, FileKind, FileOp, FileStat, MAX_PAYLOAD};
 
 use crate::credit::{Credits, Window};
-use crate::{spawn_thread, Outbox, Slot};
+use crate::{lock, spawn_thread, Outbox, Slot};
 
 /// File operations running at once in one sandbox, each on a thread of pid 1 (threads count against
 /// the sandbox's pids limit). 16 covers a client that uploads or downloads several files in parallel;
@@ -58,16 +58,16 @@ impl Uploads {
     fn register(&self, req: u64) -> Receiver<UploadMsg> {
         // A small bound: a slow disk pushes back on the control socket instead of buffering in RAM.
         let (tx, rx) = sync_channel(8);
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).insert(req, tx);
+        lock(&self.open).insert(req, tx);
         rx
     }
 
     fn forget(&self, req: u64) {
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
+        lock(&self.open).remove(&req);
     }
 
     fn send(&self, req: u64, msg: UploadMsg) {
-        let tx = self.open.lock().unwrap_or_else(|p| p.into_inner()).get(&req).cloned();
+        let tx = lock(&self.open).get(&req).cloned();
         if let Some(tx) = tx {
             // A closed receiver means the upload already failed and said so.
             let _ = tx.send(msg);

@@ -19,7 +19,7 @@ use std::time::Duration;
 use sandlot_protocol::{Event, MAX_PAYLOAD, STREAM_WINDOW};
 
 use crate::credit::Credits;
-use crate::{spawn_thread, Outbox, Slot};
+use crate::{lock, spawn_thread, Outbox, Slot};
 
 /// Inbound connections open (or being opened) at once into one sandbox. A browser opens about six per
 /// origin, so a preview page with dozens of parallel fetches fits; 64 connections are 128 supervisor
@@ -127,7 +127,7 @@ impl Ports {
         }
         // Before `Connected`: the daemon may close (and so close this window) as soon as it has that.
         let window = self.credits.open(conn);
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, Open { tx, queued, stream: handle });
+        lock(&self.open).insert(conn, Open { tx, queued, stream: handle });
         out.send(&Event::Connected { conn }, &[]);
         // Sandbox server → daemon, as fast as the daemon's client reads: one that stops reading stops
         // this thread (and its server), nothing else.
@@ -143,13 +143,13 @@ impl Ports {
         self.credits.forget(conn);
         // The writer ends when the daemon closes its side or the socket is reset; forgetting the entry
         // here drops its sender, so it ends too when the daemon never closes.
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+        lock(&self.open).remove(&conn);
         out.send(&Event::StreamClose { conn }, &[]);
         drop(slot);
     }
 
     pub(crate) fn data(&self, conn: u64, bytes: Vec<u8>) {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = lock(&self.open);
         let Some(o) = open.get(&conn) else { return };
         let n = bytes.len();
         let queued = o.queued.fetch_add(n, Ordering::SeqCst);
@@ -166,7 +166,7 @@ impl Ports {
     }
 
     pub(crate) fn close(&self, conn: u64) {
-        if let Some(o) = self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn) {
+        if let Some(o) = lock(&self.open).remove(&conn) {
             let _ = o.tx.send(Msg::Close);
         }
     }

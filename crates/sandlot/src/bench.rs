@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+use crate::lock;
 use sandlot_client::api::{CreateSandbox, ExecEvent, ExecRequest};
 use sandlot_client::Client;
 
@@ -137,7 +139,7 @@ fn parallel(
             std::thread::spawn(move || -> anyhow::Result<()> {
                 while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < total {
                     let d = work()?;
-                    samples.lock().unwrap_or_else(|p| p.into_inner()).push(d);
+                    lock(&samples).push(d);
                 }
                 Ok(())
             })
@@ -146,7 +148,7 @@ fn parallel(
     for t in threads {
         t.join().map_err(|_| anyhow::anyhow!("bench thread panicked"))??;
     }
-    let v = std::mem::take(&mut *samples.lock().unwrap_or_else(|p| p.into_inner()));
+    let v = std::mem::take(&mut *lock(&samples));
     Ok(v)
 }
 

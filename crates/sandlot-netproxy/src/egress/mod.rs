@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 
 pub use crate::dial::{Dial, TcpDialer};
 use crate::policy::{Decision, Policy};
+use crate::{lock, read_lock, write_lock};
 use tcp::accept_opt;
 use udp::{next_opt, Datagrams};
 use vips::Vips;
@@ -152,16 +153,16 @@ impl SandboxNet {
 
     /// Replaces the policy; it applies to new connections and lookups.
     pub fn set_policy(&self, policy: Policy) {
-        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+        *write_lock(&self.policy) = Arc::new(policy);
     }
 
     fn policy(&self) -> Arc<Policy> {
-        Arc::clone(&self.policy.read().unwrap_or_else(|p| p.into_inner()))
+        Arc::clone(&read_lock(&self.policy))
     }
 
     fn record(&self, kind: &'static str, dst: String, name: Option<String>, decision: Decision) {
         let left_out = {
-            let mut budgets = self.audit_budget.lock().unwrap_or_else(|p| p.into_inner());
+            let mut budgets = lock(&self.audit_budget);
             let now = tokio::time::Instant::now();
             let b = budgets.entry((kind, decision.allow)).or_insert((AUDIT_BURST, now, 0));
             b.0 = (b.0 + now.duration_since(b.1).as_secs_f64() * AUDIT_PER_SECOND).min(AUDIT_BURST);

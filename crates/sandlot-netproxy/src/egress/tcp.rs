@@ -15,6 +15,7 @@ use tokio::task::JoinSet;
 use super::{unmap, SandboxNet, Slot};
 use crate::policy::{Attempt, Decision};
 use crate::sniff::{self, Sniff};
+use crate::{lock, read_lock};
 
 /// How long the proxy waits for a ClientHello or request head before deciding without a name.
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(5);
@@ -66,7 +67,7 @@ impl SandboxNet {
         }
         // A virtual address stands for the name it was answered for; anything else is a bare IP.
         let target = match dst.ip() {
-            IpAddr::V4(v4) => self.vips.lock().unwrap_or_else(|p| p.into_inner()).by_vip.get(&v4).cloned(),
+            IpAddr::V4(v4) => lock(&self.vips).by_vip.get(&v4).cloned(),
             IpAddr::V6(_) => None,
         };
         let (real, names, admin_mapped) = match &target {
@@ -113,7 +114,7 @@ impl SandboxNet {
                 // credential, a host no longer allowed) reaches keep-alive connections too.
                 let (cell, host) = (Arc::clone(&self.policy), name.clone());
                 let current = move || {
-                    let policy = Arc::clone(&cell.read().unwrap_or_else(|p| p.into_inner()));
+                    let policy = Arc::clone(&read_lock(&cell));
                     policy.name_allowed(&host)?;
                     Some(policy.rule_for(&host).map(|r| r.headers.clone()).unwrap_or_default())
                 };

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 
 use super::{unmap, SandboxNet, Slot, MAX_DNS_PENDING};
 use crate::dns::{self, Rcode};
+use crate::lock;
 use crate::policy::Decision;
 
 impl SandboxNet {
@@ -38,7 +39,7 @@ impl SandboxNet {
             return;
         }
         let now = tokio::time::Instant::now();
-        let mut seen = self.udp_seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = lock(&self.udp_seen);
         if seen.len() >= 1024 {
             seen.retain(|_, t| now.duration_since(*t) < Duration::from_secs(60));
         }
