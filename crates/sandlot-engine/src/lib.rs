@@ -35,7 +35,7 @@ pub struct EngineConfig {
     /// How long a sandbox may take from clone to its supervisor's `Ready`.
     pub start_timeout: Duration,
     /// Network settings shared by every sandbox (resolver overrides, host addresses, dialer).
-    pub net: Arc<sandlot_netproxy::egress::Shared>,
+    pub net: Arc<sandlot_netproxy::egress::EgressShared>,
 }
 
 /// What a sandbox is started with.

@@ -97,7 +97,7 @@ async fn credit(out: &mpsc::Sender<Vec<u8>>, held: &AtomicUsize, id: u64, bytes:
 /// dropped with its client): unless disarmed, dropping it forgets the daemon's side of the stream and
 /// tells the supervisor to stop, so no thread or slot of pid 1 waits forever for a reader.
 struct Pending<'a> {
-    shared: &'a Shared,
+    link: &'a LinkState,
     stream: Option<Stream>,
 }
 
@@ -116,7 +116,7 @@ impl Pending<'_> {
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if let Some(stream) = self.stream {
-            self.shared.abandon(stream, "its caller went away");
+            self.link.abandon(stream, "its caller went away");
         }
     }
 }
@@ -185,7 +185,9 @@ struct Conn {
     window: Arc<tokio::sync::Semaphore>,
 }
 
-struct Shared {
+/// What the [`Sandbox`] handle and its supervisor link's read loop share: the open processes,
+/// connections and file transfers the read loop routes events to, and the sandbox's liveness.
+struct LinkState {
     conns: Mutex<HashMap<u64, Conn>>,
     procs: Mutex<HashMap<u64, (Arc<Process>, u64)>>,
     order: Mutex<Vec<u64>>,
@@ -210,7 +212,7 @@ pub struct Sandbox {
     pub resources: Resources,
     pid: i32,
     out: mpsc::Sender<Vec<u8>>,
-    shared: Arc<Shared>,
+    link: Arc<LinkState>,
     next: AtomicU64,
     ready: Mutex<Option<oneshot::Receiver<Result<(), String>>>>,
     reaped: watch::Receiver<Option<String>>,
@@ -239,7 +241,7 @@ impl Sandbox {
                 }
             }
         });
-        let shared = Arc::new(Shared {
+        let link = Arc::new(LinkState {
             conns: Mutex::default(),
             procs: Mutex::default(),
             order: Mutex::default(),
@@ -256,15 +258,15 @@ impl Sandbox {
         if let Some(log) = log {
             spawn_log_reader(log, Arc::clone(&log_buf), id.clone());
         }
-        let reader_shared = Arc::clone(&shared);
+        let reader_link = Arc::clone(&link);
         let reader_log = Arc::clone(&log_buf);
         let reader_id = id.clone();
         let (reaped_tx, reaped) = watch::channel(None);
         let mut reader_reaped = reaped.clone();
         tokio::spawn(async move {
             let mut ready = Some(ready_tx);
-            let end = read_loop(&mut rd, &reader_shared, &mut ready).await;
-            reader_shared.alive.store(false, Ordering::SeqCst);
+            let end = read_loop(&mut rd, &reader_link, &mut ready).await;
+            reader_link.alive.store(false, Ordering::SeqCst);
             if let Some(tx) = ready.take() {
                 // Wait (briefly) for the exit status and the setup error the supervisor printed.
                 let how = tokio::time::timeout(
@@ -282,12 +284,12 @@ impl Sandbox {
                     format!("{log} (supervisor {how})")
                 };
                 let _ = tx.send(Err(reason));
-            } else if !reader_shared.destroying.load(Ordering::SeqCst) {
+            } else if !reader_link.destroying.load(Ordering::SeqCst) {
                 let log = String::from_utf8_lossy(&lock(&reader_log)).trim().to_string();
                 let why = if log.is_empty() { "the sandbox's supervisor exited".to_string() } else { log };
                 let _ = deaths.send(crate::Death { id: reader_id, pid, why });
             }
-            reader_shared.fail_all();
+            reader_link.fail_all();
         });
         let waiter = Arc::clone(&instance);
         std::thread::spawn(move || {
@@ -298,7 +300,7 @@ impl Sandbox {
             resources,
             pid,
             out,
-            shared,
+            link,
             next: AtomicU64::new(1),
             ready: Mutex::new(Some(ready_rx)),
             reaped,
@@ -336,17 +338,17 @@ impl Sandbox {
 
     /// Unix ms of the last output of any process (0 if none yet).
     pub fn last_output_ms(&self) -> i64 {
-        self.shared.last_output_ms.load(Ordering::Relaxed)
+        self.link.last_output_ms.load(Ordering::Relaxed)
     }
 
     /// The host slot (uid range) it holds.
     pub fn slot(&self) -> u32 {
-        self.shared.instance.slot()
+        self.link.instance.slot()
     }
 
     /// Whether the supervisor is still connected.
     pub fn alive(&self) -> bool {
-        self.shared.alive.load(Ordering::SeqCst)
+        self.link.alive.load(Ordering::SeqCst)
     }
 
     async fn send(&self, req: &Request, payload: &[u8]) -> Result<(), EngineError> {
@@ -360,10 +362,10 @@ impl Sandbox {
     /// Starts a process and returns its record once the supervisor has answered the spawn.
     pub async fn spawn(&self, spec: ExecSpec) -> Result<Arc<Process>, EngineError> {
         let id = self.next.fetch_add(1, Ordering::SeqCst);
-        let reservation = self.shared.reserve_output(2 * spec.max_output as u64)?;
+        let reservation = self.link.reserve_output(2 * spec.max_output as u64)?;
         let proc = Process::new(id, spec.argv.clone(), spec.max_output, now_ms(), spec.keep_stdin, reservation);
-        let oom_before = self.shared.instance.oom_kills();
-        self.shared.remember(id, Arc::clone(&proc), oom_before);
+        let oom_before = self.link.instance.oom_kills();
+        self.link.remember(id, Arc::clone(&proc), oom_before);
         let mut started = proc.follow();
         let spawn = Spawn {
             proc: id,
@@ -390,12 +392,12 @@ impl Sandbox {
 
     /// A process started through the API.
     pub fn process(&self, id: u64) -> Option<Arc<Process>> {
-        lock(&self.shared.procs).get(&id).map(|(p, _)| Arc::clone(p))
+        lock(&self.link.procs).get(&id).map(|(p, _)| Arc::clone(p))
     }
 
     /// All remembered processes, oldest first.
     pub fn processes(&self) -> Vec<Arc<Process>> {
-        let order = lock(&self.shared.order).clone();
+        let order = lock(&self.link.order).clone();
         order.iter().filter_map(|id| self.process(*id)).collect()
     }
 
@@ -425,7 +427,7 @@ impl Sandbox {
     fn open_file_req(&self) -> (u64, mpsc::UnboundedReceiver<FileMsg>, Arc<AtomicUsize>) {
         let req = self.next.fetch_add(1, Ordering::SeqCst);
         let (inbound, rx, held) = Inbound::new();
-        lock(&self.shared.files).insert(req, inbound);
+        lock(&self.link.files).insert(req, inbound);
         (req, rx, held)
     }
 
@@ -446,7 +448,7 @@ impl Sandbox {
     /// Starts a download (`Read` or `Tar`); errors that happen before the first byte are returned here.
     pub(crate) async fn download(&self, uid: u32, op: FileOp) -> Result<FileStream, EngineError> {
         let (req, mut rx, held) = self.open_file_req();
-        let mut pending = Pending { shared: &self.shared, stream: Some(Stream::File(req)) };
+        let mut pending = Pending { link: &self.link, stream: Some(Stream::File(req)) };
         self.send(&Request::File { req, uid, op }, &[]).await?;
         let first = rx.recv().await;
         // From here the FileStream (or the answer) takes care of the end.
@@ -470,7 +472,7 @@ impl Sandbox {
     ) -> Result<FileAnswer, EngineError> {
         let (req, mut rx, _) = self.open_file_req();
         // A caller dropped mid-upload would leave pid 1's writer waiting for data that never comes.
-        let mut pending = Pending { shared: &self.shared, stream: Some(Stream::File(req)) };
+        let mut pending = Pending { link: &self.link, stream: Some(Stream::File(req)) };
         self.send(&Request::File { req, uid, op }, &[]).await?;
         let mut buf = vec![0u8; MAX_PAYLOAD];
         loop {
@@ -510,10 +512,9 @@ impl Sandbox {
         let (ready_tx, ready_rx) = oneshot::channel();
         let (data_tx, mut data_rx, held) = Inbound::new();
         let window = Arc::new(tokio::sync::Semaphore::new(STREAM_WINDOW));
-        lock(&self.shared.conns)
-            .insert(conn, Conn { ready: Some(ready_tx), data: data_tx, window: Arc::clone(&window) });
+        lock(&self.link.conns).insert(conn, Conn { ready: Some(ready_tx), data: data_tx, window: Arc::clone(&window) });
         // A caller dropped before `Connected` would leave pid 1 holding the connection (and a slot).
-        let mut pending = Pending { shared: &self.shared, stream: Some(Stream::Conn(conn)) };
+        let mut pending = Pending { link: &self.link, stream: Some(Stream::Conn(conn)) };
         self.send(&Request::Connect { conn, port }, &[]).await?;
         match ready_rx.await {
             Ok(Ok(())) => pending.disarm(),
@@ -568,12 +569,12 @@ impl Sandbox {
 
     /// What the driver does for this sandbox.
     pub(crate) fn instance(&self) -> Arc<dyn Instance> {
-        Arc::clone(&self.shared.instance)
+        Arc::clone(&self.link.instance)
     }
 
     /// Kills the sandbox and removes its cgroup; the writable layer too when `remove_layer`.
     pub(crate) async fn destroy(&self, remove_layer: bool) {
-        self.shared.destroying.store(true, Ordering::SeqCst);
+        self.link.destroying.store(true, Ordering::SeqCst);
         if let Some((_, task)) = lock(&self.net).take() {
             task.abort();
         }
@@ -594,7 +595,7 @@ fn finish_upload(msg: FileMsg) -> Result<FileAnswer, EngineError> {
     }
 }
 
-impl Shared {
+impl LinkState {
     /// Forgets `stream` on the daemon's side, ends whatever waits on it here (with `why`), and tells
     /// the supervisor to stop it. The stop is sent from a task of its own: the read loop, which calls
     /// this for a stream that broke the protocol, never waits on the outbound channel.
@@ -688,7 +689,7 @@ impl Shared {
 /// Dispatches supervisor events until the connection ends; returns why it ended.
 async fn read_loop<R: AsyncRead + Unpin>(
     rd: &mut R,
-    shared: &Shared,
+    link: &LinkState,
     ready: &mut Option<oneshot::Sender<Result<(), String>>>,
 ) -> String {
     loop {
@@ -709,31 +710,31 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             }
             Event::Started { proc, .. } => {
-                if let Some((p, _)) = shared.proc(proc) {
+                if let Some((p, _)) = link.proc(proc) {
                     p.on_started();
                 }
             }
             Event::SpawnFailed { proc, message } => {
-                if let Some((p, _)) = shared.proc(proc) {
+                if let Some((p, _)) = link.proc(proc) {
                     p.on_spawn_failed(&message);
                 }
             }
             Event::Output { proc, fd } => {
-                shared.last_output_ms.store(now_ms(), Ordering::Relaxed);
-                if let Some((p, _)) = shared.proc(proc) {
+                link.last_output_ms.store(now_ms(), Ordering::Relaxed);
+                if let Some((p, _)) = link.proc(proc) {
                     p.on_output(fd, &payload);
                 }
             }
             Event::Exited { proc, end } => {
-                if let Some((p, before)) = shared.proc(proc) {
+                if let Some((p, before)) = link.proc(proc) {
                     let killed = matches!(
                         end,
                         Termination::Signaled { signal: libc::SIGKILL } | Termination::Exited { code: 137 }
                     );
-                    if killed && shared.instance.oom_kills() <= before {
+                    if killed && link.instance.oom_kills() <= before {
                         // The kernel counts an OOM kill just after sending the SIGKILL, so the victim can
                         // be reaped and reported before the count moves: look again for a moment.
-                        let instance = Arc::clone(&shared.instance);
+                        let instance = Arc::clone(&link.instance);
                         tokio::spawn(async move {
                             let mut oom = false;
                             for _ in 0..10 {
@@ -746,18 +747,18 @@ async fn read_loop<R: AsyncRead + Unpin>(
                             p.on_exit(Some(end), oom);
                         });
                     } else {
-                        p.on_exit(Some(end), shared.instance.oom_kills() > before);
+                        p.on_exit(Some(end), link.instance.oom_kills() > before);
                     }
                 }
             }
             Event::Connected { conn } => {
-                let ready = lock(&shared.conns).get_mut(&conn).and_then(|c| c.ready.take());
+                let ready = lock(&link.conns).get_mut(&conn).and_then(|c| c.ready.take());
                 if let Some(tx) = ready {
                     let _ = tx.send(Ok(()));
                 }
             }
             Event::ConnectFailed { conn, message, busy } => {
-                let c = lock(&shared.conns).remove(&conn);
+                let c = lock(&link.conns).remove(&conn);
                 if let Some(tx) = c.and_then(|mut c| c.ready.take()) {
                     let _ = tx.send(Err(if busy {
                         EngineError::Busy(message)
@@ -767,52 +768,52 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             }
             Event::StdinClosed { proc, message } => {
-                if let Some((p, _)) = shared.proc(proc) {
+                if let Some((p, _)) = link.proc(proc) {
                     p.stdin_closed_by_supervisor(message);
                 }
             }
             Event::StreamData { conn } => {
-                let data = lock(&shared.conns).get(&conn).map(|c| c.data.clone());
+                let data = lock(&link.conns).get(&conn).map(|c| c.data.clone());
                 if let Some(data) = data {
                     let n = payload.len();
                     if !data.pass(Some(payload), n) {
                         tracing::warn!("supervisor overran the send window of connection {conn}: closing it");
-                        shared.abandon(Stream::Conn(conn), "window overrun");
+                        link.abandon(Stream::Conn(conn), "window overrun");
                     }
                 }
             }
             Event::StreamAck { conn, bytes } => {
-                if let Some(c) = lock(&shared.conns).get(&conn) {
+                if let Some(c) = lock(&link.conns).get(&conn) {
                     // Never more than the window: the supervisor is the untrusted side.
                     let room = STREAM_WINDOW.saturating_sub(c.window.available_permits());
                     c.window.add_permits((bytes as usize).min(room));
                 }
             }
             Event::StreamClose { conn } => {
-                let c = lock(&shared.conns).remove(&conn);
+                let c = lock(&link.conns).remove(&conn);
                 if let Some(c) = c {
                     c.window.close();
                     let _ = c.data.tx.send(None);
                 }
             }
             Event::Chunk { req } => {
-                let file = lock(&shared.files).get(&req).cloned();
+                let file = lock(&link.files).get(&req).cloned();
                 if let Some(file) = file {
                     let n = payload.len();
                     // A receiver that went away (client disconnected) just drops the rest.
                     if !file.pass(FileMsg::Chunk(payload), n) {
-                        shared.abandon(Stream::File(req), "the supervisor sent past its window; transfer cut off");
+                        link.abandon(Stream::File(req), "the supervisor sent past its window; transfer cut off");
                     }
                 }
             }
             Event::Done { req, answer } => {
-                let file = lock(&shared.files).remove(&req);
+                let file = lock(&link.files).remove(&req);
                 if let Some(file) = file {
                     let _ = file.tx.send(FileMsg::Done(answer));
                 }
             }
             Event::Failed { req, kind, message } => {
-                let file = lock(&shared.files).remove(&req);
+                let file = lock(&link.files).remove(&req);
                 if let Some(file) = file {
                     let _ = file.tx.send(FileMsg::Failed(kind, message));
                 }

@@ -62,22 +62,22 @@ pub(crate) fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> Res
 }
 
 /// One of at most `max` things running at once (file operations, inbound connections), counted in
-/// `count` from [`Slot::take`] until the slot is dropped, however the work ends.
-pub(crate) struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+/// `count` from [`Permit::take`] until the permit is dropped, however the work ends.
+pub(crate) struct Permit(Arc<std::sync::atomic::AtomicUsize>);
 
-impl Slot {
-    /// A slot, or `None` when `max` are taken.
-    pub(crate) fn take(count: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Slot> {
+impl Permit {
+    /// A permit, or `None` when `max` are taken.
+    pub(crate) fn take(count: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Permit> {
         use std::sync::atomic::Ordering;
         if count.fetch_add(1, Ordering::SeqCst) >= max {
             count.fetch_sub(1, Ordering::SeqCst);
             return None;
         }
-        Some(Slot(Arc::clone(count)))
+        Some(Permit(Arc::clone(count)))
     }
 }
 
-impl Drop for Slot {
+impl Drop for Permit {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }

@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
-use super::{unmap, SandboxNet, Slot};
+use super::{unmap, Permit, SandboxNet};
 use crate::policy::{Attempt, Decision};
 use crate::sniff::{self, Sniff};
 use crate::{lock, read_lock};
@@ -35,14 +35,14 @@ impl SandboxNet {
                 return;
             }
         };
-        let Some(slot) = Slot::take(&self.open, MAX_CONNECTIONS) else {
+        let Some(permit) = Permit::take(&self.open, MAX_CONNECTIONS) else {
             let dst = stream.local_addr().map(|a| unmap(a).to_string()).unwrap_or_default();
             let reason = format!("more than {MAX_CONNECTIONS} connections open at once");
             self.record("tcp", dst, None, Decision { allow: false, rule: "connection-limit".into(), reason });
             return reset(stream);
         };
-        let Some(total_slot) = Slot::take(&self.shared.open_total, self.shared.max_open_total) else {
-            drop(slot);
+        let Some(total_permit) = Permit::take(&self.shared.open_total, self.shared.max_open_total) else {
+            drop(permit);
             let dst = stream.local_addr().map(|a| unmap(a).to_string()).unwrap_or_default();
             let reason = format!(
                 "the server has its maximum of {} proxied connections open (all sandboxes together)",
@@ -53,7 +53,7 @@ impl SandboxNet {
         };
         let net = Arc::clone(self);
         conns.spawn(async move {
-            let _slot = (slot, total_slot);
+            let _permit = (permit, total_permit);
             net.tcp(stream).await;
         });
     }
@@ -202,7 +202,7 @@ mod tests {
 
     use super::*;
     use crate::dial::TcpDialer;
-    use crate::egress::Shared;
+    use crate::egress::EgressShared;
     use crate::policy::Policy;
 
     #[tokio::test]
@@ -224,7 +224,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_over_the_servers_total_cap_is_reset_and_audited() {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(EgressShared {
             overrides: HashMap::new(),
             host_nets: Default::default(),
             dialer: Arc::new(TcpDialer { loopback_only: true }),
