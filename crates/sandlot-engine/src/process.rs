@@ -105,8 +105,9 @@ impl State {
 
 /// One API process.
 pub struct Process {
-    /// API process id (the supervisor's handle).
-    pub id: u64,
+    /// Its handle in the sandbox: the API's `pid` and the protocol's `proc`, chosen by the engine; not a
+    /// kernel pid (the protocol's `pid`).
+    pub handle: u64,
     /// What it runs.
     pub argv: Vec<String>,
     /// Start time, Unix milliseconds.
@@ -202,7 +203,7 @@ impl Follow {
 
 impl Process {
     pub(crate) fn new(
-        id: u64,
+        handle: u64,
         argv: Vec<String>,
         cap: usize,
         started_at_ms: i64,
@@ -210,7 +211,7 @@ impl Process {
         reservation: Reservation,
     ) -> Arc<Self> {
         Arc::new(Process {
-            id,
+            handle,
             argv,
             started_at_ms,
             started: Instant::now(),
@@ -243,7 +244,7 @@ impl Process {
             return;
         }
         st.started = true;
-        st.log_event(ExecEvent::Started { pid: self.id });
+        st.log_event(ExecEvent::Started { pid: self.handle });
         self.notify(&st);
     }
 
@@ -368,7 +369,7 @@ impl Process {
     pub fn info(&self) -> ProcessInfo {
         let st = self.lock();
         ProcessInfo {
-            pid: self.id,
+            pid: self.handle,
             argv: self.argv.clone(),
             running: st.end.is_none(),
             status: st.end.map(|e| e.status),

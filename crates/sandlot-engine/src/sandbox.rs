@@ -189,7 +189,10 @@ struct Conn {
 /// connections and file transfers the read loop routes events to, and the sandbox's liveness.
 struct LinkState {
     conns: Mutex<HashMap<u64, Conn>>,
+    /// Processes by handle (the API's pid, not the kernel's), each with the sandbox's OOM kill count
+    /// when it started.
     procs: Mutex<HashMap<u64, (Arc<Process>, u64)>>,
+    /// Handles of `procs`, oldest first.
     order: Mutex<Vec<u64>>,
     files: Mutex<HashMap<u64, Inbound<FileMsg>>>,
     alive: AtomicBool,
@@ -210,10 +213,12 @@ pub struct Sandbox {
     pub id: String,
     /// Limits it was started with.
     pub resources: Resources,
-    pid: i32,
+    /// Host pid of its supervisor (the sandbox's pid 1).
+    supervisor_pid: i32,
     out: mpsc::Sender<Vec<u8>>,
     link: Arc<LinkState>,
-    next: AtomicU64,
+    /// The next process handle (the API's pid), file request or connection id: one counter for all.
+    next_id: AtomicU64,
     ready: Mutex<Option<oneshot::Receiver<Result<(), String>>>>,
     reaped: watch::Receiver<Option<String>>,
     /// The sandbox's network (created on first use of a policy that allows anything).
@@ -298,10 +303,10 @@ impl Sandbox {
         Arc::new(Sandbox {
             id,
             resources,
-            pid,
+            supervisor_pid: pid,
             out,
             link,
-            next: AtomicU64::new(1),
+            next_id: AtomicU64::new(1),
             ready: Mutex::new(Some(ready_rx)),
             reaped,
             net: Mutex::new(None),
@@ -316,9 +321,9 @@ impl Sandbox {
         }
     }
 
-    /// Host pid of the sandbox's pid 1.
-    pub fn pid(&self) -> i32 {
-        self.pid
+    /// Host pid of the sandbox's pid 1 (its supervisor).
+    pub fn supervisor_pid(&self) -> i32 {
+        self.supervisor_pid
     }
 
     /// The sandbox's network, if it has one.
@@ -361,14 +366,14 @@ impl Sandbox {
 
     /// Starts a process and returns its record once the supervisor has answered the spawn.
     pub async fn spawn(&self, spec: ExecSpec) -> Result<Arc<Process>, EngineError> {
-        let id = self.next.fetch_add(1, Ordering::SeqCst);
+        let handle = self.next_id.fetch_add(1, Ordering::SeqCst);
         let reservation = self.link.reserve_output(2 * spec.max_output as u64)?;
-        let proc = Process::new(id, spec.argv.clone(), spec.max_output, now_ms(), spec.keep_stdin, reservation);
+        let proc = Process::new(handle, spec.argv.clone(), spec.max_output, now_ms(), spec.keep_stdin, reservation);
         let oom_before = self.link.instance.oom_kills();
-        self.link.remember(id, Arc::clone(&proc), oom_before);
+        self.link.remember(handle, Arc::clone(&proc), oom_before);
         let mut started = proc.follow();
         let spawn = Spawn {
-            proc: id,
+            proc: handle,
             argv: spec.argv,
             env: spec.env,
             cwd: spec.cwd,
@@ -379,10 +384,10 @@ impl Sandbox {
         self.send(&Request::Spawn(spawn), &[]).await?;
         if let Some(bytes) = spec.stdin {
             for chunk in bytes.chunks(MAX_PAYLOAD) {
-                self.send(&Request::Stdin { proc: id, eof: false }, chunk).await?;
+                self.send(&Request::Stdin { proc: handle, eof: false }, chunk).await?;
             }
             if !spec.keep_stdin {
-                self.send(&Request::Stdin { proc: id, eof: true }, &[]).await?;
+                self.send(&Request::Stdin { proc: handle, eof: true }, &[]).await?;
             }
         }
         // Wait for Started (or an immediate failure/exit) so the caller can rely on the process existing.
@@ -390,26 +395,26 @@ impl Sandbox {
         Ok(proc)
     }
 
-    /// A process started through the API.
-    pub fn process(&self, id: u64) -> Option<Arc<Process>> {
-        lock(&self.link.procs).get(&id).map(|(p, _)| Arc::clone(p))
+    /// The process with `handle` (the API's pid, not the kernel's), if it is still remembered.
+    pub fn process(&self, handle: u64) -> Option<Arc<Process>> {
+        lock(&self.link.procs).get(&handle).map(|(p, _)| Arc::clone(p))
     }
 
     /// All remembered processes, oldest first.
     pub fn processes(&self) -> Vec<Arc<Process>> {
         let order = lock(&self.link.order).clone();
-        order.iter().filter_map(|id| self.process(*id)).collect()
+        order.iter().filter_map(|handle| self.process(*handle)).collect()
     }
 
-    /// Sends `signal` to the process group of API process `id`.
-    pub async fn signal(&self, id: u64, signal: i32) -> Result<(), EngineError> {
-        self.send(&Request::Signal { proc: id, signal }, &[]).await
+    /// Sends `signal` to the process group of the process with `handle` (the API's pid).
+    pub async fn signal(&self, handle: u64, signal: i32) -> Result<(), EngineError> {
+        self.send(&Request::Signal { proc: handle, signal }, &[]).await
     }
 
-    /// Writes to API process `id`'s stdin.
-    pub async fn stdin(&self, id: u64, data: &[u8], eof: bool) -> Result<(), EngineError> {
+    /// Writes to the stdin of the process with `handle` (the API's pid).
+    pub async fn stdin(&self, handle: u64, data: &[u8], eof: bool) -> Result<(), EngineError> {
         if eof {
-            if let Some(p) = self.process(id) {
+            if let Some(p) = self.process(handle) {
                 p.close_stdin();
             }
         }
@@ -419,13 +424,13 @@ impl Sandbox {
         }
         let last = chunks.len() - 1;
         for (i, c) in chunks.into_iter().enumerate() {
-            self.send(&Request::Stdin { proc: id, eof: eof && i == last }, c).await?;
+            self.send(&Request::Stdin { proc: handle, eof: eof && i == last }, c).await?;
         }
         Ok(())
     }
 
     fn open_file_req(&self) -> (u64, mpsc::UnboundedReceiver<FileMsg>, Arc<AtomicUsize>) {
-        let req = self.next.fetch_add(1, Ordering::SeqCst);
+        let req = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (inbound, rx, held) = Inbound::new();
         lock(&self.link.files).insert(req, inbound);
         (req, rx, held)
@@ -508,7 +513,7 @@ impl Sandbox {
     /// Opens a TCP connection to a server listening on `port` of the sandbox's loopback; the returned
     /// stream carries its bytes (through the supervisor, over the control socket).
     pub async fn connect(&self, port: u16) -> Result<tokio::io::DuplexStream, EngineError> {
-        let conn = self.next.fetch_add(1, Ordering::SeqCst);
+        let conn = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (ready_tx, ready_rx) = oneshot::channel();
         let (data_tx, mut data_rx, held) = Inbound::new();
         let window = Arc::new(tokio::sync::Semaphore::new(STREAM_WINDOW));
@@ -664,14 +669,14 @@ impl LinkState {
         true
     }
 
-    fn remember(&self, id: u64, proc: Arc<Process>, oom_before: u64) {
-        lock(&self.procs).insert(id, (proc, oom_before));
-        lock(&self.order).push(id);
+    fn remember(&self, handle: u64, proc: Arc<Process>, oom_before: u64) {
+        lock(&self.procs).insert(handle, (proc, oom_before));
+        lock(&self.order).push(handle);
         while lock(&self.order).len() > MAX_REMEMBERED_PROCESSES && self.forget_oldest_finished() {}
     }
 
-    fn proc(&self, id: u64) -> Option<(Arc<Process>, u64)> {
-        lock(&self.procs).get(&id).map(|(p, o)| (Arc::clone(p), *o))
+    fn proc(&self, handle: u64) -> Option<(Arc<Process>, u64)> {
+        lock(&self.procs).get(&handle).map(|(p, o)| (Arc::clone(p), *o))
     }
 
     /// The supervisor is gone: every running process ends `killed` (or `oom`), every transfer fails.
