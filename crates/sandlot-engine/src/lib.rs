@@ -372,7 +372,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Waits on `cv` with `guard`, as [`lock`] does with poison (the fake driver's peer state is whole
 /// after each statement too).
-#[cfg(feature = "fake")]
+#[cfg(any(test, feature = "fake"))]
 pub(crate) fn wait<'a, T>(
     cv: &std::sync::Condvar,
     guard: std::sync::MutexGuard<'a, T>,
