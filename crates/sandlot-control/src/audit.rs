@@ -12,7 +12,7 @@ use serde_json::json;
 
 use sandlot_api::AuditList;
 
-use crate::{Caller, Control, Result};
+use crate::{lock, Caller, Control, Result};
 
 /// Rows of one class one tenant may write in a burst, and per second after it. 10 rows/s is far more
 /// execs than an honest tenant runs in a sustained way; at the ~2 KiB an exec row is at most, a
@@ -53,7 +53,7 @@ pub(crate) struct Gate {
 impl Gate {
     /// Whether a row may be written now, and how many were left out before it (to be summarised).
     fn admit(&self, tenant: &str, class: Class) -> Option<u64> {
-        let mut budgets = self.budgets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut budgets = lock(&self.budgets);
         let now = std::time::Instant::now();
         // Tenants are few (made by the admin); the map stays small.
         let b = budgets.entry((tenant.to_string(), class)).or_insert((BURST, now, 0));

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use sandlot_api::Limits;
 
-use crate::{Error, Kind};
+use crate::{lock, Error, Kind};
 
 /// Share of `pid_max` that sandboxes together may hold, in quarters: three quarters. A pid is a
 /// host-wide resource with no overcommit: when it runs out, nothing on the host can fork (sshd, the
@@ -113,7 +113,7 @@ impl Ledger {
 
     /// Reserves `limits` for sandbox `id` (again: a no-op), or says which bound it would cross.
     pub fn reserve(&self, id: &str, limits: &Limits) -> Result<(), Error> {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = lock(&self.held);
         if held.contains_key(id) {
             return Ok(());
         }
@@ -155,7 +155,7 @@ impl Ledger {
 
     /// Gives sandbox `id`'s reservation back (if it holds one).
     pub fn release(&self, id: &str) {
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        lock(&self.held).remove(id);
     }
 }
 

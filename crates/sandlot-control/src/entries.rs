@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::lock;
+
 /// One sandbox's entry.
 #[derive(Default)]
 pub(crate) struct Entry {
@@ -23,10 +25,6 @@ pub(crate) struct Entries {
     sandboxes: Mutex<HashMap<String, Arc<Entry>>>,
     /// Per-tenant locks (snapshot quota checks). Tenants are few, made by the admin.
     tenants: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Entries {

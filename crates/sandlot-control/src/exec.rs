@@ -118,7 +118,7 @@ fn spec(max_timeout_s: u64, default_output: u64, rec: &SandboxRecord, req: ExecR
 fn audit_start(proc: &Process, user: &str, env_names: &[String], background: bool) -> serde_json::Value {
     let mut row = sandlot_store::audit_argv(&proc.argv);
     let (names, cut) = sandlot_store::audit_head(env_names);
-    row["pid"] = json!(proc.id);
+    row["pid"] = json!(proc.handle);
     row["user"] = json!(user);
     row["env"] = json!(names);
     if cut {
@@ -157,7 +157,7 @@ impl Control {
         tokio::spawn(async move {
             let r = proc.wait().await;
             if started {
-                this.audit_exec(&rec, "exec.end", &with_outcome(json!({"pid": proc.id}), &r));
+                this.audit_exec(&rec, "exec.end", &with_outcome(json!({"pid": proc.handle}), &r));
             } else {
                 this.audit_exec(&rec, "exec", &with_outcome(row, &r));
             }
@@ -183,7 +183,7 @@ impl Control {
         if background {
             self.audit_exec(&rec, "exec.start", &row);
             self.audit_when_done(rec, &proc, serde_json::Value::Null, true);
-            return Ok(Started::Background { pid: proc.id });
+            return Ok(Started::Background { pid: proc.handle });
         }
         if streaming {
             self.audit_when_done(rec, &proc, row, false);

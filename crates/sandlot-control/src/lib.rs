@@ -27,7 +27,7 @@ mod services;
 mod snapshots;
 pub mod transitions;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use sandlot_engine::Engine;
 use sandlot_store::Store;
@@ -72,6 +72,13 @@ impl Control {
     pub fn config(&self) -> &Config {
         &self.cfg
     }
+}
+
+/// Locks `m`, going on with the data of a holder that panicked: every value kept under these locks
+/// (the entry maps, preview tokens, audit budgets, capacity reservations) is whole after each statement,
+/// so a panic elsewhere never leaves it half-changed.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

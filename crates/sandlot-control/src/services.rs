@@ -107,7 +107,7 @@ impl Control {
         let _g = self.entries.lock(&id).await;
         // A transition that won the lock may have stopped and resumed the sandbox since: a newer
         // supervisor runs it now, and this death is not its.
-        if self.engine.get(&id).is_some_and(|sb| sb.pid() != pid) {
+        if self.engine.get(&id).is_some_and(|sb| sb.supervisor_pid() != pid) {
             return;
         }
         let live = match self.store.live_sandboxes() {

@@ -16,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use sandlot_protocol::{read_frame, write_frame, Event, FileErrorKind, Request, Termination, VERSION};
 
 use crate::driver::{Driver, Egress, Instance, LaunchSpec, Launched, SnapshotTaken};
-use crate::{lock, EngineError, LayerSource, SweepReport};
+use crate::{lock, wait, EngineError, LayerSource, SweepReport};
 
 /// One thing the fake driver was asked to do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,7 +319,7 @@ impl Instance for FakeInstance {
     fn wait(&self) -> String {
         let mut ended = lock(&self.peer.ended);
         while ended.is_none() {
-            ended = self.peer.wake.wait(ended).unwrap_or_else(|p| p.into_inner());
+            ended = wait(&self.peer.wake, ended);
         }
         ended.clone().unwrap_or_default()
     }

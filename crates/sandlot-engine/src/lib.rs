@@ -35,7 +35,7 @@ pub struct EngineConfig {
     /// How long a sandbox may take from clone to its supervisor's `Ready`.
     pub start_timeout: Duration,
     /// Network settings shared by every sandbox (resolver overrides, host addresses, dialer).
-    pub net: Arc<sandlot_netproxy::egress::Shared>,
+    pub net: Arc<sandlot_netproxy::egress::EgressShared>,
 }
 
 /// What a sandbox is started with.
@@ -368,6 +368,16 @@ impl Engine {
 /// is whole after each statement (maps, counters), so a panic elsewhere never leaves it half-changed.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits on `cv` with `guard`, as [`lock`] does with poison (the fake driver's peer state is whole
+/// after each statement too).
+#[cfg(any(test, feature = "fake"))]
+pub(crate) fn wait<'a, T>(
+    cv: &std::sync::Condvar,
+    guard: std::sync::MutexGuard<'a, T>,
+) -> std::sync::MutexGuard<'a, T> {
+    cv.wait(guard).unwrap_or_else(|p| p.into_inner())
 }
 
 /// A supervisor that ended without being asked to.

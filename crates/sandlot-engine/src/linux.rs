@@ -21,8 +21,7 @@ pub mod host {
 /// Pids each sandbox's cgroup holds beyond its own limit, for its supervisor alone.
 pub const SUPERVISOR_PIDS: u64 = sandlot_linux::cgroup::SUPERVISOR_PIDS;
 
-/// Defence layers of a sandbox that the escape suite may switch off one at a time.
-pub type DefenceLayers = sandlot_linux::Layers;
+pub use sandlot_linux::DefenceLayers;
 
 /// Settings of the Linux driver.
 #[derive(Debug, Clone)]
@@ -277,7 +276,7 @@ struct LinuxInstance {
     cgroup: SandboxCgroup,
     layer: Layer,
     /// Held while the sandbox exists: its host uid range.
-    slot: sandlot_linux::ids::Slot,
+    slot: sandlot_linux::ids::UidSlot,
 }
 
 impl Instance for LinuxInstance {

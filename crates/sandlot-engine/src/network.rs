@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use sandlot_netproxy::cidr::Cidr;
-use sandlot_netproxy::egress::{Shared, TcpDialer};
+use sandlot_netproxy::egress::{EgressShared, TcpDialer};
 use sandlot_netproxy::policy::HostNetworks;
 
 pub use sandlot_netproxy::egress::NetEvent;
@@ -48,28 +48,28 @@ pub enum NetworkSetupError {
 pub fn shared(
     settings: &NetworkSettings,
     host_networks: Vec<(IpAddr, u8)>,
-) -> Result<(Arc<Shared>, String), NetworkSetupError> {
+) -> Result<(Arc<EgressShared>, String), NetworkSetupError> {
     let ca = sandlot_netproxy::broker::Ca::load_or_create(&settings.ca_dir)
         .map_err(|source| NetworkSetupError::Ca { dir: settings.ca_dir.clone(), source })?;
     let broker =
         sandlot_netproxy::broker::Broker::new(Arc::new(ca), &settings.extra_ca).map_err(NetworkSetupError::Broker)?;
     let ca_pem = broker.ca_pem().to_string();
-    let net = Arc::new(Shared {
+    let net = Arc::new(EgressShared {
         broker: Some(Arc::new(broker)),
         gateway: sandlot_linux::net::GATEWAY_ADDR,
         overrides: settings.resolve.clone(),
         host_nets: HostNetworks::new(cidrs(host_networks)),
         dialer: Arc::new(TcpDialer { loopback_only: settings.loopback_only }),
         open_total: Default::default(),
-        max_open_total: Shared::total_cap(settings.fd_limit),
+        max_open_total: EgressShared::total_cap(settings.fd_limit),
     });
     Ok((net, ca_pem))
 }
 
 /// A network shared by sandboxes that never get one (the fake driver's): no broker, no host
 /// networks, a dialer that reaches loopback only.
-pub fn offline() -> Arc<Shared> {
-    Arc::new(Shared {
+pub fn offline() -> Arc<EgressShared> {
+    Arc::new(EgressShared {
         broker: None,
         gateway: sandlot_linux::net::GATEWAY_ADDR,
         overrides: HashMap::new(),
@@ -83,7 +83,7 @@ pub fn offline() -> Arc<Shared> {
 /// Most proxied connections open at once, all sandboxes together, for a daemon with `fd_limit`
 /// descriptors.
 pub fn proxy_cap(fd_limit: u64) -> usize {
-    Shared::total_cap(fd_limit)
+    EgressShared::total_cap(fd_limit)
 }
 
 /// Addresses with prefixes as the policy's networks.

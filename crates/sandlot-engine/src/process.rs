@@ -13,6 +13,7 @@ use sandlot_protocol::Termination;
 use tokio::sync::watch;
 
 use crate::budget::Reservation;
+use crate::lock;
 use crate::output::{Capture, Span};
 
 /// Log entries kept per process. Past it, output is no longer logged chunk by chunk: a follower
@@ -104,8 +105,9 @@ impl State {
 
 /// One API process.
 pub struct Process {
-    /// API process id (the supervisor's handle).
-    pub id: u64,
+    /// Its handle in the sandbox: the API's `pid` and the protocol's `proc`, chosen by the engine; not a
+    /// kernel pid (the protocol's `pid`).
+    pub handle: u64,
     /// What it runs.
     pub argv: Vec<String>,
     /// Start time, Unix milliseconds.
@@ -201,7 +203,7 @@ impl Follow {
 
 impl Process {
     pub(crate) fn new(
-        id: u64,
+        handle: u64,
         argv: Vec<String>,
         cap: usize,
         started_at_ms: i64,
@@ -209,7 +211,7 @@ impl Process {
         reservation: Reservation,
     ) -> Arc<Self> {
         Arc::new(Process {
-            id,
+            handle,
             argv,
             started_at_ms,
             started: Instant::now(),
@@ -227,7 +229,7 @@ impl Process {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     fn notify(&self, st: &State) {
@@ -242,7 +244,7 @@ impl Process {
             return;
         }
         st.started = true;
-        st.log_event(ExecEvent::Started { pid: self.id });
+        st.log_event(ExecEvent::Started { pid: self.handle });
         self.notify(&st);
     }
 
@@ -323,13 +325,13 @@ impl Process {
 
     /// The supervisor closed standard input because the process did not read it.
     pub(crate) fn stdin_closed_by_supervisor(&self, why: String) {
-        *self.stdin_closed_why.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        *lock(&self.stdin_closed_why) = Some(why);
         self.close_stdin();
     }
 
     /// Why the supervisor closed standard input on its own, if it did.
     pub fn stdin_closed_reason(&self) -> Option<String> {
-        self.stdin_closed_why.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.stdin_closed_why).clone()
     }
 
     /// Waits for the end.
@@ -367,7 +369,7 @@ impl Process {
     pub fn info(&self) -> ProcessInfo {
         let st = self.lock();
         ProcessInfo {
-            pid: self.id,
+            pid: self.handle,
             argv: self.argv.clone(),
             running: st.end.is_none(),
             status: st.end.map(|e| e.status),

@@ -17,25 +17,25 @@ pub const SLOTS: u32 = 4096;
 
 /// A claimed uid range; dropping it frees the slot.
 #[derive(Debug)]
-pub struct Slot {
+pub struct UidSlot {
     /// Slot number.
     pub n: u32,
     _lock: File,
 }
 
-impl Slot {
+impl UidSlot {
     /// The host id range of this slot.
     pub fn ids(&self) -> IdRange {
         IdRange::for_slot(self.n)
     }
 }
 
-fn try_lock(dir: &Path, n: u32) -> io::Result<Option<Slot>> {
-    Ok(crate::try_flock(&dir.join(n.to_string()))?.map(|file| Slot { n, _lock: file }))
+fn try_lock(dir: &Path, n: u32) -> io::Result<Option<UidSlot>> {
+    Ok(crate::try_flock(&dir.join(n.to_string()))?.map(|file| UidSlot { n, _lock: file }))
 }
 
 /// Claims `preferred` if free, else the lowest free slot.
-pub fn claim(preferred: Option<u32>) -> io::Result<Slot> {
+pub fn claim(preferred: Option<u32>) -> io::Result<UidSlot> {
     let dir = Path::new(SLOT_DIR);
     fs::create_dir_all(dir)?;
     if let Some(p) = preferred.filter(|p| *p < SLOTS) {

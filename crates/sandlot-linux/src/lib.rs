@@ -46,7 +46,7 @@ pub struct ContainerSpec {
     /// Size cap of the /tmp and /dev/shm tmpfs, in MiB (also charged to the memory cgroup).
     pub tmp_mb: u64,
     /// Which defence layers are on. All are, outside the escape suite's layer-by-layer tests.
-    pub layers: Layers,
+    pub layers: DefenceLayers,
     /// How many `cgroup.procs` files of the command leaf are open at fds 4, 5, … (written by each command
     /// before exec, so commands never share the supervisor's cgroup leaf).
     #[serde(default)]
@@ -61,16 +61,16 @@ pub const WORK_CGROUP_FD: i32 = 4;
 
 /// Defence layers that can be switched off one by one, only to prove what each stops on its own.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Layers {
+pub struct DefenceLayers {
     /// seccomp-bpf profile on every spawned process.
     pub seccomp: bool,
     /// Landlock on the supervisor and everything it starts.
     pub landlock: bool,
 }
 
-impl Default for Layers {
+impl Default for DefenceLayers {
     fn default() -> Self {
-        Layers { seccomp: true, landlock: true }
+        DefenceLayers { seccomp: true, landlock: true }
     }
 }
 

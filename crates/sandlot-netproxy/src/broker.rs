@@ -26,6 +26,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Server
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::dial::Dial;
+use crate::lock;
 
 fn ca_params() -> CertificateParams {
     let mut p = CertificateParams::default();
@@ -87,7 +88,7 @@ impl Ca {
     }
 
     fn leaf(&self, host: &str) -> Option<Arc<CertifiedKey>> {
-        let mut leaves = self.leaves.lock().unwrap_or_else(|p| p.into_inner());
+        let mut leaves = lock(&self.leaves);
         if let Some(k) = leaves.get(host) {
             return Some(Arc::clone(k));
         }
@@ -368,7 +369,7 @@ const POOL_PER_KEY: usize = 4;
 
 impl UpstreamPool {
     fn take(&self, key: &UpstreamKey) -> Option<Upstream> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = lock(&self.idle);
         let list = idle.get_mut(key)?;
         while let Some((since, sender)) = list.pop() {
             if since.elapsed() < POOL_IDLE && sender.is_ready() && !sender.is_closed() {
@@ -382,7 +383,7 @@ impl UpstreamPool {
         if !sender.is_ready() || sender.is_closed() {
             return;
         }
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = lock(&self.idle);
         idle.retain(|_, list| {
             list.retain(|(since, s)| since.elapsed() < POOL_IDLE && !s.is_closed());
             !list.is_empty()

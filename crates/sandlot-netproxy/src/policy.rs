@@ -14,6 +14,7 @@ use std::sync::{Arc, RwLock};
 use serde::Serialize;
 
 use crate::cidr::{Cidr, CidrError};
+use crate::{read_lock, write_lock};
 
 /// Ranges no sandbox reaches unless the admin maps a name there explicitly.
 pub const ALWAYS_DENY: &[&str] = &[
@@ -102,7 +103,7 @@ impl HostNetworks {
     pub fn replace(&self, mut nets: Vec<Cidr>) -> bool {
         nets.sort_by_key(|c| c.to_string());
         nets.dedup();
-        let mut cur = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let mut cur = write_lock(&self.0);
         if *cur == nets {
             return false;
         }
@@ -112,12 +113,12 @@ impl HostNetworks {
 
     /// The first network of the set holding `ip`.
     pub fn find(&self, ip: IpAddr) -> Option<Cidr> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).iter().find(|c| c.contains(ip)).copied()
+        read_lock(&self.0).iter().find(|c| c.contains(ip)).copied()
     }
 
     /// The networks, as CIDR text.
     pub fn list(&self) -> Vec<String> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).iter().map(|c| c.to_string()).collect()
+        read_lock(&self.0).iter().map(|c| c.to_string()).collect()
     }
 }
 

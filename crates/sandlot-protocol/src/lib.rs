@@ -43,14 +43,14 @@ pub enum Request {
     Spawn(Spawn),
     /// Bytes for a process's standard input (in the payload); `eof` closes it afterwards.
     Stdin {
-        /// Process handle.
+        /// Process handle (the API's pid), not a kernel pid.
         proc: u64,
         /// Close standard input after the payload.
         eof: bool,
     },
     /// Send a signal to a process's whole group.
     Signal {
-        /// Process handle.
+        /// Process handle (the API's pid), not a kernel pid.
         proc: u64,
         /// Signal number.
         signal: i32,
@@ -111,7 +111,7 @@ pub enum Request {
 /// A process to start.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Spawn {
-    /// Handle chosen by the daemon.
+    /// Handle chosen by the daemon (the API's pid), not a kernel pid.
     pub proc: u64,
     /// Program and arguments; `argv[0]` is looked up in `PATH`.
     pub argv: Vec<String>,
@@ -207,28 +207,28 @@ pub enum Event {
     },
     /// A spawned process is running.
     Started {
-        /// Process handle.
+        /// Process handle (the API's pid), not a kernel pid.
         proc: u64,
         /// Kernel pid inside the sandbox.
         pid: i32,
     },
     /// A spawn failed before the program ran (not found, bad cwd…).
     SpawnFailed {
-        /// Process handle.
+        /// Process handle (the API's pid), not a kernel pid.
         proc: u64,
         /// Why.
         message: String,
     },
     /// Output bytes in the payload.
     Output {
-        /// Process handle.
+        /// Process handle (the API's pid), not a kernel pid.
         proc: u64,
         /// 1 = stdout, 2 = stderr.
         fd: u8,
     },
     /// The process ended and both output pipes are drained; nothing more comes for `proc`.
     Exited {
-        /// Process handle.
+        /// Process handle (the API's pid), not a kernel pid.
         proc: u64,
         /// How.
         end: Termination,
@@ -236,7 +236,7 @@ pub enum Event {
     /// The supervisor closed a process's standard input without being asked to: the process did not read
     /// it and more bytes waited than the supervisor buffers. Later `Stdin` requests are dropped.
     StdinClosed {
-        /// Process handle.
+        /// Process handle (the API's pid), not a kernel pid.
         proc: u64,
         /// Why, for the API caller.
         message: String,

@@ -76,6 +76,9 @@ impl Store {
         Ok(Store { conn: Mutex::new(conn) })
     }
 
+    /// Locks the connection, going on with it after a holder panicked: SQLite keeps the database whole
+    /// whatever the caller did, and a transaction open at the panic is rolled back when its
+    /// `rusqlite::Transaction` drops during unwinding, so the next holder finds no half-written change.
     fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -9,6 +9,8 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use sandlot_protocol::OUT_WINDOW;
 
+use crate::{lock, wait};
+
 /// One stream's window.
 pub(crate) struct Window {
     /// Bytes that may still be sent, and whether the stream was closed (its reader gone).
@@ -21,7 +23,7 @@ impl Window {
     /// stream is closed, when the caller stops sending.
     pub(crate) fn take(&self, n: usize) -> bool {
         let n = n.min(OUT_WINDOW);
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = lock(&self.state);
         loop {
             if st.1 {
                 return false;
@@ -30,19 +32,19 @@ impl Window {
                 st.0 -= n;
                 return true;
             }
-            st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+            st = wait(&self.changed, st);
         }
     }
 
     fn give(&self, n: usize) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = lock(&self.state);
         // Never more than the window, whatever the daemon says.
         st.0 = (st.0 + n).min(OUT_WINDOW);
         self.changed.notify_all();
     }
 
     fn close(&self) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        lock(&self.state).1 = true;
         self.changed.notify_all();
     }
 }
@@ -57,27 +59,27 @@ impl Credits {
     /// A full window for stream `id`, until [`Credits::forget`].
     pub(crate) fn open(&self, id: u64) -> Arc<Window> {
         let w = Arc::new(Window { state: Mutex::new((OUT_WINDOW, false)), changed: Condvar::new() });
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::clone(&w));
+        lock(&self.open).insert(id, Arc::clone(&w));
         w
     }
 
     /// The daemon took `bytes` of stream `id`.
     pub(crate) fn give(&self, id: u64, bytes: u64) {
-        if let Some(w) = self.open.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+        if let Some(w) = lock(&self.open).get(&id) {
             w.give(usize::try_from(bytes).unwrap_or(usize::MAX));
         }
     }
 
     /// The daemon no longer reads stream `id`: its sender stops at its next `take`.
     pub(crate) fn close(&self, id: u64) {
-        if let Some(w) = self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&id) {
+        if let Some(w) = lock(&self.open).remove(&id) {
             w.close();
         }
     }
 
     /// Stream `id` has ended on its own.
     pub(crate) fn forget(&self, id: u64) {
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        lock(&self.open).remove(&id);
     }
 }
 

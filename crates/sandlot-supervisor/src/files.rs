@@ -28,7 +28,7 @@ use std::time::UNIX_EPOCH;
 use sandlot_protocol::{Event, FileAnswer, FileErrorKind, FileKind, FileOp, FileStat, MAX_PAYLOAD};
 
 use crate::credit::{Credits, Window};
-use crate::{spawn_thread, Outbox, Slot};
+use crate::{lock, spawn_thread, Outbox, Permit};
 
 /// File operations running at once in one sandbox, each on a thread of pid 1 (threads count against
 /// the sandbox's pids limit). 16 covers a client that uploads or downloads several files in parallel;
@@ -58,16 +58,16 @@ impl Uploads {
     fn register(&self, req: u64) -> Receiver<UploadMsg> {
         // A small bound: a slow disk pushes back on the control socket instead of buffering in RAM.
         let (tx, rx) = sync_channel(8);
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).insert(req, tx);
+        lock(&self.open).insert(req, tx);
         rx
     }
 
     fn forget(&self, req: u64) {
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
+        lock(&self.open).remove(&req);
     }
 
     fn send(&self, req: u64, msg: UploadMsg) {
-        let tx = self.open.lock().unwrap_or_else(|p| p.into_inner()).get(&req).cloned();
+        let tx = lock(&self.open).get(&req).cloned();
         if let Some(tx) = tx {
             // A closed receiver means the upload already failed and said so.
             let _ = tx.send(msg);
@@ -129,7 +129,7 @@ type OpResult = Result<FileAnswer, OpError>;
 /// Starts one file operation on its own thread, unless [`MAX_FILE_OPS`] already run.
 pub(crate) fn start(out: &Outbox, uploads: &Uploads, credits: &Credits, req: u64, uid: u32, op: FileOp) {
     let busy = |message: String| out.send(&Event::Failed { req, kind: FileErrorKind::Busy, message }, &[]);
-    let Some(slot) = Slot::take(&uploads.running, MAX_FILE_OPS) else {
+    let Some(permit) = Permit::take(&uploads.running, MAX_FILE_OPS) else {
         busy(format!(
             "the sandbox already runs {MAX_FILE_OPS} file operations (the limit per sandbox); retry when one has \
              finished"
@@ -147,7 +147,7 @@ pub(crate) fn start(out: &Outbox, uploads: &Uploads, credits: &Credits, req: u64
     let ups = uploads.clone();
     let creds = credits.clone();
     let started = spawn_thread("file-op", move || {
-        let _slot = slot;
+        let _permit = permit;
         let result = become_user(uid).and_then(|()| run(&out2, req, op, rx, ups.max_file_bytes, window));
         ups.forget(req);
         creds.forget(req);

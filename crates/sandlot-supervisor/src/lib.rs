@@ -27,7 +27,7 @@ pub mod seccomp;
 use std::io::{self, BufReader};
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use sandlot_protocol::{read_frame, write_frame, Event, FrameError, Request, CONTROL_FD};
 
@@ -62,22 +62,22 @@ pub(crate) fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> Res
 }
 
 /// One of at most `max` things running at once (file operations, inbound connections), counted in
-/// `count` from [`Slot::take`] until the slot is dropped, however the work ends.
-pub(crate) struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+/// `count` from [`Permit::take`] until the permit is dropped, however the work ends.
+pub(crate) struct Permit(Arc<std::sync::atomic::AtomicUsize>);
 
-impl Slot {
-    /// A slot, or `None` when `max` are taken.
-    pub(crate) fn take(count: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Slot> {
+impl Permit {
+    /// A permit, or `None` when `max` are taken.
+    pub(crate) fn take(count: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Permit> {
         use std::sync::atomic::Ordering;
         if count.fetch_add(1, Ordering::SeqCst) >= max {
             count.fetch_sub(1, Ordering::SeqCst);
             return None;
         }
-        Some(Slot(Arc::clone(count)))
+        Some(Permit(Arc::clone(count)))
     }
 }
 
-impl Drop for Slot {
+impl Drop for Permit {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
@@ -92,7 +92,7 @@ pub(crate) struct Outbox {
 impl Outbox {
     /// Sends one event. A broken socket means the daemon is gone: the sandbox has no reason to live.
     pub(crate) fn send(&self, ev: &Event, payload: &[u8]) {
-        let mut sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sock = lock(&self.sock);
         if let Err(e) = write_frame(&mut *sock, ev, payload) {
             eprintln!("supervisor: control socket write failed ({e}); exiting");
             std::process::exit(70);
@@ -182,6 +182,19 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
             }
         }
     }
+}
+
+/// Locks `m`, going on with the data of a holder that panicked: every value kept under these locks
+/// (the process table, stdin queues, stream windows, open uploads and connections) is whole after each
+/// statement, and the control socket is written one whole encoded frame per call, so a panic in one
+/// thread never leaves it half-changed and pid 1 goes on serving the others.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits on `cv` with `guard`, ignoring poison as [`lock`] does.
+pub(crate) fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    cv.wait(guard).unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

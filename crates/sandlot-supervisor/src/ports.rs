@@ -19,7 +19,7 @@ use std::time::Duration;
 use sandlot_protocol::{Event, MAX_PAYLOAD, STREAM_WINDOW};
 
 use crate::credit::Credits;
-use crate::{spawn_thread, Outbox, Slot};
+use crate::{lock, spawn_thread, Outbox, Permit};
 
 /// Inbound connections open (or being opened) at once into one sandbox. A browser opens about six per
 /// origin, so a preview page with dozens of parallel fetches fits; 64 connections are 128 supervisor
@@ -69,7 +69,7 @@ impl Ports {
 
     pub(crate) fn connect(&self, out: &Outbox, conn: u64, port: u16) {
         // Held until both threads of the connection have ended.
-        let Some(slot) = Slot::take(&self.active, MAX_CONNECTIONS) else {
+        let Some(permit) = Permit::take(&self.active, MAX_CONNECTIONS) else {
             let message = format!(
                 "the sandbox already has {MAX_CONNECTIONS} inbound connections open (the limit per sandbox); \
                  retry when some have closed"
@@ -77,14 +77,14 @@ impl Ports {
             out.send(&Event::ConnectFailed { conn, message, busy: true }, &[]);
             return;
         };
-        let slot = Arc::new(slot);
+        let permit = Arc::new(permit);
         let (out2, ports) = (out.clone(), self.clone());
-        if let Err(e) = spawn_thread("conn-read", move || ports.run(&out2, conn, port, slot)) {
+        if let Err(e) = spawn_thread("conn-read", move || ports.run(&out2, conn, port, permit)) {
             out.send(&Event::ConnectFailed { conn, message: e.to_string(), busy: true }, &[]);
         }
     }
 
-    fn run(&self, out: &Outbox, conn: u64, port: u16, slot: Arc<Slot>) {
+    fn run(&self, out: &Outbox, conn: u64, port: u16, permit: Arc<Permit>) {
         let stream = match TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(5)) {
             Ok(s) => s,
             Err(e) => {
@@ -102,10 +102,10 @@ impl Ports {
         let (tx, rx) = mpsc::channel::<Msg>();
         let queued = Arc::new(AtomicUsize::new(0));
         // Daemon → sandbox server, on its own thread so a slow server never stalls the control loop.
-        let writer_slot = Arc::clone(&slot);
+        let writer_permit = Arc::clone(&permit);
         let acks = out.clone();
         let started = spawn_thread("conn-write", move || {
-            let _slot = writer_slot;
+            let _permit = writer_permit;
             while let Ok(msg) = rx.recv() {
                 match msg {
                     Msg::Data(q) => {
@@ -127,7 +127,7 @@ impl Ports {
         }
         // Before `Connected`: the daemon may close (and so close this window) as soon as it has that.
         let window = self.credits.open(conn);
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, Open { tx, queued, stream: handle });
+        lock(&self.open).insert(conn, Open { tx, queued, stream: handle });
         out.send(&Event::Connected { conn }, &[]);
         // Sandbox server → daemon, as fast as the daemon's client reads: one that stops reading stops
         // this thread (and its server), nothing else.
@@ -143,13 +143,13 @@ impl Ports {
         self.credits.forget(conn);
         // The writer ends when the daemon closes its side or the socket is reset; forgetting the entry
         // here drops its sender, so it ends too when the daemon never closes.
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+        lock(&self.open).remove(&conn);
         out.send(&Event::StreamClose { conn }, &[]);
-        drop(slot);
+        drop(permit);
     }
 
     pub(crate) fn data(&self, conn: u64, bytes: Vec<u8>) {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = lock(&self.open);
         let Some(o) = open.get(&conn) else { return };
         let n = bytes.len();
         let queued = o.queued.fetch_add(n, Ordering::SeqCst);
@@ -166,7 +166,7 @@ impl Ports {
     }
 
     pub(crate) fn close(&self, conn: u64) {
-        if let Some(o) = self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn) {
+        if let Some(o) = lock(&self.open).remove(&conn) {
             let _ = o.tx.send(Msg::Close);
         }
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use sandlot_protocol::{Event, Spawn, Termination, MAX_PAYLOAD};
 
 use crate::harden::Hardening;
-use crate::{spawn_thread, Outbox, ThreadError};
+use crate::{lock, spawn_thread, wait, Outbox, ThreadError};
 
 /// How long output pipes may stay open after the process itself has exited (a daemonised grandchild
 /// holding them). Past this the exit is reported and later output of that handle is dropped.
@@ -55,7 +55,7 @@ struct StdinState {
 
 impl StdinQueue {
     fn lock(&self) -> std::sync::MutexGuard<'_, StdinState> {
-        self.0 .0.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.0 .0)
     }
 
     /// Queues `data`; `false` (and nothing queued) when it does not fit in [`MAX_STDIN_QUEUED`] for
@@ -104,7 +104,7 @@ impl StdinQueue {
             if st.eof {
                 return None;
             }
-            st = self.0 .1.wait(st).unwrap_or_else(|p| p.into_inner());
+            st = wait(&self.0 .1, st);
         }
     }
 
@@ -152,7 +152,7 @@ impl Table {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
     }
 
     /// Starts the thread that reaps every child, ours and orphans reparented to pid 1.

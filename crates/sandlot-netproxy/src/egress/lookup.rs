@@ -8,6 +8,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{SandboxNet, RESOLVE_TTL};
 use crate::dns::{self, Rcode};
+use crate::lock;
 use crate::policy::Decision;
 
 /// Idle time after which a DNS-over-TCP connection is closed.
@@ -19,7 +20,7 @@ impl SandboxNet {
             return Ok((ips.clone(), true));
         }
         let cached = |net: &Self| {
-            let resolved = net.resolved.lock().unwrap_or_else(|p| p.into_inner());
+            let resolved = lock(&net.resolved);
             resolved.get(name).filter(|(_, at)| at.elapsed() < RESOLVE_TTL).map(|(ips, _)| ips.clone())
         };
         if let Some(ips) = cached(self) {
@@ -35,7 +36,7 @@ impl SandboxNet {
                 Ok(Err(_)) => return Err(Rcode::NxDomain),
                 Err(_) => return Err(Rcode::ServFail),
             };
-        let mut resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
+        let mut resolved = lock(&self.resolved);
         if resolved.len() >= 4096 {
             resolved.retain(|_, (_, at)| at.elapsed() < RESOLVE_TTL);
         }
@@ -62,8 +63,7 @@ impl SandboxNet {
         };
         match self.resolve(&q.name).await {
             Ok((ips, admin_mapped)) => {
-                let vip =
-                    self.vips.lock().unwrap_or_else(|p| p.into_inner()).assign(&q.name, ips.clone(), admin_mapped);
+                let vip = lock(&self.vips).assign(&q.name, ips.clone(), admin_mapped);
                 let Some(vip) = vip else {
                     let reason = "every virtual address was answered within the last minute".to_string();
                     self.record("dns", q.name.clone(), Some(q.name.clone()), Decision { allow: false, rule, reason });

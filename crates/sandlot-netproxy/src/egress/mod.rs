@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 
 pub use crate::dial::{Dial, TcpDialer};
 use crate::policy::{Decision, Policy};
+use crate::{lock, read_lock, write_lock};
 use tcp::accept_opt;
 use udp::{next_opt, Datagrams};
 use vips::Vips;
@@ -49,8 +50,9 @@ const RESOLVE_TTL: Duration = Duration::from_secs(30);
 const AUDIT_BURST: f64 = 500.0;
 const AUDIT_PER_SECOND: f64 = 50.0;
 
-/// Settings shared by every sandbox's network.
-pub struct Shared {
+/// What every sandbox's egress shares: the host's settings (overrides, host networks, dialer, gateway,
+/// broker) and the count of connections open through all of them.
+pub struct EgressShared {
     /// Admin name → addresses mappings (`--resolve NAME=IP`); these names may reach any address.
     pub overrides: HashMap<String, Vec<IpAddr>>,
     /// The host's own addresses and networks (always denied).
@@ -63,11 +65,11 @@ pub struct Shared {
     pub broker: Option<Arc<crate::broker::Broker>>,
     /// Connections open through the proxies of every sandbox together.
     pub open_total: Arc<std::sync::atomic::AtomicUsize>,
-    /// Cap of `open_total` (see [`Shared::total_cap`]); more are reset and audited.
+    /// Cap of `open_total` (see [`EgressShared::total_cap`]); more are reset and audited.
     pub max_open_total: usize,
 }
 
-impl Shared {
+impl EgressShared {
     /// The cap on proxied connections of all sandboxes together for a daemon whose descriptor limit is
     /// `fd_limit` (see [`SHARE_OF_FDS`]).
     pub fn total_cap(fd_limit: u64) -> usize {
@@ -75,9 +77,9 @@ impl Shared {
     }
 }
 
-impl std::fmt::Debug for Shared {
+impl std::fmt::Debug for EgressShared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").field("overrides", &self.overrides).field("host_nets", &self.host_nets).finish()
+        f.debug_struct("EgressShared").field("overrides", &self.overrides).field("host_nets", &self.host_nets).finish()
     }
 }
 
@@ -106,7 +108,7 @@ pub struct SandboxNet {
     /// Shared with brokered connections, which read the current rule for every request.
     policy: Arc<RwLock<Arc<Policy>>>,
     vips: Mutex<Vips>,
-    shared: Arc<Shared>,
+    shared: Arc<EgressShared>,
     events: mpsc::UnboundedSender<NetEvent>,
     /// Bytes from the sandbox to the outside.
     pub bytes_out: Arc<AtomicU64>,
@@ -131,7 +133,12 @@ pub struct SandboxNet {
 
 impl SandboxNet {
     /// State for sandbox `id` with its initial policy.
-    pub fn new(id: &str, policy: Policy, shared: Arc<Shared>, events: mpsc::UnboundedSender<NetEvent>) -> Arc<Self> {
+    pub fn new(
+        id: &str,
+        policy: Policy,
+        shared: Arc<EgressShared>,
+        events: mpsc::UnboundedSender<NetEvent>,
+    ) -> Arc<Self> {
         Arc::new(SandboxNet {
             id: id.to_string(),
             policy: Arc::new(RwLock::new(Arc::new(policy))),
@@ -152,16 +159,16 @@ impl SandboxNet {
 
     /// Replaces the policy; it applies to new connections and lookups.
     pub fn set_policy(&self, policy: Policy) {
-        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+        *write_lock(&self.policy) = Arc::new(policy);
     }
 
     fn policy(&self) -> Arc<Policy> {
-        Arc::clone(&self.policy.read().unwrap_or_else(|p| p.into_inner()))
+        Arc::clone(&read_lock(&self.policy))
     }
 
     fn record(&self, kind: &'static str, dst: String, name: Option<String>, decision: Decision) {
         let left_out = {
-            let mut budgets = self.audit_budget.lock().unwrap_or_else(|p| p.into_inner());
+            let mut budgets = lock(&self.audit_budget);
             let now = tokio::time::Instant::now();
             let b = budgets.entry((kind, decision.allow)).or_insert((AUDIT_BURST, now, 0));
             b.0 = (b.0 + now.duration_since(b.1).as_secs_f64() * AUDIT_PER_SECOND).min(AUDIT_BURST);
@@ -229,19 +236,19 @@ impl SandboxNet {
     }
 }
 
-/// One of a bounded number of slots, given back when dropped (however the task holding it ends).
-struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+/// One of a bounded number of permits, given back when dropped (however the task holding it ends).
+struct Permit(Arc<std::sync::atomic::AtomicUsize>);
 
-impl Slot {
-    fn take(count: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Slot> {
+impl Permit {
+    fn take(count: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Permit> {
         count
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
             .ok()
-            .map(|_| Slot(Arc::clone(count)))
+            .map(|_| Permit(Arc::clone(count)))
     }
 }
 
-impl Drop for Slot {
+impl Drop for Permit {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }

@@ -12,9 +12,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
-use super::{unmap, SandboxNet, Slot};
+use super::{unmap, Permit, SandboxNet};
 use crate::policy::{Attempt, Decision};
 use crate::sniff::{self, Sniff};
+use crate::{lock, read_lock};
 
 /// How long the proxy waits for a ClientHello or request head before deciding without a name.
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(5);
@@ -34,14 +35,14 @@ impl SandboxNet {
                 return;
             }
         };
-        let Some(slot) = Slot::take(&self.open, MAX_CONNECTIONS) else {
+        let Some(permit) = Permit::take(&self.open, MAX_CONNECTIONS) else {
             let dst = stream.local_addr().map(|a| unmap(a).to_string()).unwrap_or_default();
             let reason = format!("more than {MAX_CONNECTIONS} connections open at once");
             self.record("tcp", dst, None, Decision { allow: false, rule: "connection-limit".into(), reason });
             return reset(stream);
         };
-        let Some(total_slot) = Slot::take(&self.shared.open_total, self.shared.max_open_total) else {
-            drop(slot);
+        let Some(total_permit) = Permit::take(&self.shared.open_total, self.shared.max_open_total) else {
+            drop(permit);
             let dst = stream.local_addr().map(|a| unmap(a).to_string()).unwrap_or_default();
             let reason = format!(
                 "the server has its maximum of {} proxied connections open (all sandboxes together)",
@@ -52,7 +53,7 @@ impl SandboxNet {
         };
         let net = Arc::clone(self);
         conns.spawn(async move {
-            let _slot = (slot, total_slot);
+            let _permit = (permit, total_permit);
             net.tcp(stream).await;
         });
     }
@@ -66,7 +67,7 @@ impl SandboxNet {
         }
         // A virtual address stands for the name it was answered for; anything else is a bare IP.
         let target = match dst.ip() {
-            IpAddr::V4(v4) => self.vips.lock().unwrap_or_else(|p| p.into_inner()).by_vip.get(&v4).cloned(),
+            IpAddr::V4(v4) => lock(&self.vips).by_vip.get(&v4).cloned(),
             IpAddr::V6(_) => None,
         };
         let (real, names, admin_mapped) = match &target {
@@ -113,7 +114,7 @@ impl SandboxNet {
                 // credential, a host no longer allowed) reaches keep-alive connections too.
                 let (cell, host) = (Arc::clone(&self.policy), name.clone());
                 let current = move || {
-                    let policy = Arc::clone(&cell.read().unwrap_or_else(|p| p.into_inner()));
+                    let policy = Arc::clone(&read_lock(&cell));
                     policy.name_allowed(&host)?;
                     Some(policy.rule_for(&host).map(|r| r.headers.clone()).unwrap_or_default())
                 };
@@ -201,7 +202,7 @@ mod tests {
 
     use super::*;
     use crate::dial::TcpDialer;
-    use crate::egress::Shared;
+    use crate::egress::EgressShared;
     use crate::policy::Policy;
 
     #[tokio::test]
@@ -223,7 +224,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_over_the_servers_total_cap_is_reset_and_audited() {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(EgressShared {
             overrides: HashMap::new(),
             host_nets: Default::default(),
             dialer: Arc::new(TcpDialer { loopback_only: true }),

@@ -11,8 +11,9 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::task::JoinSet;
 
-use super::{unmap, SandboxNet, Slot, MAX_DNS_PENDING};
+use super::{unmap, Permit, SandboxNet, MAX_DNS_PENDING};
 use crate::dns::{self, Rcode};
+use crate::lock;
 use crate::policy::Decision;
 
 impl SandboxNet {
@@ -21,7 +22,7 @@ impl SandboxNet {
     pub(super) fn datagram(self: &Arc<Self>, conns: &mut JoinSet<()>, sock: &Arc<UdpSocket>, d: Datagram) {
         if d.dst == SocketAddr::from((self.shared.gateway, 53)) {
             let reply_to = Arc::clone(sock);
-            let Some(slot) = Slot::take(&self.dns_pending, MAX_DNS_PENDING) else {
+            let Some(permit) = Permit::take(&self.dns_pending, MAX_DNS_PENDING) else {
                 // A flood of queries (for random names, say) is answered at once instead of queued.
                 if let Some(reply) = dns::parse_query(&d.payload).map(|q| dns::answer(&q, Rcode::ServFail, &[])) {
                     let _ = reply_to.try_send_to(&reply, d.src);
@@ -30,7 +31,7 @@ impl SandboxNet {
             };
             let net = Arc::clone(self);
             conns.spawn(async move {
-                let _slot = slot;
+                let _permit = permit;
                 if let Some(reply) = net.dns(&d.payload).await {
                     let _ = reply_to.send_to(&reply, d.src).await;
                 }
@@ -38,7 +39,7 @@ impl SandboxNet {
             return;
         }
         let now = tokio::time::Instant::now();
-        let mut seen = self.udp_seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = lock(&self.udp_seen);
         if seen.len() >= 1024 {
             seen.retain(|_, t| now.duration_since(*t) < Duration::from_secs(60));
         }

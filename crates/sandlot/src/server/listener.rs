@@ -17,6 +17,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
+use crate::lock;
+
 /// How long a client has to send a request's whole head (from the connection's start, or from the
 /// end of the previous response on a keep-alive connection). 10 s is ample for any client on a
 /// working network (a head is a few hundred bytes) and short enough that a client holding
@@ -65,7 +67,7 @@ struct Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = lock(&self.open);
         open.total -= 1;
         if let Some(n) = open.per_ip.get_mut(&self.ip) {
             *n -= 1;
@@ -84,7 +86,7 @@ enum Refusal {
 }
 
 fn take_place(open: &Arc<Mutex<Open>>, caps: Caps, ip: IpAddr) -> Result<Place, Refusal> {
-    let mut o = open.lock().unwrap_or_else(|p| p.into_inner());
+    let mut o = lock(open);
     if o.total >= caps.total {
         return Err(Refusal::Total);
     }

@@ -1,0 +1,44 @@
+//! Figures: percentiles of a group's samples, printed as a table or as JSON.
+
+use std::time::Duration;
+
+#[derive(serde::Serialize)]
+pub(super) struct Figure {
+    pub(super) name: String,
+    pub(super) concurrency: usize,
+    pub(super) samples: usize,
+    pub(super) p50_ms: f64,
+    pub(super) p99_ms: f64,
+    pub(super) mean_ms: f64,
+}
+
+pub(super) fn figure(name: &str, concurrency: usize, mut samples: Vec<Duration>) -> Figure {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let pct = |p: f64| ms(samples[((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1]);
+    let mean = samples.iter().map(|d| ms(*d)).sum::<f64>() / samples.len() as f64;
+    Figure {
+        name: name.into(),
+        concurrency,
+        samples: samples.len(),
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        mean_ms: mean,
+    }
+}
+
+/// Prints `figures` as JSON when `json`, else as a table.
+pub(super) fn print(figures: &[Figure], json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+    } else {
+        println!("{:<40} {:>5} {:>8} {:>9} {:>9} {:>9}", "figure", "conc", "samples", "p50 ms", "p99 ms", "mean ms");
+        for f in figures {
+            println!(
+                "{:<40} {:>5} {:>8} {:>9.2} {:>9.2} {:>9.2}",
+                f.name, f.concurrency, f.samples, f.p50_ms, f.p99_ms, f.mean_ms
+            );
+        }
+    }
+    Ok(())
+}
