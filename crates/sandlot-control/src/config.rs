@@ -58,7 +58,8 @@ pub(crate) const OUTPUT_CAP_RANGE: std::ops::RangeInclusive<u64> = 1024..=64 << 
 
 impl Config {
     /// Checks that every default is one a request could ask for itself, so a request that names
-    /// nothing never fails on the server's own defaults.
+    /// nothing never fails on the server's own defaults. (The disk default is checked per request:
+    /// it means nothing on a server without disk quotas.)
     pub fn validate(self) -> Result<Config, ConfigError> {
         let bad = |option, problem: String| Err(ConfigError { option, problem });
         let d = &self.defaults;
@@ -70,9 +71,6 @@ impl Config {
         }
         if d.pids < MIN_PIDS {
             return bad("--default-pids", format!("{} is below the minimum of {MIN_PIDS}", d.pids));
-        }
-        if d.disk_mb < MIN_DISK_MB {
-            return bad("--default-disk-mb", format!("{} is below the minimum of {MIN_DISK_MB}", d.disk_mb));
         }
         if self.max_timeout_s == 0 {
             return bad("--max-timeout-s", "must be at least 1".into());

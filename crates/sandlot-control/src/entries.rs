@@ -45,9 +45,12 @@ impl Entries {
         m.lock_owned().await
     }
 
-    /// Records API activity on `id`.
+    /// Records API activity on `id`, if it has an entry: every running sandbox has one (made by the
+    /// lock of its create or resume), and one that ended meanwhile must not get a new one.
     pub(crate) fn touch(&self, id: &str, now_ms: i64) {
-        self.entry(id).last_activity.store(now_ms, Ordering::Relaxed);
+        if let Some(e) = lock(&self.sandboxes).get(id) {
+            e.last_activity.store(now_ms, Ordering::Relaxed);
+        }
     }
 
     /// Last API activity on `id` known in memory (0 if none).

@@ -150,7 +150,7 @@ impl From<EngineError> for Error {
             EngineError::NotRunning | EngineError::Gone(_) => {
                 return Error::conflict(format!("{e}; its processes are gone. Delete it and create a new one"))
             }
-            EngineError::UnknownImage(_) | EngineError::NoLayersVolume(_) => Kind::Invalid,
+            EngineError::UnknownImage(_) => Kind::Invalid,
             EngineError::OutputBudget(_) | EngineError::Busy(_) => Kind::LimitReached,
             EngineError::PortUnreachable(_) => Kind::PortUnreachable,
             EngineError::File { kind, .. } => match kind {

@@ -13,12 +13,13 @@ const MAX_LIST_ENTRIES: u32 = 10_000;
 const MAX_LIST_DEPTH: u32 = 16;
 
 /// What an upload carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Upload {
-    /// One file, created with these permission bits (`0o644` when `None`).
+    /// One file, created with these permission bits (`0644` when `None`).
     File {
-        /// Octal permission bits as the caller wrote them (`"0644"`, `"0o755"`).
-        mode: Option<u32>,
+        /// Octal permission bits as the caller wrote them (`"0644"`, `"0o755"`), checked with the
+        /// rest of the request.
+        mode: Option<String>,
     },
     /// A tar archive unpacked into a directory.
     Tar,
@@ -46,7 +47,7 @@ fn sandbox_path(p: &str, user: User) -> Result<String> {
 }
 
 /// Permission bits written in octal (`0644`, `0o755`), at most `0o7777`.
-pub fn parse_mode(m: &str) -> Result<u32> {
+fn parse_mode(m: &str) -> Result<u32> {
     u32::from_str_radix(m.trim_start_matches("0o"), 8)
         .ok()
         .filter(|m| *m <= 0o7777)
@@ -81,7 +82,8 @@ impl Control {
         }
         let (written, action) = match kind {
             Upload::File { mode } => {
-                (sb.write_file(&path, user.uid(), mode.unwrap_or(0o644), max, body).await, "file.write")
+                let mode = mode.as_deref().map(parse_mode).transpose()?.unwrap_or(0o644);
+                (sb.write_file(&path, user.uid(), mode, max, body).await, "file.write")
             }
             Upload::Tar => (sb.upload_tar(&path, user.uid(), max, body).await, "file.untar"),
         };

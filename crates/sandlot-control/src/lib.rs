@@ -35,11 +35,12 @@ use sandlot_store::Store;
 pub use config::{Config, ConfigError, Defaults};
 pub use error::{Error, Fault, Kind, Result};
 pub use exec::Started;
-pub use files::{parse_mode, SandboxPath, Upload};
+pub use files::{SandboxPath, Upload};
 pub use lifecycle::Created;
-pub use ports::Preview;
+pub use ports::{Ports, Preview};
 pub use recovery::Recovered;
 pub use sandlot_engine::{FileStream, Process};
+pub use services::Services;
 
 /// Who is calling: the tenant an API key stands for. Surfaces get one from [`Control::authenticate`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use sandlot_api::{CreateSandbox, SandboxInfo, SandboxList, SandboxState};
-use sandlot_engine::{LayerSource, Policy, Resources, Sandbox, StartSpec};
+use sandlot_engine::{LayerSource, Resources, Sandbox, StartSpec};
 use sandlot_store::{now_ms, SandboxRecord};
 use serde_json::json;
 
@@ -45,13 +45,12 @@ impl Control {
     }
 
     /// Starts a sandbox's supervisor on a fresh, existing or snapshot layer and records its slot.
-    /// `policy` is the one its plan compiled; `None` compiles the stored spec (a resume).
-    async fn boot(&self, rec: &SandboxRecord, source: LayerSource, policy: Option<Policy>) -> Result<Arc<Sandbox>> {
+    /// Called under the sandbox's lock with its record stored: the network policy is compiled here,
+    /// with the tenant's exemptions as they are now, so an admin's change to them is either seen here
+    /// or applied to this sandbox after it (`apply_to_running` lists it and waits for its lock).
+    async fn boot(&self, rec: &SandboxRecord, source: LayerSource) -> Result<Arc<Sandbox>> {
         let l = &rec.info.limits;
-        let policy = match policy {
-            Some(p) => p,
-            None => self.policy_for(&rec.tenant, &rec.network)?,
-        };
+        let policy = self.policy_for(&rec.tenant, &rec.network)?;
         let spec = StartSpec {
             image: rec.info.image.clone(),
             resources: Resources {
@@ -113,7 +112,7 @@ impl Control {
 
     /// Inserts the plan's record and starts it; on failure the record ends `failed` with the reason.
     pub(crate) async fn start_record(&self, plan: Plan) -> Result<SandboxInfo> {
-        let Plan { mut rec, source, policy } = plan;
+        let Plan { mut rec, source } = plan;
         let id = rec.info.id.clone();
         // Reserved before the boot is awaited: concurrent creates cannot all pass the check and all boot.
         self.ledger.reserve(&id, &rec.info.limits)?;
@@ -130,7 +129,7 @@ impl Control {
             return Err(e.into());
         }
         let t0 = std::time::Instant::now();
-        match self.boot(&rec, source, Some(policy)).await {
+        match self.boot(&rec, source).await {
             Ok(_) => {
                 self.store.set_state(&id, SandboxState::Running, None)?;
                 rec.info.state = SandboxState::Running;
@@ -146,7 +145,6 @@ impl Control {
             Err(e) => {
                 let _ = self.engine.destroy(&id).await;
                 self.ledger.release(&id);
-                self.entries.remove(&id);
                 self.store.set_state(&id, SandboxState::Failed, Some(&e.message))?;
                 self.audit(&rec.tenant, Some(&id), "sandbox.create_failed", &json!({"reason": e.message}))?;
                 Err(e)
@@ -255,7 +253,7 @@ impl Control {
             self.engine.freeze(&id, false).await?;
         } else {
             self.ledger.reserve(&id, &rec.info.limits)?;
-            if let Err(e) = self.boot(&rec, LayerSource::Existing, None).await {
+            if let Err(e) = self.boot(&rec, LayerSource::Existing).await {
                 self.ledger.release(&id);
                 self.audit(&rec.tenant, Some(&id), "sandbox.resume_failed", &json!({"reason": e.message}))?;
                 return Err(e);
@@ -338,6 +336,11 @@ impl Control {
     pub(crate) async fn remove(&self, rec: &SandboxRecord, action: &str, reason: Option<&str>) -> Result<()> {
         let id = &rec.info.id;
         let _g = self.entries.lock(id).await;
+        // Read again under the lock: a concurrent delete (the owner's, an expiry's) finished first.
+        if self.fresh(rec)?.info.state == SandboxState::Deleted {
+            self.entries.remove(id);
+            return Ok(());
+        }
         self.engine.destroy(id).await?;
         self.ledger.release(id);
         self.store.set_state(id, SandboxState::Deleted, reason)?;

@@ -1,10 +1,12 @@
 //! A create request turned, once, into what the engine runs: the validated limits, the record in
-//! state `creating`, the layer source and the compiled network policy.
+//! state `creating` and the layer source. Its network spec is checked here, so a bad one is refused
+//! before anything is recorded; the policy the sandbox runs with is compiled when it boots, under its
+//! lock and after its record exists (see `Control::start_record`).
 
 use std::collections::BTreeMap;
 
 use sandlot_api::{CreateSandbox, Limits, SandboxInfo, SandboxState, TimeoutAction};
-use sandlot_engine::{LayerSource, Policy};
+use sandlot_engine::LayerSource;
 use sandlot_store::{now_ms, SandboxRecord};
 
 use crate::config::{MIN_DISK_MB, MIN_MEMORY_MB, MIN_PIDS};
@@ -23,8 +25,6 @@ pub(crate) struct Plan {
     pub rec: SandboxRecord,
     /// Where its writable layer comes from.
     pub source: LayerSource,
-    /// Its network policy, compiled once.
-    pub policy: Policy,
 }
 
 /// A random id with `prefix` (20 characters of [a-z0-9] from the OS RNG: 103 bits).
@@ -197,11 +197,11 @@ impl Control {
             rec.network = net.clone();
             rec.info.network = net.info(0, 0);
         }
-        let policy = self.policy_for(&caller.tenant, &rec.network)?;
+        self.policy_for(&caller.tenant, &rec.network)?;
         rec.info.snapshot = match &source {
             LayerSource::Snapshot { id, .. } => Some(id.clone()),
             _ => None,
         };
-        Ok(Plan { rec, source, policy })
+        Ok(Plan { rec, source })
     }
 }

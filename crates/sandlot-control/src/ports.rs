@@ -1,6 +1,9 @@
 //! Inbound connections to servers inside a sandbox, and the per-port tokens of preview URLs that let
 //! a browser in without an API key.
 
+use std::sync::Arc;
+
+use sandlot_engine::Sandbox;
 use serde_json::json;
 
 use crate::plan::random_id;
@@ -37,11 +40,22 @@ impl Control {
         Ok(Caller { tenant, admin: false })
     }
 
-    /// A connection to a server listening on `port` of the caller's sandbox `id` (on its loopback),
-    /// carried through its supervisor.
-    pub async fn connect(&self, caller: &Caller, id: &str, port: u16) -> Result<tokio::io::DuplexStream> {
+    /// The ports of the caller's sandbox `id`, which must be running (or is resumed, with
+    /// `auto_resume`): checked before a surface reads the rest of a request it will forward.
+    pub async fn ports(&self, caller: &Caller, id: &str) -> Result<Ports> {
         self.record(caller, id)?;
         let (_, sb) = self.ensure_running(caller, id).await?;
-        Ok(sb.connect(port).await?)
+        Ok(Ports(sb))
+    }
+}
+
+/// A running sandbox's ports, as [`Control::ports`] opened them for one caller.
+pub struct Ports(Arc<Sandbox>);
+
+impl Ports {
+    /// A connection to a server listening on `port` of the sandbox's loopback, carried through its
+    /// supervisor.
+    pub async fn connect(&self, port: u16) -> Result<tokio::io::DuplexStream> {
+        Ok(self.0.connect(port).await?)
     }
 }

@@ -1,6 +1,5 @@
 //! The control layer's background services: expiry, supervisor deaths, the network audit and the
-//! host-network watcher (plus audit retention, in `audit`). Each takes the shutdown watch and ends
-//! when it changes.
+//! host-network watcher (plus audit retention, in `audit`). Each ends on a signal (see [`Services`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,25 +19,58 @@ const EXPIRY_EVERY: Duration = Duration::from_millis(250);
 /// How often the host's addresses are read again: a new interface, a DHCP lease on another subnet or
 /// a changed default route is denied to sandboxes within this long.
 const HOST_NETWORKS_EVERY: Duration = Duration::from_secs(10);
-/// Network audit rows written per store transaction at most: one blocking write per batch keeps a
-/// burst of decisions off the runtime's workers without holding them all.
+/// Network audit rows handed to one blocking task at most: a burst of decisions is written off the
+/// runtime's workers without one task per row.
 const NET_AUDIT_BATCH: usize = 256;
 
+/// The running services. Expiry, audit retention and the host-network watcher end when the shutdown
+/// signal comes; supervisor deaths and the network audit go on until [`Services::finish`], so the
+/// sandboxes that stop during shutdown still have their deaths handled and their last network
+/// decisions written.
+pub struct Services {
+    timers: Vec<JoinHandle<()>>,
+    drains: Vec<JoinHandle<()>>,
+    drain: watch::Sender<bool>,
+}
+
+impl Services {
+    /// Ends the draining services (after the network audit has written what is queued) and waits for
+    /// every service to end. Call it after [`Control::shutdown`].
+    pub async fn finish(self) {
+        let _ = self.drain.send(true);
+        for service in self.timers.into_iter().chain(self.drains) {
+            let _ = service.await;
+        }
+    }
+
+    /// How many services run.
+    pub fn len(&self) -> usize {
+        self.timers.len() + self.drains.len()
+    }
+
+    /// Whether none runs.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 impl Control {
-    /// Starts every service; each ends when `shutdown` changes (or its source closes).
-    pub fn start_services(self: &Arc<Self>, shutdown: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
-        let mut services = vec![
+    /// Starts every service; see [`Services`] for when each ends.
+    pub fn start_services(self: &Arc<Self>, shutdown: watch::Receiver<bool>) -> Services {
+        let timers = vec![
             tokio::spawn(expiry_service(Arc::clone(self), shutdown.clone())),
             tokio::spawn(host_networks_service(Arc::clone(self), shutdown.clone())),
-            tokio::spawn(crate::audit::retention_service(Arc::clone(self), shutdown.clone())),
+            tokio::spawn(crate::audit::retention_service(Arc::clone(self), shutdown)),
         ];
+        let (drain, draining) = watch::channel(false);
+        let mut drains = Vec::new();
         if let Some(events) = self.engine.take_net_events() {
-            services.push(tokio::spawn(net_audit_service(Arc::clone(self), events, shutdown.clone())));
+            drains.push(tokio::spawn(net_audit_service(Arc::clone(self), events, draining.clone())));
         }
         if let Some(deaths) = self.engine.take_deaths() {
-            services.push(tokio::spawn(death_service(Arc::clone(self), deaths, shutdown)));
+            drains.push(tokio::spawn(death_service(Arc::clone(self), deaths, draining)));
         }
-        services
+        Services { timers, drains, drain }
     }
 
     /// Applies every lifetime and idle timeout due at `now` (Unix ms): `delete`, `stop` or `pause`
@@ -123,6 +155,7 @@ impl Control {
             // Deleted meanwhile: nothing to keep.
             let _ = self.engine.destroy(&id).await;
             self.ledger.release(&id);
+            self.entries.remove(&id);
             return;
         };
         if !matches!(rec.info.state, SandboxState::Running | SandboxState::Paused) {
@@ -140,7 +173,6 @@ impl Control {
         } else {
             let _ = self.engine.destroy(&id).await;
             let _ = self.store.set_state(&id, SandboxState::Failed, Some(&reason));
-            self.entries.remove(&id);
             let _ = self.store.audit(&rec.tenant, Some(&id), "sandbox.failed", &json!({"reason": reason}));
         }
     }
@@ -172,12 +204,12 @@ async fn expiry_service(control: Arc<Control>, mut shutdown: watch::Receiver<boo
 async fn death_service(
     control: Arc<Control>,
     mut deaths: tokio::sync::mpsc::UnboundedReceiver<Death>,
-    mut shutdown: watch::Receiver<bool>,
+    mut drain: watch::Receiver<bool>,
 ) {
     loop {
         let death = tokio::select! {
             d = deaths.recv() => match d { Some(d) => d, None => return },
-            _ = shutdown.changed() => return,
+            _ = drain.changed() => return,
         };
         tracing::warn!(sandbox = %death.id, "supervisor ended unexpectedly: {}", death.why);
         // One task per death: waiting for this sandbox's lock must not hold up the next death.
@@ -187,16 +219,28 @@ async fn death_service(
 }
 
 /// The SQLite writes block: each batch is written off the runtime's workers, where it would stall
-/// the DNS answers and connections that produce the events.
+/// the DNS answers and connections that produce the events. When told to drain, it writes what is
+/// queued and ends.
 async fn net_audit_service(
     control: Arc<Control>,
     mut events: tokio::sync::mpsc::UnboundedReceiver<NetEvent>,
-    mut shutdown: watch::Receiver<bool>,
+    mut drain: watch::Receiver<bool>,
 ) {
+    let mut draining = false;
     loop {
-        let first = tokio::select! {
-            e = events.recv() => match e { Some(e) => e, None => return },
-            _ = shutdown.changed() => return,
+        let first = if draining {
+            match events.try_recv() {
+                Ok(e) => e,
+                Err(_) => return,
+            }
+        } else {
+            tokio::select! {
+                e = events.recv() => match e { Some(e) => e, None => return },
+                _ = drain.changed() => {
+                    draining = true;
+                    continue;
+                }
+            }
         };
         let mut batch = vec![first];
         while batch.len() < NET_AUDIT_BATCH {

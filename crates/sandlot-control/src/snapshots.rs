@@ -138,10 +138,9 @@ impl Control {
             let rec = self.fresh(&rec)?;
             self.take_snapshot(&rec, None, Charge::Transient).await?
         };
-        let policy = self.policy_for(&rec.tenant, &rec.network);
         let mut made = Vec::new();
-        let mut failure = policy.as_ref().err().cloned();
-        if let Ok(policy) = policy {
+        let mut failure = None;
+        {
             for _ in 0..count {
                 let mut copy = new_record(&rec.tenant, &rec.info.image, rec.info.limits.clone(), &rec.env);
                 copy.info.metadata = rec.info.metadata.clone();
@@ -149,7 +148,7 @@ impl Control {
                 copy.info.metadata.insert("forked_from".into(), id.clone());
                 copy.info.snapshot = Some(snap.id.clone());
                 let source = LayerSource::Snapshot { id: snap.id.clone(), owner };
-                match self.start_record(Plan { rec: copy, source, policy: policy.clone() }).await {
+                match self.start_record(Plan { rec: copy, source }).await {
                     Ok(info) => made.push(info),
                     Err(e) => {
                         failure = Some(e);

@@ -118,8 +118,25 @@ async fn another_tenants_sandbox_is_not_found_for_every_operation() {
     assert_eq!(c.exec(&h.bob, &id, run(&["true"]), false).await.err().unwrap().kind, Kind::NotFound);
     assert_eq!(c.snapshot(&h.bob, &id, None).await.unwrap_err().kind, Kind::NotFound);
     assert_eq!(c.set_timeout(&h.bob, &id, 60).unwrap_err().kind, Kind::NotFound);
+    assert_eq!(c.resume_sandbox(&h.bob, &id).await.unwrap_err().kind, Kind::NotFound);
+    assert_eq!(c.fork(&h.bob, &id, 1).await.unwrap_err().kind, Kind::NotFound);
+    let spec = sandlot_api::NetworkSpec::default();
+    assert_eq!(c.set_network(&h.bob, &id, spec).await.unwrap_err().kind, Kind::NotFound);
+    assert_eq!(c.expose(&h.bob, &id, 8000).await.unwrap_err().kind, Kind::NotFound);
+    assert_eq!(c.ports(&h.bob, &id).await.err().unwrap().kind, Kind::NotFound);
+    assert_eq!(c.processes(&h.bob, &id).await.unwrap_err().kind, Kind::NotFound);
+    assert_eq!(c.process(&h.bob, &id, 1).await.err().unwrap().kind, Kind::NotFound);
+    assert_eq!(c.kill(&h.bob, &id, 1, None).await.unwrap_err().kind, Kind::NotFound);
+    let user = sandlot_api::User::default();
+    assert_eq!(c.stat(&h.bob, &id, "/etc", user).await.unwrap_err().kind, Kind::NotFound);
+    assert_eq!(c.read_file(&h.bob, &id, "/etc/hostname", user).await.err().unwrap().kind, Kind::NotFound);
     assert!(c.list(&h.bob).unwrap().sandboxes.is_empty());
     assert_eq!(h.state(&id), SandboxState::Running, "bob's calls changed nothing");
+    assert_eq!(c.entries.len(), 1, "bob's calls made no per-sandbox state");
+    // Ids that exist nowhere make none either.
+    let _ = c.stop_sandbox(&h.bob, "sb_doesnotexist").await;
+    let _ = c.exec(&h.bob, "sb_doesnotexist", run(&["true"]), false).await;
+    assert_eq!(c.entries.len(), 1);
 }
 
 #[tokio::test]
@@ -152,8 +169,10 @@ async fn a_failed_launch_ends_failed_with_its_reason_and_frees_its_place() {
     let failed = &h.control.store.list_sandboxes("alice").unwrap()[0].info;
     assert_eq!(failed.state, SandboxState::Failed);
     assert!(failed.reason.as_deref().unwrap().contains("clone: EPERM"));
-    // Its place in the ledger and its entry were given back.
+    // Its place in the ledger was given back; its entry stays until it is deleted.
     h.sandbox().await;
+    assert_eq!(h.control.entries.len(), 2);
+    h.control.delete(&h.alice, &failed.id).await.unwrap();
     assert_eq!(h.control.entries.len(), 1);
 }
 
@@ -475,9 +494,14 @@ async fn on_timeout_pause_stops_the_sandbox_after_stop_after_s() {
 async fn an_idle_sandbox_expires_and_api_activity_keeps_it_alive() {
     let h = harness();
     let id = h.create(CreateSandbox { idle_timeout_s: Some(10), ..Default::default() }).await;
-    h.control.expire_due(now_ms() + 5_000).await;
+    let t = now_ms();
+    h.control.expire_due(t + 5_000).await;
     assert_eq!(h.state(&id), SandboxState::Running);
-    h.control.expire_due(now_ms() + 11_000).await;
+    // Activity at t + 8 s (as an API call then would record it) moves the deadline to t + 18 s.
+    h.control.entries.touch(&id, t + 8_000);
+    h.control.expire_due(t + 11_000).await;
+    assert_eq!(h.state(&id), SandboxState::Running, "activity keeps it alive");
+    h.control.expire_due(t + 19_000).await;
     assert_eq!(h.state(&id), SandboxState::Deleted);
     assert_eq!(h.control.get(&h.alice, &id).unwrap().reason.as_deref(), Some("idle for 10 s"));
 }
@@ -528,15 +552,18 @@ async fn an_ephemeral_sandbox_whose_supervisor_dies_fails_and_is_freed() {
 }
 
 #[tokio::test]
-async fn services_end_when_shutdown_is_signalled() {
+async fn services_end_on_shutdown_and_deaths_are_handled_until_they_finish() {
     let h = harness();
     let (tx, rx) = tokio::sync::watch::channel(false);
     let services = h.control.start_services(rx);
     assert_eq!(services.len(), 5, "expiry, host networks, retention, network audit, deaths");
+    let id = h.persistent().await;
     tx.send(true).unwrap();
-    for s in services {
-        tokio::time::timeout(Duration::from_secs(2), s).await.expect("a service ignored shutdown").unwrap();
-    }
+    // Sandboxes stop during shutdown: a supervisor that dies then still has its death handled.
+    assert!(h.driver.crash(&id));
+    h.until(&id, SandboxState::Stopped).await;
+    assert!(h.control.get(&h.alice, &id).unwrap().reason.unwrap().contains("files kept"));
+    tokio::time::timeout(Duration::from_secs(2), services.finish()).await.expect("a service ignored the signals");
 }
 
 #[tokio::test]
@@ -657,7 +684,7 @@ async fn a_preview_token_admits_its_own_port_only_and_dies_with_the_sandbox() {
     assert_eq!(h.control.preview_caller(&id, 8000, &p.token).unwrap(), h.alice);
     assert_eq!(h.control.preview_caller(&id, 8001, &p.token).unwrap_err().kind, Kind::NotFound);
     assert_eq!(h.control.preview_caller(&id, 8000, "pt_guess").unwrap_err().kind, Kind::NotFound);
-    let e = h.control.connect(&h.alice, &id, 8000).await.unwrap_err();
+    let e = h.control.ports(&h.alice, &id).await.unwrap().connect(8000).await.unwrap_err();
     assert_eq!(e.kind, Kind::PortUnreachable, "{}", e.message);
     h.control.delete(&h.alice, &id).await.unwrap();
     assert_eq!(h.control.preview_caller(&id, 8000, &p.token).unwrap_err().kind, Kind::NotFound);

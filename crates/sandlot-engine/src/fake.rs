@@ -57,6 +57,7 @@ struct Host {
 pub struct FakeDriver {
     host: Arc<Mutex<Host>>,
     next_slot: Arc<AtomicU32>,
+    next_pid: Arc<AtomicU32>,
 }
 
 impl FakeDriver {
@@ -145,7 +146,9 @@ impl Driver for FakeDriver {
         let serving = Arc::clone(&peer);
         std::thread::Builder::new().name(format!("fake-{id}")).spawn(move || serving.serve(supervisor_end))?;
         Ok(Launched {
-            pid: 1_000_000 + slot as i32,
+            // A new pid per launch, as on a real host: a resumed sandbox's supervisor is another
+            // process than the one that died before, and the death handling must tell them apart.
+            pid: 1_000_000 + self.next_pid.fetch_add(1, Ordering::SeqCst) as i32,
             control: daemon_end,
             log: None,
             instance: Box::new(FakeInstance { id, slot, peer, driver: self.clone(), frozen: AtomicBool::new(false) }),

@@ -92,10 +92,10 @@ pub enum EngineError {
     #[error("unknown image {0:?}; available: host")]
     UnknownImage(String),
     /// A stopped sandbox's writable layer is gone from the host.
-    #[error("the writable layer of {0} is missing")]
+    #[error("host: the writable layer of {0} is missing")]
     LayerMissing(String),
     /// The operation needs the btrfs layers volume, which this server runs without.
-    #[error("{0} need the layers volume (the server runs with --no-disk-quota)")]
+    #[error("host: {0} need the layers volume (the server runs with --no-disk-quota)")]
     NoLayersVolume(&'static str),
     /// A host-side step failed (layers, uid ranges, snapshots).
     #[error("host: {0}")]

@@ -102,8 +102,12 @@ impl Sandbox {
         if let Some((_, task)) = lock(&self.net).take() {
             task.abort();
         }
-        let instance = self.instance();
-        let _ = tokio::task::spawn_blocking(move || instance.kill()).await;
+        // Once pid 1 is reaped its pid may belong to another host process: signal it only before.
+        // (What remains in the cgroup, teardown kills by the cgroup's own list.)
+        if self.reaped.borrow().is_none() {
+            let instance = self.instance();
+            let _ = tokio::task::spawn_blocking(move || instance.kill()).await;
+        }
         let mut reaped = self.reaped.clone();
         let _ = reaped.wait_for(|r| r.is_some()).await;
         let instance = self.instance();

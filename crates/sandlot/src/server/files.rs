@@ -95,18 +95,9 @@ async fn upload(
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     let mut reader = body_reader(body);
-    let kind = match tar {
-        true => Ok(Upload::Tar),
-        false => q.mode.as_deref().map(sandlot_control::parse_mode).transpose().map(|mode| Upload::File { mode }),
-    };
-    let r = match kind {
-        Ok(kind) => {
-            app.control
-                .upload(caller, id, SandboxPath { path: &q.path, user: q.user }, kind, declared, &mut reader)
-                .await
-        }
-        Err(e) => Err(e),
-    };
+    let kind = if tar { Upload::Tar } else { Upload::File { mode: q.mode.clone() } };
+    let to = SandboxPath { path: &q.path, user: q.user };
+    let r = app.control.upload(caller, id, to, kind, declared, &mut reader).await;
     match r {
         Ok(written) => Ok((StatusCode::CREATED, Json(written)).into_response()),
         Err(e) => {

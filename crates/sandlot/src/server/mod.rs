@@ -307,11 +307,9 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
         let _ = rx.changed().await;
     })
     .await?;
-    for service in services {
-        let _ = service.await;
-    }
     tracing::info!("shutting down: stopping persistent sandboxes, deleting ephemeral ones");
     control.shutdown().await;
+    services.finish().await;
     Ok(())
 }
 

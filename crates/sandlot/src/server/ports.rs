@@ -179,6 +179,7 @@ async fn proxy_inner(app: &AppState, id: String, port: u16, req: Request, route:
             }
         }
     };
+    let ports = app.control.ports(&caller, &id).await?;
     let (token, from_query) = token_from(&req);
     let prefix = match route {
         Route::Host => String::new(),
@@ -200,7 +201,7 @@ async fn proxy_inner(app: &AppState, id: String, port: u16, req: Request, route:
             parts.headers.remove(header::COOKIE);
         }
     }
-    let stream = app.control.connect(&caller, &id, port).await?;
+    let stream = ports.connect(port).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| Error::internal(format!("talking to port {port}: {e}")))?;
