@@ -24,12 +24,12 @@ mod ports;
 mod process;
 pub mod seccomp;
 
-use std::io::{self, BufReader};
+use std::io::{self, BufReader, Write};
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use sandlot_protocol::{read_frame, write_frame, Event, FrameError, Request, CONTROL_FD};
+use sandlot_protocol::{encode, read_frame, Event, FileErrorKind, FrameError, Request, CONTROL_FD, MAX_HEADER};
 
 /// A thread the supervisor needed for a request could not be started. Thread creation fails (EAGAIN)
 /// when the sandbox's pids limit is reached; the message says so and what to do, and is what the
@@ -91,9 +91,33 @@ pub(crate) struct Outbox {
 
 impl Outbox {
     /// Sends one event. A broken socket means the daemon is gone: the sandbox has no reason to live.
+    /// An event too large for one frame was never written, so the socket is fine: an answer of that
+    /// size (a listing of 10 000 long paths) becomes its request's `too_large` failure, and pid 1
+    /// goes on.
     pub(crate) fn send(&self, ev: &Event, payload: &[u8]) {
+        let frame = match encode(ev, payload) {
+            Ok(frame) => frame,
+            Err(e) => {
+                match ev {
+                    Event::Done { req, .. } => self.send(
+                        &Event::Failed {
+                            req: *req,
+                            kind: FileErrorKind::TooLarge,
+                            message: format!(
+                                "the answer is over the {} MiB a supervisor message may hold; ask for less \
+                                 (a smaller depth, a subdirectory)",
+                                MAX_HEADER >> 20
+                            ),
+                        },
+                        &[],
+                    ),
+                    _ => eprintln!("supervisor: an event could not be encoded ({e}); it is dropped"),
+                }
+                return;
+            }
+        };
         let mut sock = lock(&self.sock);
-        if let Err(e) = write_frame(&mut *sock, ev, payload) {
+        if let Err(e) = sock.write_all(&frame) {
             eprintln!("supervisor: control socket write failed ({e}); exiting");
             std::process::exit(70);
         }

@@ -127,6 +127,25 @@ fn list_respects_depth() {
     sb.delete().unwrap();
 }
 
+/// A listing whose answer would pass the supervisor's frame limit (10 000 entries with long paths)
+/// is refused as too large; pid 1 stays up and the sandbox keeps working (it used to exit, 70).
+#[test]
+fn a_listing_over_the_frame_limit_is_too_large_and_pid_1_survives() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    // 9 000 entries of ~520-byte paths: about 6 MiB of answer, under the 10 000-entry cap.
+    let script = "import os\nd='/home/user/' + 'd' * 250\nos.mkdir(d)\nfor i in range(9000):\n    open(os.path.join(d, '%05d' % i + 'f' * 240), 'w').close()\n";
+    sb.write_file("/home/user/many.py", script.as_bytes()).unwrap();
+    sh_ok(&sb, "python3 /home/user/many.py");
+    let dir = format!("/home/user/{}", "d".repeat(250));
+    let e = sb.list(&dir, 1).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TooLarge, "{e}");
+    assert!(e.to_string().contains("ask for less"), "{e}");
+    assert_eq!(sh_ok(&sb, "echo alive"), "alive\n");
+    assert_eq!(sb.info().unwrap().state, sandlot_client::api::SandboxState::Running);
+    sb.delete().unwrap();
+}
+
 /// stat tells files, directories, symlinks (with their target, not followed) and devices apart.
 #[test]
 fn stat_reports_kinds_and_link_targets() {
