@@ -196,8 +196,19 @@ impl Control {
 
     /// Process `pid` of the caller's sandbox `id`.
     pub async fn process(&self, caller: &Caller, id: &str, pid: u64) -> Result<Arc<Process>> {
-        let (_, sb) = self.ensure_running(caller, id).await?;
-        sb.process(pid).ok_or_else(|| Error::not_found(&format!("process {pid}")))
+        Ok(self.running_process(caller, id, pid).await?.2)
+    }
+
+    /// The caller's running sandbox `id` and its process `pid`.
+    async fn running_process(
+        &self,
+        caller: &Caller,
+        id: &str,
+        pid: u64,
+    ) -> Result<(SandboxRecord, Arc<sandlot_engine::Sandbox>, Arc<Process>)> {
+        let (rec, sb) = self.ensure_running(caller, id).await?;
+        let proc = sb.process(pid).ok_or_else(|| Error::not_found(&format!("process {pid}")))?;
+        Ok((rec, sb, proc))
     }
 
     /// The processes the caller's sandbox `id` remembers, oldest first.
@@ -208,8 +219,7 @@ impl Control {
 
     /// Sends `signal` (SIGKILL by default) to process `pid` of the caller's sandbox `id`.
     pub async fn kill(&self, caller: &Caller, id: &str, pid: u64, signal: Option<i32>) -> Result<()> {
-        let (rec, sb) = self.ensure_running(caller, id).await?;
-        let proc = sb.process(pid).ok_or_else(|| Error::not_found(&format!("process {pid}")))?;
+        let (rec, sb, proc) = self.running_process(caller, id, pid).await?;
         let signal = signal.unwrap_or(libc_sigkill());
         if !(1..=64).contains(&signal) {
             return Err(Error::invalid(format!("signal must be 1-64, got {signal}")));
@@ -224,8 +234,7 @@ impl Control {
 
     /// Writes `data` to process `pid`'s standard input (then closes it, with `eof`).
     pub async fn stdin(&self, caller: &Caller, id: &str, pid: u64, data: &[u8], eof: bool) -> Result<()> {
-        let (_, sb) = self.ensure_running(caller, id).await?;
-        let proc = sb.process(pid).ok_or_else(|| Error::not_found(&format!("process {pid}")))?;
+        let (_, sb, proc) = self.running_process(caller, id, pid).await?;
         if let Some(why) = proc.stdin_closed_reason() {
             return Err(Error::conflict(format!("process {pid} has no open standard input: {why}")));
         }

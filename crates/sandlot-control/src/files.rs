@@ -106,19 +106,23 @@ impl Control {
 
     /// Streams the file at `path` out of the caller's sandbox `id`.
     pub async fn read_file(&self, caller: &Caller, id: &str, path: &str, user: User) -> Result<FileStream> {
-        let (rec, sb) = self.ensure_running(caller, id).await?;
-        let path = sandbox_path(path, user)?;
-        let r = sb.read_file(&path, user.uid()).await;
-        self.audit_file(&rec.tenant, id, "file.read", json!({"path": path, "user": user, "ok": r.is_ok()}));
-        Ok(r?)
+        self.download(caller, id, path, user, false).await
     }
 
     /// Streams the directory at `path` out of the caller's sandbox `id` as a tar archive.
     pub async fn download_tar(&self, caller: &Caller, id: &str, path: &str, user: User) -> Result<FileStream> {
+        self.download(caller, id, path, user, true).await
+    }
+
+    /// A file, or a directory as tar (`tar`), streamed out and audited.
+    async fn download(&self, caller: &Caller, id: &str, path: &str, user: User, tar: bool) -> Result<FileStream> {
         let (rec, sb) = self.ensure_running(caller, id).await?;
         let path = sandbox_path(path, user)?;
-        let r = sb.download_tar(&path, user.uid()).await;
-        self.audit_file(&rec.tenant, id, "file.tar", json!({"path": path, "user": user, "ok": r.is_ok()}));
+        let (r, action) = match tar {
+            false => (sb.read_file(&path, user.uid()).await, "file.read"),
+            true => (sb.download_tar(&path, user.uid()).await, "file.tar"),
+        };
+        self.audit_file(&rec.tenant, id, action, json!({"path": path, "user": user, "ok": r.is_ok()}));
         Ok(r?)
     }
 

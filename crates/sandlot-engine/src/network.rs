@@ -80,12 +80,6 @@ pub fn offline() -> Arc<EgressShared> {
     })
 }
 
-/// Most proxied connections open at once, all sandboxes together, for a daemon with `fd_limit`
-/// descriptors.
-pub fn proxy_cap(fd_limit: u64) -> usize {
-    EgressShared::total_cap(fd_limit)
-}
-
 /// Addresses with prefixes as the policy's networks.
 pub(crate) fn cidrs(nets: Vec<(IpAddr, u8)>) -> Vec<Cidr> {
     nets.into_iter().filter_map(|(ip, prefix)| Cidr::new(ip, prefix)).collect()

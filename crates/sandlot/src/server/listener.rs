@@ -28,7 +28,7 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// Share of the descriptor limit the API's connections may hold by default (one descriptor each, two
 /// for a port-forwarding request): an eighth leaves the rest to sandboxes, their proxied connections
-/// (capped at another eighth, see `sandlot_engine::network::proxy_cap`), the database and the layers.
+/// (capped at another eighth, see `EgressShared::total_cap` in sandlot-netproxy), the database and the layers.
 const DEFAULT_SHARE_OF_FDS: u64 = 8;
 /// Per-peer cap by default, at most: a quarter of the global cap, so one address can never take the
 /// whole API; 256 is more than any honest client (an SDK keeps a few pooled connections) needs.

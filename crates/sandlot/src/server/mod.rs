@@ -237,6 +237,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
         fd_limit,
     };
     let (net, ca_pem) = sandlot_engine::network::shared(&settings, sandlot_engine::linux::host_networks())?;
+    tracing::info!("proxied connections: at most {} open, all sandboxes together", net.max_open_total);
     let driver = LinuxDriver::new(LinuxConfig {
         state_dir: state_dir.clone(),
         layers,
@@ -250,10 +251,6 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
         sandlot_engine::linux::daemon_output_bytes(),
     );
     tracing::info!("always denied to sandboxes, as the host's own: {}", engine.host_networks().join(", "));
-    tracing::info!(
-        "proxied connections: at most {} open, all sandboxes together",
-        sandlot_engine::network::proxy_cap(fd_limit)
-    );
     if args.no_disk_quota {
         tracing::warn!("--no-disk-quota: sandbox writable layers have no size limit and can fill the host's disk");
     }
