@@ -400,8 +400,8 @@ fn cgroups_v2(mnt: &MountEntry, own: &str, own_pid: u32, fs: &dyn CgroupRead) ->
                         "cgroup-placement",
                         Verdict::Missing,
                         format!(
-                            "{own} also holds {} other process{} (pid {}{more}): sandlot serve started here would \
-                             refuse rather than move them",
+                            "{own} also holds {} other process{} (pid {}{more}): a daemon started here refuses \
+                             rather than move them",
                             others.len(),
                             if others.len() == 1 { "" } else { "es" },
                             shown_pids.join(", ")
@@ -431,11 +431,11 @@ fn check_v2_controllers(available: &str, cgroup: &str) -> Check {
         check(
             "cgroup-controllers",
             Verdict::Missing,
-            format!(
-                "{cgroup} has {} but not {} (not delegated)",
-                if have.is_empty() { "no controllers".to_string() } else { have.join(" ") },
-                lacking.join(", ")
-            ),
+            if have.is_empty() {
+                format!("{cgroup} has no controllers: {} not delegated", lacking.join(", "))
+            } else {
+                format!("{cgroup} has {}; {} not delegated", have.join(" "), lacking.join(", "))
+            },
             DELEGATE_FIX,
         )
     }
@@ -1158,7 +1158,7 @@ mod tests {
         let c = cgroups(own, V2_MOUNTINFO, 42, &fs);
         let ctrl = by_name(&c, "cgroup-controllers");
         assert_eq!(ctrl.verdict, Verdict::Missing);
-        assert!(ctrl.found.contains("not cpu (not delegated)"), "{ctrl:?}");
+        assert_eq!(ctrl.found, "/user.slice/user-1000.slice/session-2.scope has memory pids; cpu not delegated");
         let p = by_name(&c, "cgroup-placement");
         assert_eq!(p.verdict, Verdict::Missing);
         assert!(p.found.contains("also holds 2 other processes (pid 811, 900)"), "{p:?}");

@@ -231,12 +231,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             FALLBACK_FD_LIMIT
         }
     };
+    // Before anything touches the host (the state directory, cgroups, the layers volume, a namespace):
+    // what `sandlot doctor` checks.
+    let degraded = check_host(&args)?;
     let state_dir = args.state_dir();
     std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
     // Sandbox uids must traverse it to reach their layers; nobody may list or read it.
     std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o711))?;
-    // Before anything touches cgroups, the layers volume or a namespace: what `sandlot doctor` checks.
-    let degraded = check_host(&args)?;
     // Before any thread exists: the layers volume is mounted in a mount namespace of the daemon's own,
     // so it never shows on the host and vanishes with the daemon, however it ends.
     host::enter_private_mount_namespace().context("creating the daemon's mount namespace")?;
