@@ -36,22 +36,37 @@ pub struct DoctorArgs {
     pub serve: ServeArgs,
 }
 
+/// `--json`'s shape: the verdict for serve, then every check (fields in the table's order).
+#[derive(serde::Serialize)]
+struct JsonReport<'a> {
+    ready: bool,
+    checks: &'a [doctor::Check],
+}
+
 /// Runs the checks and prints them; the exit status.
 pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
     let report = doctor::examine(&args.serve.doctor_options()?);
-    if args.json {
-        println!("{}", serde_json::json!({ "ready": report.ready(), "checks": report.checks }));
+    let out = if args.json {
+        serde_json::to_string(&JsonReport { ready: report.ready(), checks: &report.checks })? + "\n"
     } else {
         let all: Vec<&doctor::Check> = report.checks.iter().collect();
-        print!("{}", doctor::table(&all));
         let missing = report.with(doctor::Verdict::Missing).len();
         let degraded = report.with(doctor::Verdict::Degraded).len();
-        println!();
-        if missing == 0 {
-            println!("ready: nothing required is missing ({degraded} degraded); `sandlot serve` will start");
+        let summary = if missing == 0 {
+            format!("ready: nothing required is missing ({degraded} degraded); `sandlot serve` will start")
         } else {
-            println!("not ready: {missing} required feature(s) missing ({degraded} degraded); `sandlot serve` would refuse to start");
-        }
+            format!(
+                "not ready: {missing} required feature(s) missing ({degraded} degraded); `sandlot serve` would \
+                 refuse to start"
+            )
+        };
+        format!("{}\n{summary}\n", doctor::table(&all))
+    };
+    // A reader that stops early (`| head`) is not an error of ours.
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(out.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
+        _ => {}
     }
     Ok(if report.ready() { 0 } else { 1 })
 }
