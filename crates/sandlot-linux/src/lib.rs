@@ -16,6 +16,7 @@ pub mod container;
 pub mod doctor;
 pub mod ids;
 pub mod image;
+pub mod kmod;
 pub mod landlock;
 pub mod launch;
 pub mod layers;
