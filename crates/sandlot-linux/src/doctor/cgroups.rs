@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::{check, ok, Check, Verdict};
-use crate::cgroup::{join_cgroup, own_path, parse_mountinfo, MountEntry};
+use crate::cgroup::{join_cgroup, own_path, parse_mountinfo, MountEntry, DAEMON_LEAF};
 
 /// What the cgroup checks read from cgroupfs, so unit tests can answer for a host they describe.
 pub(crate) trait CgroupRead {
@@ -33,11 +33,11 @@ impl CgroupRead for Cgroupfs {
 const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
 /// The v2 controllers the daemon enables for its sandboxes.
 const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
-/// The leaf a v2 daemon moves itself into (its parent is then the daemon's root cgroup).
-const V2_DAEMON_LEAF: &str = "sandlot-daemon";
 
-const DELEGATE_FIX: &str = "give sandlot a cgroup of its own with the controllers delegated: `systemctl start \
-     sandlot` (packaging/sandlot.service, Delegate=yes), or `systemd-run -p Delegate=yes sandlot serve …`";
+const DELEGATE_FIX: &str = "give sandlot a cgroup of its own with memory, pids and cpu delegated: `systemctl \
+     start sandlot` (packaging/sandlot.service, Delegate=yes), or `systemd-run --unit sandlot -p Delegate=yes \
+     sandlot serve …`, or start it from a shell moved into a new cgroup first (`mkdir /sys/fs/cgroup/sandlot && \
+     echo $$ > /sys/fs/cgroup/sandlot/cgroup.procs`)";
 
 /// The three cgroup checks: mode, controllers, placement. Which hierarchy is chosen mirrors
 /// `cgroup::Cgroups::detect`: v1 when the memory controller is mounted as v1, else cgroup2.
@@ -154,10 +154,13 @@ fn cgroups_v1(v1: &[(&str, String, PathBuf)], cgroup2: Option<&MountEntry>, fs: 
 
 fn cgroups_v2(mnt: &MountEntry, own: &str, own_pid: u32, fs: &dyn CgroupRead) -> Vec<Check> {
     let own_dir = join_cgroup(&mnt.point, own, &mnt.root);
-    // The lead's start-up rule (cgroup.rs): a daemon already in its `sandlot-daemon` leaf uses the
-    // parent; one in the root cgroup stays there; any other cgroup must be its alone.
-    let (root, started_in_leaf) = match own.rsplit_once('/') {
-        Some((parent, V2_DAEMON_LEAF)) => {
+    // Mirrors `cgroup::prepare_v2`: the hierarchy's true root (the only cgroup without `cgroup.type`;
+    // a cgroup namespace's root has one) holds the sandboxes itself; a daemon already in its
+    // `sandlot-daemon` leaf hangs them beside it; any other cgroup must be the daemon's alone.
+    let true_root = fs.read(&own_dir.join("cgroup.type")).is_err();
+    let (root, settled) = match own.rsplit_once('/') {
+        _ if true_root => (own_dir.clone(), true),
+        Some((parent, DAEMON_LEAF)) => {
             let parent = if parent.is_empty() { "/" } else { parent };
             (join_cgroup(&mnt.point, parent, &mnt.root), true)
         }
@@ -174,7 +177,7 @@ fn cgroups_v2(mnt: &MountEntry, own: &str, own_pid: u32, fs: &dyn CgroupRead) ->
             DELEGATE_FIX,
         ),
     };
-    let placement = if started_in_leaf || own == "/" {
+    let placement = if settled {
         if fs.writable(&root) {
             ok("cgroup-placement", format!("sandbox cgroups go below {}", shown(&root)))
         } else {
@@ -212,7 +215,7 @@ fn cgroups_v2(mnt: &MountEntry, own: &str, own_pid: u32, fs: &dyn CgroupRead) ->
                 } else {
                     ok(
                         "cgroup-placement",
-                        format!("alone in {own}: serve moves itself to {own}/{V2_DAEMON_LEAF}, sandboxes go beside it"),
+                        format!("alone in {own}: serve moves itself to {own}/{DAEMON_LEAF}, sandboxes go beside it"),
                     )
                 }
             }
@@ -345,6 +348,7 @@ mod tests {
             &[
                 (&format!("{dir}/cgroup.controllers"), "cpuset cpu io memory pids\n"),
                 (&format!("{dir}/cgroup.procs"), "42\n"),
+                (&format!("{dir}/cgroup.type"), "domain\n"),
             ],
             &[dir],
         );
@@ -364,7 +368,13 @@ mod tests {
     fn pure_v2_restarted_in_its_own_leaf_uses_the_parent() {
         let own = "0::/system.slice/sandlot.service/sandlot-daemon\n";
         let dir = "/sys/fs/cgroup/system.slice/sandlot.service";
-        let fs = fake(&[(&format!("{dir}/cgroup.controllers"), "memory pids cpu\n")], &[dir]);
+        let fs = fake(
+            &[
+                (&format!("{dir}/cgroup.controllers"), "memory pids cpu\n"),
+                (&format!("{dir}/sandlot-daemon/cgroup.type"), "domain\n"),
+            ],
+            &[dir],
+        );
         let c = cgroups(own, V2_MOUNTINFO, 42, &fs);
         assert_eq!(by_name(&c, "cgroup-controllers").verdict, Verdict::Ok);
         let p = by_name(&c, "cgroup-placement");
@@ -384,6 +394,7 @@ mod tests {
             &[
                 (&format!("{dir}/cgroup.controllers"), "memory pids\n"),
                 (&format!("{dir}/cgroup.procs"), "811\n900\n42\n"),
+                (&format!("{dir}/cgroup.type"), "domain\n"),
             ],
             &[dir],
         );
@@ -395,6 +406,29 @@ mod tests {
         assert_eq!(p.verdict, Verdict::Missing);
         assert!(p.found.contains("also holds 2 other processes (pid 811, 900)"), "{p:?}");
         assert!(p.fix.contains("Delegate=yes") && p.fix.contains("packaging/sandlot.service"), "{p:?}");
+    }
+
+    #[test]
+    fn pure_v2_true_root_holds_the_sandboxes_but_a_cgroup_namespaces_root_must_be_alone() {
+        // The hierarchy's root has no cgroup.type: the daemon may stay there beside anything.
+        let fs = fake(
+            &[("/sys/fs/cgroup/cgroup.controllers", "cpu memory pids\n"), ("/sys/fs/cgroup/cgroup.procs", "1\n42\n")],
+            &["/sys/fs/cgroup"],
+        );
+        let c = cgroups("0::/\n", V2_MOUNTINFO, 42, &fs);
+        assert_eq!(by_name(&c, "cgroup-placement").verdict, Verdict::Ok, "{c:?}");
+        // A container's `/` is the root of its cgroup namespace, an ordinary cgroup shared with its pid 1.
+        let fs = fake(
+            &[
+                ("/sys/fs/cgroup/cgroup.controllers", "cpu memory pids\n"),
+                ("/sys/fs/cgroup/cgroup.procs", "1\n42\n"),
+                ("/sys/fs/cgroup/cgroup.type", "domain\n"),
+            ],
+            &["/sys/fs/cgroup"],
+        );
+        let p = by_name(&cgroups("0::/\n", V2_MOUNTINFO, 42, &fs), "cgroup-placement").clone();
+        assert_eq!(p.verdict, Verdict::Missing, "{p:?}");
+        assert!(p.found.contains("also holds 1 other process (pid 1)"), "{p:?}");
     }
 
     #[test]

@@ -151,12 +151,12 @@ pub fn examine(opts: &Options) -> Report {
         &cgroups::Cgroupfs,
     ));
     checks.push(probes::user_namespaces());
-    checks.push(probes::overlay_in_userns(&opts.state_dir));
+    let release = read("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let modules = host::Modules::of(release.trim());
+    checks.push(probes::overlay_in_userns(&opts.state_dir, &modules));
     checks.push(probes::landlock(opts.layers.landlock, crate::landlock::abi()));
     checks.push(probes::seccomp(opts.layers.seccomp));
     checks.push(probes::sk_lookup(root));
-    let release = read("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let modules = host::Modules::of(release.trim());
     let filesystems = read("/proc/filesystems").unwrap_or_default();
     checks.push(host::btrfs(opts.disk_quota, &filesystems, &modules, &host::Programs));
     checks.push(host::loop_devices(opts.disk_quota, Path::new("/dev/loop-control").exists(), &modules));

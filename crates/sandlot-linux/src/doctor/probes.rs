@@ -46,7 +46,7 @@ pub(super) fn user_namespaces() -> Check {
 
 /// Mounts an overlay with `userxattr` in a fresh user and mount namespace, as every sandbox's root is,
 /// on the state directory's filesystem (or the temporary directory's if it does not exist yet).
-pub(super) fn overlay_in_userns(state_dir: &Path) -> Check {
+pub(super) fn overlay_in_userns(state_dir: &Path, modules: &super::host::Modules) -> Check {
     let base = if state_dir.is_dir() { state_dir.to_path_buf() } else { std::env::temp_dir() };
     let dir = base.join(format!(".sandlot-doctor-{}", std::process::id()));
     let result = (|| -> Result<(), String> {
@@ -65,16 +65,24 @@ pub(super) fn overlay_in_userns(state_dir: &Path) -> Check {
     })();
     let _ = fs::remove_dir_all(&dir);
     let fstype = fs_type(&base);
+    let listed =
+        read("/proc/filesystems").is_ok_and(|f| f.lines().any(|l| l.split_whitespace().last() == Some("overlay")));
     match result {
         Ok(()) => ok("overlay-userns", format!("overlayfs mounts in a user namespace (upper on {fstype})")),
+        // `sandlot serve` loads the module itself before its first sandbox (`kmod::filesystem`).
+        Err(_) if !listed && modules.has("overlay").is_some() => ok(
+            "overlay-userns",
+            "the overlay module is not loaded yet; serve loads it (`modprobe overlay`, then run the doctor again to \
+             try the mount)",
+        ),
         Err(e) => check(
             "overlay-userns",
             Verdict::Missing,
             format!("overlayfs in a user namespace, upper on {fstype} ({}): {e}", base.display()),
-            if read("/proc/filesystems").is_ok_and(|f| f.contains("overlay")) {
-                "boot Linux 5.11 or later; keep the state directory on ext4, xfs or btrfs (not on overlayfs or tmpfs before 6.6)"
+            if listed {
+                "boot Linux 5.11 or later; keep the state directory on ext4, xfs or btrfs (not on overlayfs, or tmpfs before 6.6)"
             } else {
-                "`modprobe overlay` (CONFIG_OVERLAY_FS)"
+                "build or install the kernel's overlay module (CONFIG_OVERLAY_FS)"
             },
         ),
     }
@@ -331,7 +339,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sandlot-doctor-unit-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let userns = user_namespaces();
-        let overlay = overlay_in_userns(&dir);
+        let overlay = overlay_in_userns(&dir, &super::super::host::Modules::of(""));
         // On a host without user namespaces (some CI containers) both say so; either way nothing stays.
         assert!(userns.verdict != Verdict::Degraded && overlay.verdict != Verdict::Degraded);
         if userns.verdict == Verdict::Ok {
