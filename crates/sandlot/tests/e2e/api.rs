@@ -16,7 +16,9 @@ fn healthz_needs_no_key() {
     let r = server.raw("GET", "/healthz", None, &[], b"");
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["status"], "ok", "{r:?}");
-    Client::new(server.url(), "").health().expect("SDK health without a key");
+    let health = Client::new(server.url(), "").health().expect("SDK health without a key");
+    assert_eq!(health.status, "ok");
+    assert_eq!(serde_json::to_value(&health.degraded).unwrap(), r.json()["degraded"], "the SDK reads the same list");
 }
 
 /// A `/v1` request without an Authorization header is 401 `unauthenticated`, with a JSON error body.
