@@ -12,14 +12,14 @@
 //!
 //! | feature | absent, the engine… | verdict |
 //! |---|---|---|
-//! | root, user namespaces, overlayfs in a user namespace | cannot create any sandbox | missing |
+//! | root, Linux ≥ 5.11, user namespaces, overlayfs in a user namespace | cannot create any sandbox | missing |
 //! | cgroup memory + pids (v1) / memory, pids, cpu delegated (v2), a cgroup of its own (v2) | has no limits, or refuses at start (v2) | missing |
 //! | cgroup cpu, freezer (v1) | no CPU limit; `pause` fails | degraded |
 //! | seccomp filter mode | every sandbox fails at its supervisor's start | missing (degraded when switched off by `--insecure-disable-layer seccomp`) |
 //! | Landlock | runs sandboxes without that layer (`container::enter` warns) | degraded |
 //! | BPF sk_lookup | every sandbox fails at its network set-up | missing |
-//! | btrfs, btrfs-progs, loop devices | cannot mount the layers volume | missing (degraded with `--no-disk-quota`: no disk limit) |
-//! | free uid ranges | cannot claim a slot (`ids::claim`) | missing at none free, degraded below `--max-sandboxes` |
+//! | btrfs, btrfs-progs, loop devices | cannot mount the layers volume | missing (a module serve loads itself, `kmod`, counts as there; degraded with `--no-disk-quota`: no disk limit) |
+//! | free uid ranges, sandlot's alone | cannot claim a slot (`ids::claim`); shares host ids with a user or its `/etc/subuid` range | missing at none free or on overlap, degraded below `--max-sandboxes` |
 //! | pid_max, memory | refuses creates past the capacity ledger | degraded when `--max-sandboxes` default sandboxes do not fit |
 
 mod cgroups;
