@@ -464,8 +464,9 @@ fn shared_cgroup_message(own: &Path, others: &[(u32, String)]) -> String {
     format!(
         "on cgroup v2 sandlot needs a cgroup of its own, and {} also holds other processes: {}. Nothing was \
          moved. Run sandlot as a systemd service with Delegate=yes (packaging/sandlot.service), or \
-         `systemd-run --unit sandlot -p Delegate=yes sandlot serve ...`, or start it from a shell moved into \
-         a new cgroup first (`mkdir /sys/fs/cgroup/sandlot && echo $$ > /sys/fs/cgroup/sandlot/cgroup.procs`)",
+         `systemd-run --unit sandlot -p Delegate=yes sandlot serve ...`, or start it in a cgroup of its own \
+         (docs/DEPLOYING.md): `mkdir -p /sys/fs/cgroup/sandlot/sandlot-daemon && sh -c 'echo $$ > \
+         /sys/fs/cgroup/sandlot/sandlot-daemon/cgroup.procs && exec sandlot serve ...'`",
         own.display(),
         listed.join(", "),
     )

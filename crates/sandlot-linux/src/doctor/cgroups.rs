@@ -36,8 +36,8 @@ const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 
 const DELEGATE_FIX: &str = "give sandlot a cgroup of its own with memory, pids and cpu delegated: `systemctl \
      start sandlot` (packaging/sandlot.service, Delegate=yes), or `systemd-run --unit sandlot -p Delegate=yes \
-     sandlot serve …`, or start it from a shell moved into a new cgroup first (`mkdir /sys/fs/cgroup/sandlot && \
-     echo $$ > /sys/fs/cgroup/sandlot/cgroup.procs`)";
+     sandlot serve …`, or by hand (docs/DEPLOYING.md): `mkdir -p /sys/fs/cgroup/sandlot/sandlot-daemon && sh -c \
+     'echo $$ > /sys/fs/cgroup/sandlot/sandlot-daemon/cgroup.procs && exec sandlot serve …'`";
 
 /// The three cgroup checks: mode, controllers, placement. Which hierarchy is chosen mirrors
 /// `cgroup::Cgroups::detect`: v1 when the memory controller is mounted as v1, else cgroup2.
