@@ -63,12 +63,18 @@ pub(super) fn overlay_in_userns(state_dir: &Path, modules: &super::host::Modules
         let target = c(dir.join("merged").display().to_string())?;
         probe_in_child(Some((&target, &opts))).map_err(|e| e.to_string())
     })();
-    let _ = fs::remove_dir_all(&dir);
+    // overlayfs leaves `work/work` with mode 000; its owner (root, or an unprivileged caller) may
+    // still chmod it, without which an unprivileged caller could not list and remove it.
+    let _ = fs::set_permissions(dir.join("work/work"), std::os::unix::fs::PermissionsExt::from_mode(0o700));
+    let cleanup = match fs::remove_dir_all(&dir) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => format!("; could not remove {}: {e}", dir.display()),
+        _ => String::new(),
+    };
     let fstype = fs_type(&base);
     let listed =
         read("/proc/filesystems").is_ok_and(|f| f.lines().any(|l| l.split_whitespace().last() == Some("overlay")));
     match result {
-        Ok(()) => ok("overlay-userns", format!("overlayfs mounts in a user namespace (upper on {fstype})")),
+        Ok(()) => ok("overlay-userns", format!("overlayfs mounts in a user namespace (upper on {fstype}){cleanup}")),
         // `sandlot serve` loads the module itself before its first sandbox (`kmod::filesystem`).
         Err(_) if !listed && modules.has("overlay").is_some() => ok(
             "overlay-userns",
@@ -78,7 +84,7 @@ pub(super) fn overlay_in_userns(state_dir: &Path, modules: &super::host::Modules
         Err(e) => check(
             "overlay-userns",
             Verdict::Missing,
-            format!("overlayfs in a user namespace, upper on {fstype} ({}): {e}", base.display()),
+            format!("overlayfs in a user namespace, upper on {fstype} ({}): {e}{cleanup}", base.display()),
             if listed {
                 "boot Linux 5.11 or later; keep the state directory on ext4, xfs or btrfs (not on overlayfs, or tmpfs before 6.6)"
             } else {

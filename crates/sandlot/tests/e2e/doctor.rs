@@ -242,3 +242,36 @@ fn serve_refuses_in_the_doctors_words_when_its_cgroup_is_shared() {
     assert_eq!(cg.procs().trim(), pid.to_string(), "the other process was not moved");
     assert!(!state.exists(), "not even the state directory was made");
 }
+
+/// Run by an unprivileged user, the doctor says that root is missing (exit 1), still runs the checks
+/// that need no root, and leaves its overlay probe's directories behind nowhere (overlayfs makes
+/// `work/work` mode 000, which an unprivileged owner must chmod before it can remove it).
+#[test]
+fn doctor_as_an_unprivileged_user_reports_root_missing_and_leaves_nothing() {
+    use std::os::unix::process::CommandExt;
+    let state = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::chown(state.path(), Some(65534), Some(65534)).expect("chown the state dir to nobody");
+    let out = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+        .arg("doctor")
+        .arg("--json")
+        .arg("--state-dir")
+        .arg(state.path())
+        .env_remove("SANDLOT_CONFIG")
+        .env_remove("SANDLOT_STATE_DIR")
+        .current_dir("/")
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running sandlot doctor as nobody");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let find = |name: &str| v["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap().clone();
+    assert_eq!(find("root")["verdict"], "missing");
+    assert_eq!(v["ready"], false);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(find("sk-lookup")["found"].as_str().unwrap().contains("needs root"));
+    let overlay = find("overlay-userns");
+    assert!(!overlay["found"].as_str().unwrap().contains("could not remove"), "{overlay}");
+    let left: Vec<_> = fs::read_dir(state.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "the probe left {left:?} in the state directory");
+}
