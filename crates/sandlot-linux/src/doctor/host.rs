@@ -244,19 +244,25 @@ pub(crate) fn pids(opts: &Options, pid_max: u64) -> Check {
         crate::cgroup::SUPERVISOR_PIDS,
         opts.max_sandboxes
     );
-    if fit >= opts.max_sandboxes {
-        return ok("pid-max", found);
-    }
     let want = (opts.max_sandboxes * per * PIDS_SHARE.1).div_ceil(PIDS_SHARE.0).clamp(pid_max + 1, 4_194_304);
-    check(
-        "pid-max",
-        Verdict::Degraded,
-        found,
-        format!(
-            "`sysctl -w kernel.pid_max={want}` (and in /etc/sysctl.d/ to keep it), or lower --max-sandboxes to {fit} \
-             or --default-pids"
-        ),
-    )
+    let more = format!(
+        "`sysctl -w kernel.pid_max={want}` (and in /etc/sysctl.d/ to keep it) or lower --default-pids; or set \
+         --max-sandboxes {fit} to match"
+    );
+    within_capacity("pid-max", fit, opts.max_sandboxes, found, more)
+}
+
+/// The verdict of a host resource that admission control divides among sandboxes: fewer sandboxes fit
+/// than `--max-sandboxes` allows is how most hosts run (past `fit`, creates are refused with `429
+/// server_full`: no sandbox is starved), so it is only noted; not even one fitting is missing.
+fn within_capacity(name: &'static str, fit: u64, max_sandboxes: u64, found: String, more: String) -> Check {
+    if fit >= max_sandboxes {
+        ok(name, found)
+    } else if fit >= 1 {
+        ok(name, format!("{found}; creates past {fit} running sandboxes get 429 server_full (to allow more: {more})"))
+    } else {
+        check(name, Verdict::Missing, found, more)
+    }
 }
 
 pub(crate) fn memory(opts: &Options, memory_mb: u64) -> Check {
@@ -266,18 +272,12 @@ pub(crate) fn memory(opts: &Options, memory_mb: u64) -> Check {
         "{memory_mb} MiB × --overcommit {}: room for {fit} sandboxes of --default-memory-mb {}; --max-sandboxes is {}",
         opts.overcommit, opts.default_memory_mb, opts.max_sandboxes
     );
-    if fit >= opts.max_sandboxes {
-        ok("memory", found)
+    let more = if fit >= 1 {
+        format!("raise --overcommit (limits are ceilings) or lower --default-memory-mb; or set --max-sandboxes {fit} to match")
     } else {
-        check(
-            "memory",
-            Verdict::Degraded,
-            found,
-            format!(
-                "lower --max-sandboxes to {fit} or --default-memory-mb, or raise --overcommit (limits are ceilings)"
-            ),
-        )
-    }
+        "lower --default-memory-mb, or raise --overcommit (limits are ceilings)".to_string()
+    };
+    within_capacity("memory", fit, opts.max_sandboxes, found, more)
 }
 
 #[cfg(test)]
@@ -359,15 +359,24 @@ mod tests {
     #[test]
     fn pid_max_and_memory_against_max_sandboxes_times_the_defaults() {
         // 32768 × 3/4 = 24576 pids; 416 per default sandbox: 59 fit.
+        // Fewer than --max-sandboxes fit: admission control refuses the rest (noted, not degraded).
         let p = pids(&opts(256), 32768);
-        assert_eq!(p.verdict, Verdict::Degraded);
+        assert_eq!(p.verdict, Verdict::Ok);
         assert!(p.found.contains("room for 59 sandboxes"), "{p:?}");
-        assert!(p.fix.contains("kernel.pid_max=141995"), "{p:?}");
-        assert_eq!(pids(&opts(59), 32768).verdict, Verdict::Ok);
+        assert!(p.found.contains("past 59 running sandboxes get 429"), "{p:?}");
+        assert!(p.found.contains("kernel.pid_max=141995"), "{p:?}");
+        let all = pids(&opts(59), 32768);
+        assert_eq!(all.verdict, Verdict::Ok);
+        assert!(!all.found.contains("429"), "{all:?}");
+        // Not one default sandbox fits: nothing could run.
+        let none = pids(&opts(256), 400);
+        assert_eq!(none.verdict, Verdict::Missing);
+        assert!(none.fix.contains("kernel.pid_max="), "{none:?}");
         // 24104 MiB × 1.5 / 512 = 70.
         let m = memory(&opts(256), 24104);
-        assert_eq!(m.verdict, Verdict::Degraded);
-        assert!(m.fix.contains("lower --max-sandboxes to 70"), "{m:?}");
+        assert_eq!(m.verdict, Verdict::Ok);
+        assert!(m.found.contains("set --max-sandboxes 70 to match"), "{m:?}");
         assert_eq!(memory(&opts(70), 24104).verdict, Verdict::Ok);
+        assert_eq!(memory(&opts(70), 300).verdict, Verdict::Missing);
     }
 }
