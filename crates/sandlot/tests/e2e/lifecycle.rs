@@ -332,8 +332,8 @@ fn pause_freezes_and_resume_thaws() {
         sb.spawn(&crate::harness::sh("i=0; while :; do i=$((i+1)); echo $i > /tmp/tick; sleep 0.05; done")).unwrap();
     // The loop's own `sleep 0.05` children end by themselves (under a slow CPU, before the freeze
     // lands): only the processes that live on must survive the pause.
-    let transient = |pid: &i32| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"));
-    let host_pids: Vec<i32> = server.sandbox_pids(sb.id()).into_iter().filter(|p| !transient(p)).collect();
+    let lives_on = |pid: &i32| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| !c.starts_with(b"sleep\0"));
+    let host_pids: Vec<i32> = server.sandbox_pids(sb.id()).into_iter().filter(lives_on).collect();
     assert!(host_pids.len() >= 2, "no supervisor and loop among the sandbox's processes: {host_pids:?}");
     assert_eq!(sb.pause().unwrap().state, SandboxState::Paused);
     let freezer = server.cgroup_dir(sb.id(), "freezer").expect("the sandbox's freezer cgroup");
