@@ -23,6 +23,18 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
         print(m["executable"])')
 (cd /tmp && su nobody -s /bin/sh -c "$control_tests -q")
+# On a pure cgroup v2 host a daemon needs a cgroup of its own, and the suites make one per test server
+# beside the test process's cgroup: run them from a leaf of a cgroup that delegates memory, pids and cpu.
+# (This moves only this script's own shell, and puts it back when the script ends.)
+if [ -f /sys/fs/cgroup/cgroup.controllers ] && ! grep -q ' - cgroup cgroup .*memory' /proc/self/mountinfo; then
+    v2_home=$(sed -n 's/^0:://p' /proc/self/cgroup)
+    v2_tests=/sys/fs/cgroup/sandlot-tests-$$
+    mkdir -p "$v2_tests/runner"
+    grep -qw memory /sys/fs/cgroup/cgroup.subtree_control || echo "+memory +pids +cpu" >/sys/fs/cgroup/cgroup.subtree_control
+    echo $$ >"$v2_tests/runner/cgroup.procs"
+    echo "+memory +pids +cpu" >"$v2_tests/cgroup.subtree_control"
+    trap 'echo $$ >"/sys/fs/cgroup$v2_home/cgroup.procs" 2>/dev/null; rmdir "$v2_tests/runner" "$v2_tests" 2>/dev/null' EXIT
+fi
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --locked --workspace --no-fail-fast
     # The fairness suite measures one tenant's service under another's abuse: it runs alone, after the rest.

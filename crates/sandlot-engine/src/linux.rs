@@ -57,6 +57,7 @@ impl LinuxDriver {
         // First: nothing below may touch the state of a daemon already running on it.
         let state_lock = sandlot_linux::lock_state_dir(&cfg.state_dir, std::time::Duration::from_secs(5))?;
         let instance = instance_id(&cfg.state_dir)?;
+        sandlot_linux::kmod::filesystem("overlay", "")?;
         let cgroups = Cgroups::detect(&instance)?;
         let volume = match cfg.layers_volume_gb {
             Some(gb) => Some(sandlot_linux::volume::Volume::open(&cfg.state_dir, gb)?),

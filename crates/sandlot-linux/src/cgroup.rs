@@ -1,8 +1,10 @@
 //! Sandbox cgroups, always beneath the daemon's own cgroup, on cgroup v2 or the v1 hierarchies.
 //!
 //! Limits: memory (no swap beyond it), pids, CPU quota. The OOM-kill counter tells an `oom` end from any
-//! other SIGKILL. Every sandbox cgroup lives in `<daemon cgroup>/sandlot/<id>` so that a start-up sweep can
-//! find and remove what the store does not explain.
+//! other SIGKILL. Every sandbox cgroup lives in `<daemon cgroup>/sandlot-<instance>/<id>` (the instance
+//! is the state directory's, so a restart finds the same place) so that a start-up sweep can find and
+//! remove what the store does not explain. On v2 the daemon itself sits in `<daemon cgroup>/sandlot-daemon`
+//! beside them ([`DAEMON_LEAF`]); it never moves another process.
 
 use std::fs;
 use std::io;
@@ -106,9 +108,8 @@ impl Cgroups {
         let path = own_path(&own, |ctrls| ctrls.is_empty()).ok_or_else(|| {
             CgroupError::Unsupported("the daemon's cgroup v2 path is not in /proc/self/cgroup".into())
         })?;
-        let daemon = join_cgroup(&mnt.point, &path, &mnt.root);
-        let base = daemon.join(&dir_name);
-        prepare_v2(&daemon, &base)?;
+        let own = join_cgroup(&mnt.point, &path, &mnt.root);
+        let base = prepare_v2(&own, &dir_name)?;
         Ok(Cgroups::V2 { base })
     }
 
@@ -344,28 +345,130 @@ fn set_limits(v2: bool, ctrl: &str, dir: &Path, l: CgroupLimits) -> Result<(), C
     }
 }
 
-/// On v2, controllers can be handed to children only from a cgroup without processes of its own, so the
-/// daemon moves itself into a `daemon` leaf first when needed.
-fn prepare_v2(daemon: &Path, base: &Path) -> Result<(), CgroupError> {
-    let wanted = "+memory +pids +cpu";
-    let sub = daemon.join("cgroup.subtree_control");
-    if fs::write(&sub, wanted).is_err() {
-        let leaf = daemon.join("daemon");
-        fs::create_dir_all(&leaf).map_err(io_at(&leaf))?;
-        let procs = fs::read_to_string(daemon.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs.lines() {
-            let _ = fs::write(leaf.join("cgroup.procs"), pid);
-        }
-        write(&sub, wanted).map_err(|e| {
-            CgroupError::Unsupported(format!(
-                "cannot delegate memory, pids and cpu below {} ({e}); run sandlot in a cgroup it may manage \
-                 (systemd: Delegate=yes)",
-                daemon.display()
-            ))
-        })?;
+/// The leaf a daemon moves itself into on v2, beside the sandbox bases of its cgroup. Its fixed name is
+/// what keeps the layout stable: a daemon started in it (a restart by a service manager with
+/// `DelegateSubgroup=`, or a second daemon of the same service) hangs its sandboxes beside it instead
+/// of nesting a new leaf below.
+pub const DAEMON_LEAF: &str = "sandlot-daemon";
+
+/// Controllers sandbox cgroups need on v2.
+const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+
+/// Finds the cgroup that holds this daemon's sandboxes on v2 (the daemon's own, or the parent of its
+/// leaf), settles the daemon into [`DAEMON_LEAF`] when it must, and returns `<root>/<dir_name>` ready for
+/// sandbox cgroups.
+///
+/// v2 hands controllers to children only from a cgroup without processes of its own (the root cgroup
+/// excepted), so a daemon alone in its cgroup moves itself into a leaf first. It moves nothing else: a
+/// cgroup that also holds other processes (a login session's scope, a shell, a test runner) belongs to
+/// someone else, and start-up refuses and says how to give the daemon a cgroup of its own.
+fn prepare_v2(own: &Path, dir_name: &str) -> Result<PathBuf, CgroupError> {
+    // Only the hierarchy's true root has no `cgroup.type`, and only it may hold processes and hand out
+    // controllers at once. (The root of a cgroup namespace, as in a container, is an ordinary cgroup.)
+    let root = if !own.join("cgroup.type").exists() {
+        own.to_path_buf()
+    } else if own.file_name().is_some_and(|n| n == DAEMON_LEAF) {
+        own.parent().map(Path::to_path_buf).unwrap_or_else(|| own.to_path_buf())
+    } else {
+        settle_in_leaf(own)?;
+        own.to_path_buf()
+    };
+    enable_controllers(&root)?;
+    let base = root.join(dir_name);
+    fs::create_dir_all(&base).map_err(io_at(&base))?;
+    write(&base.join("cgroup.subtree_control"), &wanted_controllers())?;
+    Ok(base)
+}
+
+fn wanted_controllers() -> String {
+    V2_CONTROLLERS.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ")
+}
+
+/// Moves this process, and only this process, into `<own>/sandlot-daemon`, and enables the controllers
+/// in `own`; undoes the move when that fails.
+fn settle_in_leaf(own: &Path) -> Result<(), CgroupError> {
+    missing_controllers(own)?;
+    let me = std::process::id();
+    let others = other_processes(own, me);
+    if !others.is_empty() {
+        return Err(CgroupError::Unsupported(shared_cgroup_message(own, &others)));
     }
-    fs::create_dir_all(base).map_err(io_at(base))?;
-    write(&base.join("cgroup.subtree_control"), wanted)
+    let leaf = own.join(DAEMON_LEAF);
+    fs::create_dir_all(&leaf).map_err(io_at(&leaf))?;
+    // Writing our pid moves every thread of this process; nothing else is written anywhere.
+    write(&leaf.join("cgroup.procs"), &me.to_string())?;
+    if let Err(e) = write(&own.join("cgroup.subtree_control"), &wanted_controllers()) {
+        // Leave the host as it was: back into our cgroup, and the leaf gone.
+        let _ = fs::write(own.join("cgroup.procs"), me.to_string());
+        let _ = fs::remove_dir(&leaf);
+        let others = other_processes(own, me);
+        return Err(CgroupError::Unsupported(if others.is_empty() {
+            format!("cannot enable {} for the children of {}: {e}", V2_CONTROLLERS.join(", "), own.display())
+        } else {
+            shared_cgroup_message(own, &others)
+        }));
+    }
+    Ok(())
+}
+
+/// Enables the sandbox controllers in `root`'s `cgroup.subtree_control` unless they already are.
+fn enable_controllers(root: &Path) -> Result<(), CgroupError> {
+    let sub = root.join("cgroup.subtree_control");
+    let enabled = fs::read_to_string(&sub).map_err(io_at(&sub))?;
+    if V2_CONTROLLERS.iter().all(|c| enabled.split_whitespace().any(|e| e == *c)) {
+        return Ok(());
+    }
+    missing_controllers(root)?;
+    write(&sub, &wanted_controllers())
+}
+
+/// Refuses when `dir`'s parent has not handed it every controller sandboxes need.
+fn missing_controllers(dir: &Path) -> Result<(), CgroupError> {
+    let file = dir.join("cgroup.controllers");
+    let available = fs::read_to_string(&file).map_err(io_at(&file))?;
+    let missing: Vec<&str> =
+        V2_CONTROLLERS.iter().copied().filter(|c| !available.split_whitespace().any(|a| a == *c)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(CgroupError::Unsupported(format!(
+        "the cgroup {} was not delegated the {} controller(s) sandboxes need (it has: {}); run sandlot as a \
+         systemd service with Delegate=yes (packaging/sandlot.service), or enable them in the parent's \
+         cgroup.subtree_control",
+        dir.display(),
+        missing.join(", "),
+        if available.trim().is_empty() { "none" } else { available.trim() },
+    )))
+}
+
+/// Processes in cgroup `dir` other than `me`, with their command names.
+fn other_processes(dir: &Path, me: u32) -> Vec<(u32, String)> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .map(|pid| {
+            let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            (pid, comm.trim().to_string())
+        })
+        .collect()
+}
+
+fn shared_cgroup_message(own: &Path, others: &[(u32, String)]) -> String {
+    const SHOWN: usize = 5;
+    let mut listed: Vec<String> = others.iter().take(SHOWN).map(|(pid, comm)| format!("{pid} ({comm})")).collect();
+    if others.len() > SHOWN {
+        listed.push(format!("and {} more", others.len() - SHOWN));
+    }
+    format!(
+        "on cgroup v2 sandlot needs a cgroup of its own, and {} also holds other processes: {}. Nothing was \
+         moved. Run sandlot as a systemd service with Delegate=yes (packaging/sandlot.service), or \
+         `systemd-run --unit sandlot -p Delegate=yes sandlot serve ...`, or start it from a shell moved into \
+         a new cgroup first (`mkdir /sys/fs/cgroup/sandlot && echo $$ > /sys/fs/cgroup/sandlot/cgroup.procs`)",
+        own.display(),
+        listed.join(", "),
+    )
 }
 
 fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
@@ -520,6 +623,76 @@ mod tests {
         );
         assert_eq!(join_cgroup(Path::new("/sys/fs/cgroup"), "/a/b", "/a"), PathBuf::from("/sys/fs/cgroup/b"));
         assert_eq!(join_cgroup(Path::new("/sys/fs/cgroup"), "/", "/"), PathBuf::from("/sys/fs/cgroup"));
+    }
+
+    /// A directory laid out like a v2 cgroup (the files start-up reads), as a stand-in for cgroupfs: the
+    /// kernel's own refusals are exercised by the VM test; this checks what start-up decides and writes.
+    fn fake_cgroup(dir: &Path, controllers: &str, procs: &str) {
+        fs::create_dir_all(dir).unwrap();
+        fs::write(dir.join("cgroup.controllers"), controllers).unwrap();
+        fs::write(dir.join("cgroup.subtree_control"), "").unwrap();
+        fs::write(dir.join("cgroup.procs"), procs).unwrap();
+        fs::write(dir.join("cgroup.type"), "domain").unwrap();
+    }
+
+    #[test]
+    fn v2_refuses_a_cgroup_shared_with_other_processes_and_moves_nothing() {
+        let mount = tempfile::tempdir().unwrap();
+        let own = mount.path().join("user.slice/session-1.scope");
+        let me = std::process::id();
+        // pid 1 is certainly not this test.
+        fake_cgroup(&own, "cpu memory pids", &format!("1\n{me}\n"));
+        let err = prepare_v2(&own, "sandlot-abc").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("also holds other processes: 1 ("), "{msg}");
+        assert!(msg.contains("Nothing was moved") && msg.contains("Delegate=yes"), "{msg}");
+        assert!(!own.join(DAEMON_LEAF).exists(), "a leaf was made for a refused start");
+        assert!(!own.join("sandlot-abc").exists());
+        assert_eq!(fs::read_to_string(own.join("cgroup.procs")).unwrap(), format!("1\n{me}\n"));
+        assert_eq!(fs::read_to_string(own.join("cgroup.subtree_control")).unwrap(), "");
+    }
+
+    #[test]
+    fn v2_moves_only_itself_into_the_leaf_and_a_restart_keeps_the_layout() {
+        let mount = tempfile::tempdir().unwrap();
+        let own = mount.path().join("system.slice/sandlot.service");
+        let me = std::process::id();
+        fake_cgroup(&own, "cpuset cpu io memory pids", &me.to_string());
+        let base = prepare_v2(&own, "sandlot-abc").unwrap();
+        assert_eq!(base, own.join("sandlot-abc"));
+        assert_eq!(fs::read_to_string(own.join(DAEMON_LEAF).join("cgroup.procs")).unwrap(), me.to_string());
+        assert_eq!(fs::read_to_string(own.join("cgroup.subtree_control")).unwrap(), "+memory +pids +cpu");
+        assert_eq!(fs::read_to_string(base.join("cgroup.subtree_control")).unwrap(), "+memory +pids +cpu");
+
+        // Started again in the leaf (as a service manager may): the same base, no leaf below the leaf.
+        let leaf = own.join(DAEMON_LEAF);
+        fake_cgroup(&leaf, "cpu memory pids", &me.to_string());
+        fs::write(own.join("cgroup.subtree_control"), "cpu memory pids").unwrap();
+        let again = prepare_v2(&leaf, "sandlot-abc").unwrap();
+        assert_eq!(again, base);
+        assert!(!leaf.join(DAEMON_LEAF).exists(), "restarts nest");
+    }
+
+    #[test]
+    fn v2_refuses_a_cgroup_without_the_controllers_and_says_which() {
+        let mount = tempfile::tempdir().unwrap();
+        let own = mount.path().join("svc");
+        let me = std::process::id();
+        fake_cgroup(&own, "cpu io", &me.to_string());
+        let msg = prepare_v2(&own, "sandlot-abc").unwrap_err().to_string();
+        assert!(msg.contains("was not delegated the memory, pids controller(s)") && msg.contains("cpu io"), "{msg}");
+        assert!(!own.join(DAEMON_LEAF).exists());
+    }
+
+    #[test]
+    fn v2_in_the_hierarchy_root_makes_the_base_there_without_moving() {
+        let mount = tempfile::tempdir().unwrap();
+        fake_cgroup(mount.path(), "cpu memory pids", "1\n2\n");
+        fs::remove_file(mount.path().join("cgroup.type")).unwrap();
+        let base = prepare_v2(mount.path(), "sandlot-abc").unwrap();
+        assert_eq!(base, mount.path().join("sandlot-abc"));
+        assert!(!mount.path().join(DAEMON_LEAF).exists());
+        assert_eq!(fs::read_to_string(mount.path().join("cgroup.subtree_control")).unwrap(), "+memory +pids +cpu");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod cgroup;
 pub mod container;
 pub mod ids;
 pub mod image;
+pub mod kmod;
 pub mod landlock;
 pub mod launch;
 pub mod layers;

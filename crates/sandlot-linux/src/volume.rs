@@ -88,6 +88,39 @@ nix::ioctl_read!(
     QgroupLimitArgs
 );
 
+#[repr(C)]
+struct InoLookupArgs {
+    treeid: u64,
+    objectid: u64,
+    name: [u8; 4080],
+}
+
+#[repr(C)]
+struct QgroupCreateArgs {
+    create: u64,
+    qgroupid: u64,
+}
+
+/// The inode number of every subvolume's root directory (`BTRFS_FIRST_FREE_OBJECTID`).
+const SUBVOLUME_ROOT_INODE: u64 = 256;
+
+nix::ioctl_readwrite!(
+    /// `BTRFS_IOC_INO_LOOKUP`: with tree 0 and the root inode, answers the id of the subvolume the fd
+    /// is in, which is also its level-0 qgroup's id.
+    btrfs_ino_lookup,
+    0x94,
+    18,
+    InoLookupArgs
+);
+nix::ioctl_write_ptr!(
+    /// `BTRFS_IOC_QGROUP_CREATE`: creates (`create` 1) or destroys (0) a qgroup of the filesystem the
+    /// fd is on.
+    btrfs_qgroup_create,
+    0x94,
+    42,
+    QgroupCreateArgs
+);
+
 /// Moves the calling process into a new mount namespace that receives the host's mounts but sends none
 /// back. Must run before the process starts threads.
 pub fn enter_private_mount_namespace() -> io::Result<()> {
@@ -103,6 +136,9 @@ pub struct Volume {
     pub root: PathBuf,
 }
 
+/// What an operator without btrfs or loop devices can do instead, appended to the volume's errors.
+const NO_VOLUME_HINT: &str = "; or pass --no-disk-quota to run without the layers volume (no disk limits)";
+
 fn run(cmd: &mut Command, what: &str) -> io::Result<()> {
     let out = cmd.output().map_err(|e| {
         io::Error::new(e.kind(), format!("{what}: cannot run {:?} ({e}); install btrfs-progs", cmd.get_program()))
@@ -116,6 +152,8 @@ fn run(cmd: &mut Command, what: &str) -> io::Result<()> {
 impl Volume {
     /// Creates (first time) and mounts the volume `<state>/layers.btrfs` of `size_gb` at `<state>/layers`.
     pub fn open(state_dir: &Path, size_gb: u64) -> io::Result<Self> {
+        crate::kmod::filesystem("btrfs", NO_VOLUME_HINT)?;
+        crate::kmod::loop_devices(NO_VOLUME_HINT)?;
         let image = state_dir.join("layers.btrfs");
         let root = state_dir.join("layers");
         fs::create_dir_all(&root)?;
@@ -132,9 +170,15 @@ impl Volume {
             run(
                 Command::new("mount").args(["-o", "loop,noatime"]).arg(&image).arg(&root),
                 "mounting the layers volume",
-            )?;
+            )
+            .map_err(|e| io::Error::new(e.kind(), format!("{e}{NO_VOLUME_HINT}")))?;
         }
         run(Command::new("btrfs").args(["quota", "enable"]).arg(&root), "enabling quotas on the layers volume")?;
+        match remove_stale_qgroups(&root) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("removed {n} stale qgroups of deleted subvolumes from the layers volume"),
+            Err(e) => tracing::warn!("{e}"),
+        }
         Ok(Volume { root })
     }
 
@@ -278,9 +322,15 @@ pub fn remove_subvolume(dir: &Path) -> io::Result<()> {
         Err(e) => return Err(e),
     };
     let args = vol_args(name)?;
+    let qgroup = subvolume_id(dir);
     // SAFETY: BTRFS_IOC_SNAP_DESTROY reads a valid vol_args on the parent directory fd.
     match unsafe { btrfs_snap_destroy(p.as_raw_fd(), &args) } {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            if let Some(id) = qgroup {
+                destroy_qgroup(&p, id);
+            }
+            Ok(())
+        }
         Err(nix::Error::ENOENT) => Ok(()),
         // Not a subvolume (or not btrfs): an ordinary directory, written by the sandbox.
         Err(nix::Error::EINVAL | nix::Error::ENOTTY | nix::Error::EPERM) => crate::tree::remove_tree(dir),
@@ -288,9 +338,117 @@ pub fn remove_subvolume(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// The id of subvolume `dir` (and of its level-0 qgroup), if `dir` is the root of a btrfs subvolume.
+fn subvolume_id(dir: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    // A subvolume's root directory is always inode 256; a plain directory is not a subvolume. No link
+    // is followed: the sandbox owns what is inside, not the subvolume's own directory.
+    let meta = fs::symlink_metadata(dir).ok()?;
+    if !meta.is_dir() || meta.ino() != SUBVOLUME_ROOT_INODE {
+        return None;
+    }
+    let d = File::open(dir).ok()?;
+    let mut args = InoLookupArgs { treeid: 0, objectid: SUBVOLUME_ROOT_INODE, name: [0; 4080] };
+    // SAFETY: BTRFS_IOC_INO_LOOKUP reads and writes a valid args struct on an open fd.
+    unsafe { btrfs_ino_lookup(d.as_raw_fd(), &mut args) }.ok()?;
+    Some(args.treeid)
+}
+
+/// Destroys level-0 qgroup `id` (of a subvolume just deleted) on the filesystem of `fs`.
+///
+/// Linux before 6.8 keeps a deleted subvolume's qgroup forever (`<stale>` in `btrfs qgroup show`): one
+/// per sandbox ever deleted, each slowing every later quota update. Newer kernels remove it themselves
+/// once the subvolume is dropped, and refuse (EBUSY) while it still holds data: both answers leave
+/// nothing behind, as does ENOENT.
+fn destroy_qgroup(fs: &File, id: u64) {
+    let args = QgroupCreateArgs { create: 0, qgroupid: id };
+    // SAFETY: BTRFS_IOC_QGROUP_CREATE reads a valid args struct on an open fd.
+    match unsafe { btrfs_qgroup_create(fs.as_raw_fd(), &args) } {
+        Ok(_) | Err(nix::Error::EBUSY | nix::Error::ENOENT) => {}
+        Err(e) => tracing::warn!("destroying the qgroup 0/{id} of a deleted subvolume: {e}"),
+    }
+}
+
+/// Destroys the qgroups of subvolumes deleted before (by a daemon that crashed, or an older version):
+/// `btrfs qgroup show` marks them `<stale>`. Returns how many went.
+fn remove_stale_qgroups(root: &Path) -> io::Result<usize> {
+    let out = Command::new("btrfs").args(["qgroup", "show", "--raw"]).arg(root).output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "listing the qgroups of {}: {}",
+            root.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let fs = File::open(root)?;
+    let stale = stale_qgroups(&String::from_utf8_lossy(&out.stdout));
+    for id in &stale {
+        destroy_qgroup(&fs, *id);
+    }
+    Ok(stale.len())
+}
+
+/// The level-0 qgroup ids that a `btrfs qgroup show` listing marks `<stale>`.
+fn stale_qgroups(listing: &str) -> Vec<u64> {
+    listing
+        .lines()
+        .filter(|l| l.split_whitespace().last() == Some("<stale>"))
+        .filter_map(|l| l.split_whitespace().next()?.strip_prefix("0/")?.parse().ok())
+        .collect()
+}
+
 fn split(dir: &Path) -> io::Result<(&Path, &str)> {
     match (dir.parent(), dir.file_name().and_then(|n| n.to_str())) {
         (Some(p), Some(n)) => Ok((p, n)),
         _ => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: not a subvolume path", dir.display()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_stale_qgroups_in_a_listing() {
+        let listing = "Qgroupid    Referenced    Exclusive   Path \n--------    ----------    ---------   ---- \n\
+                       0/5              16384        16384   <toplevel>\n0/256          5263360      5263360   <stale>\n\
+                       0/257            16384        16384   sandboxes/sb_a\n1/100            16384        16384   <stale>\n";
+        assert_eq!(stale_qgroups(listing), vec![256]);
+    }
+
+    /// Unmounts the test's volume however the test ends (the loop device goes with the mount).
+    struct Mounted(PathBuf);
+
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount(&self.0);
+        }
+    }
+
+    /// A volume on which sandboxes were made and deleted keeps no qgroup of theirs (Linux 6.1 kept one
+    /// per deleted subvolume; newer kernels drop it themselves once the subvolume is gone).
+    #[test]
+    fn deleted_subvolumes_leave_no_qgroup_behind() {
+        let state = tempfile::tempdir().unwrap();
+        let vol = Volume::open(state.path(), 1).unwrap();
+        let _mounted = Mounted(vol.root.clone());
+        fs::create_dir_all(vol.sandboxes()).unwrap();
+        for i in 0..3 {
+            let sb = vol.sandboxes().join(format!("sb_{i}"));
+            create_subvolume(&sb).unwrap();
+            limit_subvolume(&sb, 64 << 20).unwrap();
+            fs::write(sb.join("data"), vec![7u8; 1 << 20]).unwrap();
+            sync(&sb).unwrap();
+            remove_subvolume(&sb).unwrap();
+        }
+        // Wait for the cleaner to drop the deleted subvolumes, as time would (BTRFS_IOC_SYNC wakes it).
+        run(Command::new("btrfs").args(["filesystem", "sync"]).arg(&vol.root), "syncing").unwrap();
+        run(Command::new("btrfs").args(["subvolume", "sync"]).arg(&vol.root), "waiting for deleted subvolumes")
+            .unwrap();
+        let out = Command::new("btrfs").args(["qgroup", "show", "--raw"]).arg(&vol.root).output().unwrap();
+        let listing = String::from_utf8_lossy(&out.stdout);
+        let level0: Vec<&str> =
+            listing.lines().filter_map(|l| l.split_whitespace().next()).filter(|q| q.starts_with("0/")).collect();
+        assert_eq!(level0, ["0/5"], "qgroups left after deleting every subvolume:\n{listing}");
     }
 }

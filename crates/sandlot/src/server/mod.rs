@@ -244,7 +244,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
         layers_volume_gb: (!args.no_disk_quota).then_some(args.layers_volume_gb),
         ca_pem: Some(ca_pem),
     })
-    .context("starting the sandbox engine (pass --no-disk-quota on hosts without btrfs support)")?;
+    .context("starting the sandbox engine")?;
     let engine = Engine::new(
         Arc::new(driver),
         EngineConfig { net, start_timeout: Duration::from_secs(15) },

@@ -111,7 +111,7 @@ impl Builder {
 
     /// Runs the daemon in a test cgroup of its own (one per v1 controller the daemon uses), so that its
     /// start-up sweep never touches another server's sandboxes and leftovers are its alone. On a pure
-    /// v2 host the daemon manages its own cgroup and this changes nothing.
+    /// v2 host every server has one anyway.
     pub fn own_cgroup(mut self) -> Builder {
         self.cgroup = CgroupChoice::Own;
         self
@@ -155,8 +155,9 @@ impl Builder {
             (OwnedFd::from(file), *fd)
         });
         let (cgroup, join) = match self.cgroup {
-            CgroupChoice::Inherit => (None, Vec::new()),
-            CgroupChoice::Own => {
+            // A daemon refuses to share a v2 cgroup with the test process: it gets one of its own.
+            CgroupChoice::Inherit if !pure_cgroup_v2() => (None, Vec::new()),
+            CgroupChoice::Inherit | CgroupChoice::Own => {
                 let cgroup = TestCgroup::create();
                 let join = cgroup.as_ref().map(|c| c.procs.clone()).unwrap_or_default();
                 (cgroup, join)
@@ -414,7 +415,7 @@ impl TestServer {
     }
 
     /// The test cgroup's directories, `(controller, directory)`, if the server runs in one of its own
-    /// ([`Builder::own_cgroup`]; on a pure v2 host, the test process's own cgroup).
+    /// ([`Builder::own_cgroup`], and always on a pure v2 host).
     pub fn test_cgroup(&self) -> Option<&[(String, PathBuf)]> {
         self.cgroup.as_ref().map(|c| c.dirs.as_slice())
     }
@@ -489,49 +490,86 @@ impl Drop for TestServer {
     }
 }
 
-/// The cgroup(s) one test server runs in: `<test's own cgroup>/sandlot-<suite>-<pid>-<n>` per controller.
+/// The cgroup(s) one test server runs in, made for it and removed with it.
+///
+/// v1 (or hybrid): `<test's own cgroup>/sandlot-<suite>-<pid>-<n>` per controller, which the daemon joins.
+///
+/// Pure v2: the test process's cgroup holds the test itself (and, under nextest, other tests), and a
+/// daemon refuses to start in a cgroup it shares. So each server gets `<P>/sandlot-e2e-<pid>-<n>`, where
+/// `P` is the hierarchy root or the parent of the test's cgroup if that parent delegates memory, pids and
+/// cpu (`scripts/test.sh` and the VM test run the suites from such a leaf), and the daemon is started in
+/// that cgroup's `sandlot-daemon` leaf, as a service manager's `DelegateSubgroup=` would start it:
+/// restarts and a second daemon of the same "service" join the same leaf.
 struct TestCgroup {
-    /// `(controller, directory)`: the daemon's own cgroup per controller.
+    /// `(controller, directory)`: the daemon's own cgroup per controller (on v2, the leaf's parent).
     dirs: Vec<(String, PathBuf)>,
-    /// `cgroup.procs` of each, for the child to join between fork and exec.
+    /// `cgroup.procs` files the daemon joins between fork and exec.
     procs: Vec<std::ffi::CString>,
-    /// Whether we created the directories (and so remove them).
-    owned: bool,
 }
 
 impl TestCgroup {
     fn create() -> Option<TestCgroup> {
         let own = fs::read_to_string("/proc/self/cgroup").ok()?;
         let mine = cgroup_dirs(&own);
+        // Unique per process and per call: a test binary runs many servers in one process.
+        let name = format!("sandlot-e2e-{}-{}", std::process::id(), CGROUPS.fetch_add(1, Ordering::Relaxed));
+        let c_path = |p: &Path| {
+            std::ffi::CString::new(p.join("cgroup.procs").to_string_lossy().as_bytes()).expect("no NUL in cgroup path")
+        };
         if mine.iter().any(|(c, _)| c == "memory") {
-            // Unique per process and per call: a test binary runs many servers in one process.
-            let name = format!("sandlot-e2e-{}-{}", std::process::id(), CGROUPS.fetch_add(1, Ordering::Relaxed));
             let dirs: Vec<(String, PathBuf)> = mine.into_iter().map(|(c, d)| (c, d.join(&name))).collect();
             for (_, d) in &dirs {
                 fs::create_dir_all(d).unwrap_or_else(|e| panic!("creating test cgroup {}: {e}", d.display()));
             }
-            let procs = dirs
-                .iter()
-                .map(|(_, d)| {
-                    std::ffi::CString::new(d.join("cgroup.procs").to_string_lossy().as_bytes())
-                        .expect("no NUL in cgroup path")
-                })
-                .collect();
-            return Some(TestCgroup { dirs, procs, owned: true });
+            let procs = dirs.iter().map(|(_, d)| c_path(d)).collect();
+            return Some(TestCgroup { dirs, procs });
         }
-        // Pure cgroup v2: the daemon manages its own cgroup (it may move itself to a leaf); we only
-        // look at `<own>/sandlot-*` and do not isolate.
-        let unified = mine.into_iter().find(|(c, _)| c == "unified")?;
-        Some(TestCgroup { dirs: vec![unified], procs: Vec::new(), owned: false })
+        let (_, test_cgroup) = mine.into_iter().find(|(c, _)| c == "unified")?;
+        let parent = v2_parent_for_test_cgroups(&test_cgroup);
+        let dir = parent.join(&name);
+        let leaf = dir.join(sandlot_linux::cgroup::DAEMON_LEAF);
+        fs::create_dir_all(&leaf).unwrap_or_else(|e| panic!("creating test cgroup {}: {e}", leaf.display()));
+        Some(TestCgroup { dirs: vec![("unified".to_string(), dir)], procs: vec![c_path(&leaf)] })
     }
 
     /// Kills whatever is left in it and removes the test's cgroup directories.
     fn remove(self) {
-        if self.owned {
-            for (_, dir) in &self.dirs {
-                remove_cgroup_tree(dir);
-            }
+        for (_, dir) in &self.dirs {
+            remove_cgroup_tree(dir);
         }
+    }
+}
+
+/// Whether this host has only the unified cgroup hierarchy (no v1 memory controller mounted).
+pub fn pure_cgroup_v2() -> bool {
+    let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let dirs = cgroup_dirs(&own);
+    !dirs.is_empty() && dirs.iter().all(|(c, _)| c == "unified")
+}
+
+/// Where test cgroups with the memory, pids and cpu controllers can be made on v2: the hierarchy root,
+/// or the parent of the test's own cgroup when it hands those controllers down.
+fn v2_parent_for_test_cgroups(test_cgroup: &Path) -> PathBuf {
+    const NEEDED: [&str; 3] = ["memory", "pids", "cpu"];
+    let delegates = |dir: &Path| {
+        let enabled = fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+        NEEDED.iter().all(|c| enabled.split_whitespace().any(|e| e == *c))
+    };
+    // Only the true root has no `cgroup.type`; it may hold processes and hand out controllers at once.
+    if !test_cgroup.join("cgroup.type").exists() {
+        if !delegates(test_cgroup) {
+            fs::write(test_cgroup.join("cgroup.subtree_control"), "+memory +pids +cpu")
+                .unwrap_or_else(|e| panic!("enabling memory, pids, cpu in the root cgroup: {e}"));
+        }
+        return test_cgroup.to_path_buf();
+    }
+    match test_cgroup.parent() {
+        Some(parent) if delegates(parent) => parent.to_path_buf(),
+        _ => panic!(
+            "on a pure cgroup v2 host the suites must run from a leaf cgroup whose parent delegates memory, \
+             pids and cpu (the test runs in {}): run them through scripts/test.sh, which makes one",
+            test_cgroup.display()
+        ),
     }
 }
 
@@ -579,9 +617,11 @@ fn sandbox_cgroup_bases(pid: i32, instance: &str) -> Vec<PathBuf> {
     cgroup_dirs(&own)
         .into_iter()
         .map(|(ctrl, dir)| {
-            // On v2 the daemon may have moved itself into a `daemon` leaf of its cgroup.
+            // On v2 the daemon runs in the `sandlot-daemon` leaf of its cgroup.
             let dir = match dir.parent() {
-                Some(parent) if ctrl == "unified" && dir.ends_with("daemon") => parent.to_path_buf(),
+                Some(parent) if ctrl == "unified" && dir.ends_with(sandlot_linux::cgroup::DAEMON_LEAF) => {
+                    parent.to_path_buf()
+                }
                 _ => dir,
             };
             dir.join(format!("sandlot-{instance}"))

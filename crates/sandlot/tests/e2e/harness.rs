@@ -103,11 +103,13 @@ impl Server {
         self.cgroup_bases().into_iter().find(|(c, _)| c == controller || c == "unified").map(|(_, b)| b.join(id))
     }
 
-    /// Host pids of every process in sandbox `id`'s cgroup right now.
+    /// Host pids of every process in sandbox `id`'s cgroup right now: in its own directory (v1 cpu and
+    /// freezer) and in its supervisor and command leaves (v1 memory and pids; every process on v2).
     pub fn sandbox_pids(&self, id: &str) -> Vec<i32> {
         let mut pids: Vec<i32> = self
             .cgroup_dirs(id)
             .iter()
+            .flat_map(|d| [d.clone(), d.join("sup"), d.join("work")])
             .filter_map(|d| fs::read_to_string(d.join("cgroup.procs")).ok())
             .flat_map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect::<Vec<i32>>())
             .collect();

@@ -332,7 +332,11 @@ fn pause_freezes_and_resume_thaws() {
         sb.spawn(&crate::harness::sh("i=0; while :; do i=$((i+1)); echo $i > /tmp/tick; sleep 0.05; done")).unwrap();
     let host_pids = server.sandbox_pids(sb.id());
     assert_eq!(sb.pause().unwrap().state, SandboxState::Paused);
-    if let Some(freezer) = server.cgroup_dir(sb.id(), "freezer") {
+    let freezer = server.cgroup_dir(sb.id(), "freezer").expect("the sandbox's freezer cgroup");
+    if crate::common::server::pure_cgroup_v2() {
+        let events = std::fs::read_to_string(freezer.join("cgroup.events")).unwrap_or_default();
+        assert!(events.lines().any(|l| l == "frozen 1"), "{}: {events}", freezer.display());
+    } else {
         let state = std::fs::read_to_string(freezer.join("freezer.state")).unwrap_or_default();
         assert_eq!(state.trim(), "FROZEN");
     }

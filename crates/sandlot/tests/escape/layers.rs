@@ -124,7 +124,8 @@ fn uid_ranges_differ_per_sandbox_and_exclude_host_root() {
     let base_of = |id: &str| -> u32 {
         let sup = supervisors
             .iter()
-            .find(|s| s.cgroup.lines().any(|l| l.ends_with(&format!("/{id}"))))
+            // v1 cpu and freezer: `<id>`; v2 (and v1 memory, pids): the supervisor's leaf `<id>/sup`.
+            .find(|s| s.cgroup.lines().any(|l| l.ends_with(&format!("/{id}")) || l.ends_with(&format!("/{id}/sup"))))
             .unwrap_or_else(|| panic!("no supervisor in a cgroup of {id}: {supervisors:?}"));
         let [real, effective, saved, fs] = sup.uids;
         assert!(
