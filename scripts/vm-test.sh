@@ -79,28 +79,39 @@ phase_done packages
 kernel_candidates() {
     apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-amd64(-unsigned)?$' | awk '{print $1}'
 }
-cands=$(kernel_candidates)
-[ -n "$cands" ] || {
-    apt_update_once
+# Sets kpkg, kpkgver, kver and kdir from the package lists.
+pick_kernel() {
+    local cands abi
     cands=$(kernel_candidates)
+    [ -n "$cands" ] || {
+        apt_update_once
+        cands=$(kernel_candidates)
+    }
+    [ -n "$cands" ] || die "apt-cache lists no linux-image-6.1.0-NN-amd64 package: is Debian 12's (bookworm) archive in /etc/apt/sources.list?"
+    abi=$(sed -E 's/^linux-image-6\.1\.0-([0-9]+)-amd64.*/\1/' <<<"$cands" | sort -n | tail -1)
+    kpkg=linux-image-6.1.0-$abi-amd64-unsigned
+    grep -qx "$kpkg" <<<"$cands" || kpkg=linux-image-6.1.0-$abi-amd64
+    kver=6.1.0-$abi-amd64
+    kpkgver=$(apt-cache show "$kpkg" | awk '/^Version:/ {print $2; exit}')
+    kdir=$cache/kernel-$kpkg-$kpkgver
 }
-[ -n "$cands" ] || die "apt-cache lists no linux-image-6.1.0-NN-amd64 package: is Debian 12's (bookworm) archive in /etc/apt/sources.list?"
-abi=$(sed -E 's/^linux-image-6\.1\.0-([0-9]+)-amd64.*/\1/' <<<"$cands" | sort -n | tail -1)
-kpkg=linux-image-6.1.0-$abi-amd64-unsigned
-grep -qx "$kpkg" <<<"$cands" || kpkg=linux-image-6.1.0-$abi-amd64
-kver=6.1.0-$abi-amd64
-kpkgver=$(apt-cache show "$kpkg" | awk '/^Version:/ {print $2; exit}')
-kdir=$cache/kernel-$kpkg-$kpkgver
-if [ ! -f "$kdir/ready" ]; then
+download_kernel() {
     say "downloading $kpkg $kpkgver"
     rm -rf "$kdir" && mkdir -p "$kdir/dl"
     # apt drops to the _apt user for downloads: let it write there.
-    id _apt >/dev/null 2>&1 && chown _apt "$kdir/dl"
-    (cd "$kdir/dl" && { apt-get download -q "$kpkg=$kpkgver" >/dev/null || { apt_update_once && apt-get download -q "$kpkg=$kpkgver" >/dev/null; }; })
+    if id _apt >/dev/null 2>&1; then chown _apt "$kdir/dl"; fi
+    (cd "$kdir/dl" && apt-get download -q "$kpkg=$kpkgver" >/dev/null) || return 1
     dpkg-deb -x "$kdir"/dl/*.deb "$kdir/root"
     rm -rf "$kdir/dl"
     depmod -b "$kdir/root" "$kver"
     touch "$kdir/ready"
+}
+pick_kernel
+if [ ! -f "$kdir/ready" ] && ! download_kernel; then
+    # Old package lists name a version the archive no longer has: read them again, once.
+    apt_update_once
+    pick_kernel
+    [ -f "$kdir/ready" ] || download_kernel || die "apt-get download $kpkg=$kpkgver failed"
 fi
 kroot=$kdir/root
 vmlinuz=$kroot/boot/vmlinuz-$kver
@@ -170,7 +181,10 @@ build_rootfs() {
     mv "$rootfs.tmp" "$rootfs"
     rm -rf "$stage"
 }
-rootfs_key=$( (echo "$kver $rootfs_excludes"; declare -f build_rootfs; sha256sum /var/lib/dpkg/status "$nextest_bin"; tar -cf - -C / etc 2>/dev/null | sha256sum) | sha256sum | cut -c1-16)
+# Keyed on what the guest runs: the host's packages, its users and groups (the sandlot binary and the
+# harness look them up), cargo-nextest, the kernel and this recipe. Other /etc changes (a rewritten
+# resolv.conf or hosts file) do not matter to the guest and would only force a rebuild.
+rootfs_key=$( (echo "$kver $rootfs_excludes"; declare -f build_rootfs; sha256sum /var/lib/dpkg/status /etc/passwd /etc/group "$nextest_bin") | sha256sum | cut -c1-16)
 rootfs=$cache/rootfs-$kver-$rootfs_key.ext4
 if [ ! -f "$rootfs" ]; then
     say "building the root image (host /usr, /etc, $kver modules)"
@@ -184,12 +198,14 @@ phase_done rootfs
 # --- The job: binaries and tests ----------------------------------------------------------------
 # The smoke subset: creation, exec, files, limits (memory OOM, pids, disk quota), pause/resume,
 # stop/resume, snapshots and forks, crash recovery, network deny. A name is `binary test-name`.
+# Left out: tests with wall-clock bounds that TCG's slowness breaks (network::policy::
+# deny_by_default_fails_fast wants three process starts in 4 s) and long loops (persist's 50-cycle
+# tests and kill9_during_a_snapshot's 600 MB of writes take minutes there).
 smoke_tests=(
     "e2e api::create_reports_limits_and_metadata"
     "e2e exec::exit_codes_and_signals_are_reported"
     "e2e exec::shell_runs_command_lines"
     "e2e exec::user_is_uid_1000_and_root_is_uid_0"
-    "e2e exec::stdin_is_delivered_then_closed"
     "e2e files::write_read_round_trip_is_byte_exact"
     "e2e files::tar_upload_then_download_round_trips"
     "e2e files::usr_is_read_only_through_the_file_api"
@@ -200,16 +216,14 @@ smoke_tests=(
     "e2e lifecycle::pause_freezes_and_resume_thaws"
     "e2e lifecycle::stop_then_resume_keeps_files_and_ends_processes"
     "e2e lifecycle::forks_share_the_past_not_the_future"
-    "e2e lifecycle::snapshots_are_charged_to_the_tenant_and_capped"
     "e2e lifecycle::daemon_crash_kills_sandboxes_and_restart_sweeps"
     "e2e lifecycle::delete_leaves_nothing_behind"
     "e2e isolation::host_cgroup_paths_are_hidden"
     "e2e isolation::network_is_loopback_only"
-    "e2e network::policy::deny_by_default_fails_fast"
+    "e2e network::policy::deny_cidr_beats_allow"
     "e2e processes::orphans_are_reaped_no_zombies"
     "persist copies::sandboxes_from_a_snapshot_are_independent_copies"
     "persist crash::kill9_during_an_exec_leaves_no_process_and_stops_persistent_sandboxes"
-    "persist cycles::pause_resume_cycles_freeze_and_continue_the_same_process"
     "persist crash::sigterm_stops_persistent_sandboxes_and_deletes_ephemeral_ones"
 )
 # One nextest run for both suites: one extraction of the archive in the guest (half a minute under
@@ -235,6 +249,8 @@ cargo nextest archive --locked --workspace -E 'binary_id(sandlot::e2e) | binary_
 # The debug build the tests' own servers use (env!("CARGO_BIN_EXE_sandlot")), for the layout checks.
 cp "$target/debug/sandlot" "$job/sandlot"
 cp scripts/vm/guest.sh "$job/guest.sh"
+# A hung test is ended after 3 minutes instead of eating the whole VM budget.
+printf '[profile.vm]\nslow-timeout = { period = "60s", terminate-after = 3 }\nfail-fast = false\n' >"$job/nextest.toml"
 cat >"$job/config" <<EOF
 repo=$repo
 target=$target

@@ -40,9 +40,10 @@ if [ "$$" = 1 ]; then
     # The checkout at the host's path: the test binaries name files in it (CARGO_MANIFEST_DIR).
     mkdir -p "$repo"
     mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro repo "$repo"
-    # Work in a child and reap every orphan meanwhile (bash's wait collects any child of PID 1).
-    bash "$0" run 2>&1 | tee "$R/guest.log" &
-    wait
+    # Work in a child and reap every orphan meanwhile (bash's wait collects any child of PID 1). Only
+    # the child is waited for: a process it left behind may hold the console pipe open.
+    bash "$0" run > >(tee "$R/guest.log") 2>&1 &
+    wait $!
     dmesg >"$R/dmesg.txt"
     touch "$R/done"
     sync
@@ -126,6 +127,30 @@ own_cgroup() { sed -n 's/^0:://p' "/proc/$1/cgroup"; }
 # Error texts of a raced or half-done cgroup set-up, which a clean refusal never shows.
 garbage='EBUSY|ENOENT|Device or resource busy|No such file or directory'
 
+# session_refusal LABEL SCOPE SHELL-PID WORD: `sandlot serve` started in SCOPE beside SHELL-PID exits
+# non-zero with a message naming SCOPE and WORD, moves nothing and makes no cgroup there.
+session_refusal() {
+    local label=$1 sess=$2 shell=$3 word=$4 before p log=$R/layout-${1// /-}.log
+    before=$(cat $cg/$sess/cgroup.procs)
+    "${spawn_in[@]}" "$cg/$sess" sandlot serve --state-dir /var/lib/sandlot-session --listen 127.0.0.1:7432 >"$log" 2>&1 &
+    p=$!
+    if wait_exit $p 90; then
+        expect "$label: serve refuses (non-zero exit)" "exit $rc" [ "$rc" != 0 ]
+        expect "$label: the message names the cgroup, '$word' and what to do" "said: $(grep -v INFO "$log" | oneline)" \
+            sh -c "grep -v INFO '$log' | grep -q '$sess' && grep -v INFO '$log' | grep -Eqi '(^|[^0-9])$word([^0-9]|\$)' &&
+                   grep -q 'Delegate=yes' '$log'"
+        expect "$label: the message is no raw errno" "said: $(grep -v INFO "$log" | oneline)" sh -c "! grep -Eq '$garbage' '$log'"
+    else
+        fail "$label: serve refuses" "still running after 90 s: $(tail -n 3 "$log" | oneline)"
+        kill -9 $p
+    fi
+    expect "$label: the shell's cgroup unchanged" "shell now in $(own_cgroup "$shell")" [ "$(own_cgroup "$shell")" = "/$sess" ]
+    expect "$label: no process moved in or out" "procs now: $(oneline <$cg/$sess/cgroup.procs), before: $before" \
+        [ "$(cat $cg/$sess/cgroup.procs)" = "$before" ]
+    expect "$label: no cgroup created in it" "$(cd $cg && find "$sess" -mindepth 1 -type d | oneline)" \
+        [ -z "$(find "$cg/$sess" -mindepth 1 -type d)" ]
+}
+
 layout_checks() {
     local svc=system.slice/sandlot.service st=/var/lib/sandlot-a port=7431 log=$R/layout-service.log
     local pid own t0 id id2 id3 out base rc p
@@ -208,28 +233,16 @@ layout_checks() {
     wait_exit $pid 60 || kill -9 $pid
     unset SANDLOT_URL SANDLOT_API_KEY
 
-    # 4. From a login session's scope, beside the session's shell: refused, nothing moved.
-    local sess=user.slice/user-0.slice/session-1.scope shell before log4=$R/layout-session.log
+    # 4. From a login session's scope, beside the session's shell: refused, nothing moved. First as
+    # systemd sets a user slice up by default (memory and pids handed down, not cpu), then with cpu
+    # handed down too (CPUAccounting/CPUWeight on user.slice), where only the shared cgroup is wrong.
+    local sess=user.slice/user-0.slice/session-1.scope shell
     "${spawn_in[@]}" "$cg/$sess" sleep 100000 &
     shell=$!
     for _ in $(seq 1 50); do grep -qx $shell $cg/$sess/cgroup.procs && break; sleep 0.1; done
-    before=$(cat $cg/$sess/cgroup.procs)
-    "${spawn_in[@]}" "$cg/$sess" sandlot serve --state-dir /var/lib/sandlot-session --listen 127.0.0.1:7432 >"$log4" 2>&1 &
-    p=$!
-    if wait_exit $p 90; then
-        expect "session scope: serve refuses (non-zero exit)" "exit $rc" [ "$rc" != 0 ]
-        expect "session scope: the message names the cgroup and what to do" "said: $(oneline <"$log4")" \
-            sh -c "grep -q 'session-1.scope' '$log4' && grep -qi 'delegat' '$log4'"
-        expect "session scope: the message is no raw errno" "said: $(oneline <"$log4")" sh -c "! grep -Eq '$garbage' '$log4'"
-    else
-        fail "session scope: serve refuses" "still running after 90 s: $(tail -n 3 "$log4" | oneline)"
-        kill -9 $p
-    fi
-    expect "session scope: the shell's cgroup unchanged" "shell now in $(own_cgroup $shell)" [ "$(own_cgroup $shell)" = "/$sess" ]
-    expect "session scope: no process moved in or out" "procs now: $(oneline <$cg/$sess/cgroup.procs), before: $before" \
-        [ "$(cat $cg/$sess/cgroup.procs)" = "$before" ]
-    expect "session scope: no cgroup created in it" "$(cd $cg && find $sess -mindepth 1 -type d | oneline)" \
-        [ -z "$(find $cg/$sess -mindepth 1 -type d)" ]
+    session_refusal "session scope" "$sess" "$shell" 'delegat'
+    echo +cpu >$cg/user.slice/user-0.slice/cgroup.subtree_control
+    session_refusal "session scope with cpu" "$sess" "$shell" "$shell"
     kill $shell
 
     # 5. Concurrent starts. (a) Two services of one slice, started at once: both run (the race of
@@ -255,6 +268,7 @@ layout_checks() {
     expect "two services at once: no raw errno in the logs" "$(grep -hE "$garbage" "$R/layout-one.log" "$R/layout-two.log" | oneline)" \
         sh -c "! grep -Eq '$garbage' '$R/layout-one.log' '$R/layout-two.log'"
     kill -TERM $pa $pb
+    kill $bys
     wait_exit $pa 60 || kill -9 $pa
     wait_exit $pb 60 || kill -9 $pb
 
@@ -301,13 +315,22 @@ layout_checks() {
 }
 
 # The smoke subset of the e2e and persist suites, from the harness's cgroup (a delegated service's
-# leaf).
+# leaf). The test binaries start the server by its build path (env!("CARGO_BIN_EXE_sandlot")), so the
+# archive is unpacked onto the host's target path (over the shared checkout's copy when the target
+# dir is inside it): the tests then run exactly the archived binaries, at the paths they were built
+# for, and nextest reuses that build instead of unpacking the archive itself.
 run_smoke() {
     local t0 rc line
     t0=$(date +%s)
+    mkdir -p /var/tmp/nextest
+    zstd -dc "$share/tests.tar.zst" | tar -x -C /var/tmp/nextest || { fail "smoke tests" "unpacking the test archive failed"; return; }
+    [ -d "$target" ] || mkdir -p "$target"
+    mount --bind /var/tmp/nextest/target "$target" || { fail "smoke tests" "cannot mount the unpacked archive on $target"; return; }
+    echo "unpacked the test archive in $(($(date +%s) - t0)) s"
     "${spawn_in[@]}" $cg/system.slice/sandlot-tests.service/runner \
-        cargo-nextest nextest run --archive-file "$share/tests.tar.zst" --extract-to /var/tmp/nextest --extract-overwrite \
-        --workspace-remap "$repo" -E "$smoke_filter" --no-fail-fast --test-threads 2 --color never \
+        cargo-nextest nextest run --binaries-metadata "$target/nextest/binaries-metadata.json" \
+        --cargo-metadata "$target/nextest/cargo-metadata.json" --workspace-remap "$repo" --target-dir-remap "$target" \
+        -E "$smoke_filter" --config-file "$share/nextest.toml" --profile vm --test-threads 2 --color never \
         >"$R/smoke.out" 2>&1
     rc=$?
     echo $rc >"$R/smoke.rc"
@@ -319,12 +342,6 @@ run_smoke() {
 t_layout=$(date +%s)
 if skipped layout; then result SKIP "cgroup-layout checks"; else layout_checks; fi
 echo "layout checks took $(($(date +%s) - t_layout)) s"
-# The test binaries start the server by its build path (env!("CARGO_BIN_EXE_sandlot")): make that path
-# the extracted archive's when the host's target dir is not inside the shared checkout.
-if [ ! -e "$target" ]; then
-    mkdir -p "$(dirname "$target")" /var/tmp/nextest
-    ln -s /var/tmp/nextest/target "$target"
-fi
 if skipped smoke; then result SKIP "smoke tests"; else run_smoke; fi
 leftover=$(find $cg/system.slice/sandlot-tests.service -mindepth 1 -type d ! -path '*/runner' | head -5 | oneline)
 expect "no cgroups left by the suites" "$leftover" [ -z "$leftover" ]
