@@ -60,8 +60,9 @@ apt_update_once() {
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 need=()
 # busybox-static: the initramfs has no libraries. kmod: depmod/modprobe for the kernel's modules, on
-# the host and (through the image's /usr) in the guest. e2fsprogs: mkfs.ext4 -d.
-for pkg in qemu-system-x86 busybox-static kmod cpio e2fsprogs; do
+# the host and (through the image's /usr) in the guest. e2fsprogs: mkfs.ext4 -d. zstd: the guest
+# unpacks the test archive with the image's (the host's) zstd.
+for pkg in qemu-system-x86 busybox-static kmod cpio e2fsprogs zstd; do
     installed "$pkg" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

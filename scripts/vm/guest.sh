@@ -76,6 +76,7 @@ has_procs() { [ -n "$(cat "$1/cgroup.procs" 2>/dev/null)" ]; }
 sandbox_cgroups_ok() { has_procs "$1/sup" && [ -d "$1/work" ]; }
 
 {
+    echo "booted in $(cut -d' ' -f1 /proc/uptime) s (kernel and initramfs, to this line)"
     echo "kernel: $(uname -r); cmdline: $(cat /proc/cmdline)"
     echo "cgroup: $(grep cgroup /proc/mounts)"
     echo "controllers: $(cat $cg/cgroup.controllers)"
