@@ -76,11 +76,11 @@ impl Client {
         &self.base
     }
 
-    /// Checks that the server answers `GET /healthz` (no key needed).
-    pub fn health(&self) -> Result<()> {
+    /// Checks that the server answers `GET /healthz` (no key needed); the answer names the host
+    /// features the server runs without (`degraded`).
+    pub fn health(&self) -> Result<sandlot_api::Health> {
         let response = self.send(self.agent.get(&format!("{}/healthz", self.base)))?;
-        drain(response);
-        Ok(())
+        json(response, "the health answer")
     }
 
     /// Creates an API key for `tenant` (the tenant is created if new). Needs the admin key.

@@ -36,6 +36,9 @@ pub struct Config {
     pub audit_retention_days: u64,
     /// How far running sandboxes' memory and disk limits may exceed the host's capacity.
     pub overcommit: f64,
+    /// Names of the host features the start-up checks (`sandlot doctor`) found degraded, for
+    /// `/healthz`.
+    pub degraded: Vec<String>,
 }
 
 /// A setting that cannot work.
@@ -111,5 +114,6 @@ pub(crate) fn test_config() -> Config {
         snapshot_quota_bytes: 8 << 30,
         audit_retention_days: 30,
         overcommit: 1.5,
+        degraded: Vec::new(),
     }
 }

@@ -73,6 +73,11 @@ impl Control {
     pub fn config(&self) -> &Config {
         &self.cfg
     }
+
+    /// `GET /healthz`: up, and the host features it runs without (checked once, at start-up).
+    pub fn health(&self) -> sandlot_api::Health {
+        sandlot_api::Health { status: "ok".into(), degraded: self.cfg.degraded.clone() }
+    }
 }
 
 /// Locks `m`, going on with the data of a holder that panicked: every value kept under these locks

@@ -701,3 +701,12 @@ fn a_default_no_request_could_ask_for_is_refused_at_start() {
     assert_eq!(cfg.validate().unwrap_err().option, "--default-memory-mb");
     test_config().validate().unwrap();
 }
+
+#[tokio::test]
+async fn health_lists_the_host_features_found_degraded_at_start() {
+    let h = harness();
+    assert_eq!(h.control.health(), sandlot_api::Health { status: "ok".into(), degraded: vec![] });
+    let cfg = Config { degraded: vec!["landlock".into(), "pid-max".into()], ..test_config() };
+    let h = harness_with(cfg, HOST);
+    assert_eq!(h.control.health().degraded, ["landlock", "pid-max"]);
+}

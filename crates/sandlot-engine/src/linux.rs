@@ -23,6 +23,9 @@ pub const SUPERVISOR_PIDS: u64 = sandlot_linux::cgroup::SUPERVISOR_PIDS;
 
 pub use sandlot_linux::DefenceLayers;
 
+/// The host checks of `sandlot doctor`, which `sandlot serve` also runs before it starts anything.
+pub use sandlot_linux::doctor;
+
 /// Settings of the Linux driver.
 #[derive(Debug, Clone)]
 pub struct LinuxConfig {

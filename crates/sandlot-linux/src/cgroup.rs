@@ -464,8 +464,9 @@ fn shared_cgroup_message(own: &Path, others: &[(u32, String)]) -> String {
     format!(
         "on cgroup v2 sandlot needs a cgroup of its own, and {} also holds other processes: {}. Nothing was \
          moved. Run sandlot as a systemd service with Delegate=yes (packaging/sandlot.service), or \
-         `systemd-run --unit sandlot -p Delegate=yes sandlot serve ...`, or start it from a shell moved into \
-         a new cgroup first (`mkdir /sys/fs/cgroup/sandlot && echo $$ > /sys/fs/cgroup/sandlot/cgroup.procs`)",
+         `systemd-run --unit sandlot -p Delegate=yes sandlot serve ...`, or start it in a cgroup of its own \
+         (docs/DEPLOYING.md): `mkdir -p /sys/fs/cgroup/sandlot/sandlot-daemon && sh -c 'echo $$ > \
+         /sys/fs/cgroup/sandlot/sandlot-daemon/cgroup.procs && exec sandlot serve ...'`",
         own.display(),
         listed.join(", "),
     )
@@ -482,14 +483,14 @@ fn ignore_missing(e: CgroupError) -> Result<(), CgroupError> {
     }
 }
 
-struct MountEntry {
-    root: String,
-    point: PathBuf,
-    fstype: String,
-    options: String,
+pub(crate) struct MountEntry {
+    pub(crate) root: String,
+    pub(crate) point: PathBuf,
+    pub(crate) fstype: String,
+    pub(crate) options: String,
 }
 
-fn parse_mountinfo(s: &str) -> Vec<MountEntry> {
+pub(crate) fn parse_mountinfo(s: &str) -> Vec<MountEntry> {
     s.lines()
         .filter_map(|line| {
             let (pre, post) = line.split_once(" - ")?;
@@ -506,7 +507,7 @@ fn parse_mountinfo(s: &str) -> Vec<MountEntry> {
 }
 
 /// The cgroup path of this process for the hierarchy whose controller list satisfies `pick`.
-fn own_path(proc_cgroup: &str, pick: impl Fn(&str) -> bool) -> Option<String> {
+pub(crate) fn own_path(proc_cgroup: &str, pick: impl Fn(&str) -> bool) -> Option<String> {
     proc_cgroup.lines().find_map(|l| {
         let mut parts = l.splitn(3, ':');
         let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
@@ -515,7 +516,7 @@ fn own_path(proc_cgroup: &str, pick: impl Fn(&str) -> bool) -> Option<String> {
 }
 
 /// Joins a cgroup path onto its mount point, accounting for a mount of a sub-tree (`root` != "/").
-fn join_cgroup(point: &Path, path: &str, root: &str) -> PathBuf {
+pub(crate) fn join_cgroup(point: &Path, path: &str, root: &str) -> PathBuf {
     let rel = path.strip_prefix(root).unwrap_or(path).trim_start_matches('/');
     if rel.is_empty() {
         point.to_path_buf()

@@ -13,6 +13,7 @@
 
 pub mod cgroup;
 pub mod container;
+pub mod doctor;
 pub mod ids;
 pub mod image;
 pub mod kmod;

@@ -78,6 +78,14 @@ impl Steering {
     }
 }
 
+/// Whether this kernel lets the daemon create the steering map and load the steering program
+/// (`sandlot doctor`): the same map and program a sandbox gets, verified and then dropped, attached to
+/// nothing.
+pub fn probe() -> io::Result<()> {
+    let map = create_sockmap(4)?;
+    load(&program(map.as_raw_fd(), crate::net::SANDBOX_ADDR, crate::net::GATEWAY_ADDR)).map(drop)
+}
+
 /// A zeroed `union bpf_attr`, large enough for the commands used here.
 #[derive(Default)]
 struct Attr([u64; 16]);

@@ -2,6 +2,7 @@
 
 mod bench;
 mod cli;
+mod doctor;
 mod server;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -22,8 +23,11 @@ struct Cli {
 enum Command {
     /// Run the sandlot server: HTTP API, sandbox engine and state store.
     // A later occurrence of an option replaces an earlier one: the command line overrides --config.
-    #[command(args_override_self = true)]
+    #[command(args_override_self = true, long_about = server::LONG_ABOUT)]
     Serve(server::ServeArgs),
+    /// Check this host for what `sandlot serve` needs: one line per feature, with what to do.
+    #[command(args_override_self = true, long_about = doctor::LONG_ABOUT)]
+    Doctor(doctor::DoctorArgs),
     /// Measure create, exec and delete latency through the API, beside bubblewrap.
     Bench(bench::BenchArgs),
     #[command(flatten)]
@@ -50,6 +54,13 @@ fn main() {
                 1
             }
         },
+        Command::Doctor(args) => match doctor::run(args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("sandlot doctor: {e:#}");
+                1
+            }
+        },
         Command::Bench(args) => match bench::run(args) {
             Ok(code) => code,
             Err(e) => {
@@ -68,7 +79,8 @@ fn main() {
     std::process::exit(code);
 }
 
-/// The process's arguments, with the options of `sandlot serve`'s config file (if any) spliced in.
+/// The process's arguments, with the options of `sandlot serve`'s config file (if any) spliced in
+/// (for `serve`, and for `doctor`, which takes the same options).
 fn with_serve_config() -> Vec<std::ffi::OsString> {
     let serve = Cli::command();
     let known: Vec<String> = serve
@@ -78,7 +90,8 @@ fn with_serve_config() -> Vec<std::ffi::OsString> {
     match server::config::with_config_file(std::env::args_os().collect(), &known) {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("sandlot serve: config file {e}");
+            let command = std::env::args().nth(1).unwrap_or_default();
+            eprintln!("sandlot {command}: config file {e}");
             std::process::exit(2);
         }
     }

@@ -20,10 +20,10 @@ use std::path::PathBuf;
 pub const CONFIG_ENV: &str = "SANDLOT_CONFIG";
 
 /// Returns `args` (the process's argv) with the options of the `serve` config file inserted after
-/// `serve`, if `serve` is the command and a config file is named (`--config FILE`, `--config=FILE`
+/// `serve` (or `doctor`, which takes the same options), if that is the command and a config file is named (`--config FILE`, `--config=FILE`
 /// or `$SANDLOT_CONFIG`). `known` are the long option names `serve` accepts.
 pub fn with_config_file(args: Vec<OsString>, known: &[String]) -> Result<Vec<OsString>, String> {
-    if args.get(1).and_then(|a| a.to_str()) != Some("serve") {
+    if !matches!(args.get(1).and_then(|a| a.to_str()), Some("serve" | "doctor")) {
         return Ok(args);
     }
     let Some(path) = config_path(&args[2..]) else { return Ok(args) };

@@ -20,23 +20,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post};
 use axum::Router;
 use sandlot_control::Control;
-use sandlot_engine::linux::{host, LinuxConfig, LinuxDriver};
+use sandlot_engine::linux::{doctor, host, LinuxConfig, LinuxDriver};
 use sandlot_engine::{Engine, EngineConfig, NetworkSettings};
 use sandlot_store::Store;
 
 pub use app::{App, AppState};
 pub use error::ApiError;
 
-/// Options of `sandlot serve`.
-#[derive(clap::Args, Debug, Clone)]
-#[command(long_about = "Run the sandlot server: the HTTP API, the sandbox engine and the SQLite state store, in one \
+/// The long help of `sandlot serve` (on the subcommand: its one-line doc comment would replace it).
+pub const LONG_ABOUT: &str = "Run the sandlot server: the HTTP API, the sandbox engine and the SQLite state store, in one \
 process. It must run as root: it creates namespaces, cgroups and a host uid range per sandbox.\n\n\
 On first start it creates an admin API key and writes it to <state-dir>/admin.key (mode 0600).\n\n\
-Example:\n  sudo sandlot serve --listen 127.0.0.1:7423\n  export SANDLOT_API_KEY=$(sudo cat /var/lib/sandlot/admin.key)\n  sandlot run -- echo hello")]
+Example:\n  sudo sandlot serve --listen 127.0.0.1:7423\n  export SANDLOT_API_KEY=$(sudo cat /var/lib/sandlot/admin.key)\n  sandlot run -- echo hello";
+
+/// Options of `sandlot serve`.
+#[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Read options from this TOML file first: keys are the long option names (`listen = "…"`,
     /// `resolve = ["db.internal=10.20.0.5"]`, `no-disk-quota = true`); the command line wins.
@@ -133,9 +135,45 @@ pub struct ServeArgs {
     /// suite can show what each remaining layer stops on its own. Never use in production.
     #[arg(long = "insecure-disable-layer", value_name = "LAYER", hide = true)]
     pub disable_layers: Vec<String>,
+    /// TESTING ONLY: the start-up host checks read the daemon's cgroup membership from FILE instead of
+    /// /proc/self/cgroup, so a test can show the refusal a shared cgroup gets.
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub test_proc_self_cgroup: Option<PathBuf>,
 }
 
 impl ServeArgs {
+    /// The state directory: `--state-dir`, else the default for this user.
+    pub fn state_dir(&self) -> PathBuf {
+        self.state_dir.clone().unwrap_or_else(default_state_dir)
+    }
+
+    /// The defence layers in force, after `--insecure-disable-layer`.
+    fn defence_layers(&self) -> anyhow::Result<sandlot_engine::linux::DefenceLayers> {
+        let mut layers = sandlot_engine::linux::DefenceLayers::default();
+        for l in &self.disable_layers {
+            match l.as_str() {
+                "seccomp" => layers.seccomp = false,
+                "landlock" => layers.landlock = false,
+                other => bail!("--insecure-disable-layer: unknown layer {other:?} (seccomp, landlock)"),
+            }
+        }
+        Ok(layers)
+    }
+
+    /// What the host checks need to know of these options: which features they make required.
+    pub fn doctor_options(&self) -> anyhow::Result<doctor::Options> {
+        Ok(doctor::Options {
+            state_dir: self.state_dir(),
+            disk_quota: !self.no_disk_quota,
+            layers: self.defence_layers()?,
+            max_sandboxes: self.max_sandboxes as u64,
+            default_memory_mb: self.default_memory_mb,
+            default_pids: self.default_pids,
+            overcommit: self.overcommit,
+            proc_self_cgroup: self.test_proc_self_cgroup.clone(),
+        })
+    }
+
     /// The control layer's settings, validated.
     fn control_config(&self) -> anyhow::Result<sandlot_control::Config> {
         let cfg = sandlot_control::Config {
@@ -154,6 +192,7 @@ impl ServeArgs {
             snapshot_quota_bytes: self.snapshot_quota_mb << 20,
             audit_retention_days: self.audit_retention_days,
             overcommit: self.overcommit,
+            degraded: Vec::new(),
         };
         Ok(cfg.validate()?)
     }
@@ -192,7 +231,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             FALLBACK_FD_LIMIT
         }
     };
-    let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
+    // Before anything touches the host (the state directory, cgroups, the layers volume, a namespace):
+    // what `sandlot doctor` checks.
+    let degraded = check_host(&args)?;
+    let state_dir = args.state_dir();
     std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
     // Sandbox uids must traverse it to reach their layers; nobody may list or read it.
     std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o711))?;
@@ -200,18 +242,37 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // so it never shows on the host and vanishes with the daemon, however it ends.
     host::enter_private_mount_namespace().context("creating the daemon's mount namespace")?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let r = runtime.block_on(serve(args, state_dir, fd_limit));
+    let r = runtime.block_on(serve(args, state_dir, fd_limit, degraded));
     // Sandboxes are gone by now; a blocking-pool task still running (a host name lookup for a sandbox's
     // DNS query can outlive the proxy's 5 s wait) must not hold the exit, as a plain drop would.
     runtime.shutdown_timeout(Duration::from_secs(2));
     r
 }
 
+/// Runs the host checks of `sandlot doctor`: refuses, in the doctor's words, when a required feature is
+/// missing; logs a warning for each degraded one and returns their names (for `/healthz`).
+fn check_host(args: &ServeArgs) -> anyhow::Result<Vec<String>> {
+    let report = doctor::examine(&args.doctor_options()?);
+    let missing = report.with(doctor::Verdict::Missing);
+    if !missing.is_empty() {
+        bail!(
+            "this host lacks what sandlot needs; nothing was changed. What is missing, and what to do \
+             (`sandlot doctor` shows every check):\n{}",
+            doctor::table(&missing).trim_end()
+        );
+    }
+    let degraded = report.with(doctor::Verdict::Degraded);
+    for c in &degraded {
+        tracing::warn!("DEGRADED {}: {}; to fix: {}", c.name, c.found, c.fix);
+    }
+    Ok(degraded.iter().map(|c| c.name.to_string()).collect())
+}
+
 /// The descriptor limit assumed when it cannot be read: the usual soft default.
 const FALLBACK_FD_LIMIT: u64 = 1024;
 
-async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Result<()> {
-    let control_cfg = args.control_config()?;
+async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec<String>) -> anyhow::Result<()> {
+    let control_cfg = sandlot_control::Config { degraded, ..args.control_config()? };
     let db = state_dir.join("sandlot.db");
     let store = Store::open(&db).with_context(|| format!("opening {}", db.display()))?;
     store.integrity_check()?;
@@ -220,13 +281,8 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64) -> anyhow::Re
     }
     write_admin_key(&store, &state_dir)?;
 
-    let mut layers = sandlot_engine::linux::DefenceLayers::default();
+    let layers = args.defence_layers()?;
     for l in &args.disable_layers {
-        match l.as_str() {
-            "seccomp" => layers.seccomp = false,
-            "landlock" => layers.landlock = false,
-            other => bail!("--insecure-disable-layer: unknown layer {other:?} (seccomp, landlock)"),
-        }
         tracing::warn!("INSECURE: the {l} layer is off for every sandbox of this server");
     }
     let settings = NetworkSettings {
@@ -373,7 +429,7 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes/{id}/files/tar", get(files::download_tar).put(files::upload_tar))
         .layer(DefaultBodyLimit::disable());
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(|State(app): State<AppState>| async move { axum::Json(app.control.health()) }))
         .route("/v1/keys", post(keys::create).get(keys::list))
         .route("/v1/keys/{id}", axum::routing::delete(keys::revoke))
         .route("/v1/tenants/{tenant}/network", get(tenants::get_network).put(tenants::set_network))

@@ -3,6 +3,7 @@
 //!
 //! The catalogue, one module per area; each test is named after the behaviour or threat it checks:
 //! - [`api`]: authentication, tenants, error codes, request validation, audit.
+//! - [`doctor`]: `sandlot doctor`'s host checks, the same at `serve`'s start, `/healthz`'s degraded list.
 //! - [`exec`]: running commands, their output, exit codes, environment and streaming.
 //! - [`processes`]: background processes, stdin, signals, logs, zombie reaping.
 //! - [`files`]: the file API, tar transfer, and path tricks planted by sandbox code.
@@ -21,6 +22,7 @@ mod common;
 mod harness;
 
 mod api;
+mod doctor;
 mod exec;
 mod files;
 mod isolation;
