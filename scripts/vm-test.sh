@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# The VM test: boots Debian 12's stock 6.1 kernel under QEMU (TCG, never KVM) with pure cgroup v2 laid
+# out the way systemd lays it out, and runs there the cgroup-layout checks against the real
+# `sandlot serve` and a smoke subset of the e2e and persist suites built on this host. Prints a summary
+# table and exits non-zero when anything failed. docs/TESTING.md ("The VM test") explains it.
+#
+# Needs root (apt-get, mkfs, the image's copy of /usr). Downloads only from Debian's archive (apt).
+# Environment:
+#   SANDLOT_VM_CACHE    cache of the kernel, initramfs and root image (default /var/cache/sandlot-vm)
+#   SANDLOT_VM_TIMEOUT  hard limit in seconds for the guest's run (default 600)
+#   SANDLOT_VM_ACCEL    must be `tcg` if set: KVM is refused (see refuse_kvm)
+#   SANDLOT_VM_QEMU_ARGS extra QEMU arguments (no accelerator options)
+#   SANDLOT_VM_SKIP     space-separated parts to skip in the guest: layout smoke
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd -P)
+cache=${SANDLOT_VM_CACHE:-/var/cache/sandlot-vm}
+timeout_s=${SANDLOT_VM_TIMEOUT:-600}
+target=${CARGO_TARGET_DIR:-$repo/target}
+case $target in /*) ;; *) target=$repo/$target ;; esac
+
+say() { printf 'vm-test: %s\n' "$*" >&2; }
+die() {
+    say "$*"
+    exit 1
+}
+[ "$(id -u)" = 0 ] || die "run as root (sudo $0): it installs packages and builds a root image from /usr"
+
+# Wall-clock seconds of each host phase, for the summary.
+phases=()
+t_start=$(date +%s)
+t_phase=$t_start
+phase_done() {
+    local now
+    now=$(date +%s)
+    phases+=("$1:$((now - t_phase))")
+    t_phase=$now
+}
+
+# KVM is refused, whatever asks for it: this project's machines expose a PVM /dev/kvm on which guests
+# hang without a word, and a hang would only show as the hard timeout. TCG is slower but finishes.
+refuse_kvm() {
+    local accel=${SANDLOT_VM_ACCEL:-tcg}
+    [ "$accel" = tcg ] || die "refusing accelerator '$accel': the VM test runs under TCG only (KVM guests hang on this machine's PVM /dev/kvm); unset SANDLOT_VM_ACCEL"
+    case " ${SANDLOT_VM_QEMU_ARGS:-} " in
+        *kvm* | *accel* | *" -machine "* | *" -M "*)
+            die "refusing SANDLOT_VM_QEMU_ARGS='${SANDLOT_VM_QEMU_ARGS}': accelerator and machine options are fixed (-accel tcg); KVM is never used" ;;
+    esac
+}
+refuse_kvm
+
+# --- Packages -----------------------------------------------------------------------------------
+apt_updated=0
+apt_update_once() {
+    [ "$apt_updated" = 1 ] && return
+    say "apt-get update"
+    apt-get update -qq
+    apt_updated=1
+}
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+need=()
+# busybox-static: the initramfs has no libraries. kmod: depmod/modprobe for the kernel's modules, on
+# the host and (through the image's /usr) in the guest. e2fsprogs: mkfs.ext4 -d. zstd: the guest
+# unpacks the test archive with the image's (the host's) zstd.
+for pkg in qemu-system-x86 busybox-static kmod cpio e2fsprogs zstd; do
+    installed "$pkg" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    apt_update_once
+    say "installing ${need[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+nextest_bin=$(command -v cargo-nextest || true)
+[ -n "$nextest_bin" ] || die "cargo-nextest not found: the guest runs the smoke tests with it (cargo install --locked cargo-nextest)"
+phase_done packages
+
+# --- Kernel -------------------------------------------------------------------------------------
+# The newest generic 6.1 image (-unsigned is the same kernel without the Secure Boot signature, which a
+# direct -kernel boot does not use). The generic flavour: -cloud lacks 9pnet_virtio.
+kernel_candidates() {
+    apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-amd64(-unsigned)?$' | awk '{print $1}'
+}
+# Sets kpkg, kpkgver, kver and kdir from the package lists.
+pick_kernel() {
+    local cands abi
+    cands=$(kernel_candidates)
+    [ -n "$cands" ] || {
+        apt_update_once
+        cands=$(kernel_candidates)
+    }
+    [ -n "$cands" ] || die "apt-cache lists no linux-image-6.1.0-NN-amd64 package: is Debian 12's (bookworm) archive in /etc/apt/sources.list?"
+    abi=$(sed -E 's/^linux-image-6\.1\.0-([0-9]+)-amd64.*/\1/' <<<"$cands" | sort -n | tail -1)
+    kpkg=linux-image-6.1.0-$abi-amd64-unsigned
+    grep -qx "$kpkg" <<<"$cands" || kpkg=linux-image-6.1.0-$abi-amd64
+    kver=6.1.0-$abi-amd64
+    kpkgver=$(apt-cache show "$kpkg" | awk '/^Version:/ {print $2; exit}')
+    kdir=$cache/kernel-$kpkg-$kpkgver
+}
+download_kernel() {
+    say "downloading $kpkg $kpkgver"
+    rm -rf "$kdir" && mkdir -p "$kdir/dl"
+    # apt drops to the _apt user for downloads: let it write there.
+    if id _apt >/dev/null 2>&1; then chown _apt "$kdir/dl"; fi
+    (cd "$kdir/dl" && apt-get download -q "$kpkg=$kpkgver" >/dev/null) || return 1
+    dpkg-deb -x "$kdir"/dl/*.deb "$kdir/root"
+    rm -rf "$kdir/dl"
+    depmod -b "$kdir/root" "$kver"
+    touch "$kdir/ready"
+}
+pick_kernel
+if [ ! -f "$kdir/ready" ] && ! download_kernel; then
+    # Old package lists name a version the archive no longer has: read them again, once.
+    apt_update_once
+    pick_kernel
+    [ -f "$kdir/ready" ] || download_kernel || die "apt-get download $kpkg=$kpkgver failed"
+fi
+kroot=$kdir/root
+vmlinuz=$kroot/boot/vmlinuz-$kver
+[ -f "$vmlinuz" ] || die "$kpkg has no /boot/vmlinuz-$kver"
+phase_done kernel
+
+# --- Initramfs ----------------------------------------------------------------------------------
+# Drivers needed before the root image is mounted, plus the ones sandlot needs (btrfs for the layers
+# volume, overlay, loop) so a missing one shows as a boot failure naming it. crc32c: ext4's and btrfs's
+# checksums, which they request through the crypto API (and the initramfs has no modprobe to answer).
+initrd_modules="virtio_pci virtio_blk crc32c_generic crc32c-intel ext4 9pnet_virtio 9p btrfs overlay loop"
+initrd_key=$( (echo "$kver $initrd_modules"; cat scripts/vm/initramfs-init; sha256sum /bin/busybox) | sha256sum | cut -c1-16)
+initrd=$cache/initrd-$kver-$initrd_key.cpio.gz
+build_initrd() {
+    local d ko
+    d=$(mktemp -d)
+    mkdir -p "$d"/{bin,dev,proc,sys,newroot,modules}
+    cp /bin/busybox "$d/bin/busybox"
+    cp scripts/vm/initramfs-init "$d/init"
+    chmod 0755 "$d/init"
+    # `insmod /path` lines, dependencies first; awk keeps each module once, at its first place.
+    for m in $initrd_modules; do
+        modprobe -d "$kroot" -S "$kver" --show-depends "$m" || die "module $m is not in $kpkg"
+    done | awk '$1 == "insmod" && !seen[$2]++ {print $2}' | while read -r ko; do
+        cp "$ko" "$d/modules/"
+        basename "$ko" >>"$d/modules.list"
+    done
+    (cd "$d" && find . | cpio -o -H newc --quiet | gzip -1) >"$initrd.tmp"
+    mv "$initrd.tmp" "$initrd"
+    rm -rf "$d"
+}
+[ -f "$initrd" ] || {
+    say "building the initramfs"
+    build_initrd
+}
+phase_done initramfs
+
+# --- Root image ---------------------------------------------------------------------------------
+# The host's /usr (hard links, so staging costs no copy), /etc, the 6.1 modules tree and cargo-nextest.
+# The guest runs the host's sandlot binary, which is linked against these very libraries, and its
+# sandboxes' `host` image is this /usr. Left out: trees nothing in the guest runs, which would only
+# make the image larger and slower to build (the image build writes every byte).
+rootfs_excludes="usr/lib/google-cloud-sdk usr/lib/jvm usr/lib/llvm-* usr/include usr/share/doc usr/share/man usr/share/info usr/local usr/lib/modules usr/src"
+build_rootfs() {
+    local stage l size
+    stage=$cache/stage
+    rm -rf "$stage" && mkdir -p "$stage"
+    cp -al /usr "$stage/usr" 2>/dev/null || {
+        rm -rf "${stage:?}/usr"
+        cp -a /usr "$stage/usr"
+    }
+    (cd "$stage" && eval rm -rf "$rootfs_excludes")
+    mkdir -p "$stage/usr/lib/modules" "$stage/usr/local/bin"
+    cp -al "$kroot/lib/modules/$kver" "$stage/usr/lib/modules/$kver"
+    cp "$nextest_bin" "$stage/usr/local/bin/cargo-nextest"
+    # Merged /usr: /bin, /lib, /sbin… are the same symlinks as on the host.
+    for l in bin sbin lib lib32 lib64 libx32; do
+        [ -L "/$l" ] && cp -P "/$l" "$stage/$l"
+    done
+    cp -a /etc "$stage/etc"
+    echo sandlot-vm >"$stage/etc/hostname"
+    mkdir -p "$stage"/{proc,sys,dev,run,tmp,root,home,mnt/vm,var/tmp,var/lib,var/log,var/cache}
+    chmod 1777 "$stage/tmp" "$stage/var/tmp"
+    # Room for the suites' state dirs and layers volumes (sparse loop files, a few hundred MiB in use).
+    size=$(($(du -sm "$stage" | cut -f1) + 3072))
+    mkfs.ext4 -q -F -L sandlot-vm -d "$stage" "$rootfs.tmp" "${size}M" >/dev/null
+    mv "$rootfs.tmp" "$rootfs"
+    rm -rf "$stage"
+}
+# Keyed on what the guest runs: the host's packages, its users and groups (the sandlot binary and the
+# harness look them up), cargo-nextest, the kernel and this recipe. Other /etc changes (a rewritten
+# resolv.conf or hosts file) do not matter to the guest and would only force a rebuild.
+rootfs_key=$( (echo "$kver $rootfs_excludes"; declare -f build_rootfs; sha256sum /var/lib/dpkg/status /etc/passwd /etc/group "$nextest_bin") | sha256sum | cut -c1-16)
+rootfs=$cache/rootfs-$kver-$rootfs_key.ext4
+if [ ! -f "$rootfs" ]; then
+    say "building the root image (host /usr, /etc, $kver modules)"
+    # Older images and kernels are never used again: each is several hundred MiB.
+    find "$cache" -maxdepth 1 -name 'rootfs-*.ext4' -delete 2>/dev/null || true
+    build_rootfs
+fi
+find "$cache" -maxdepth 1 \( -name 'kernel-*' ! -name "kernel-$kpkg-$kpkgver" -o -name 'initrd-*' ! -name "${initrd##*/}" \) -exec rm -rf {} + 2>/dev/null || true
+phase_done rootfs
+
+# --- The job: binaries and tests ----------------------------------------------------------------
+# The smoke subset: creation, exec, files, limits (memory OOM, pids, disk quota), pause/resume,
+# stop/resume, snapshots and forks, crash recovery, network deny. A name is `binary test-name`.
+# Left out: tests with wall-clock bounds that TCG's slowness breaks (network::policy::
+# deny_by_default_fails_fast wants three process starts in 4 s) and long loops (persist's 50-cycle
+# tests and kill9_during_a_snapshot's 600 MB of writes take minutes there).
+smoke_tests=(
+    "e2e api::create_reports_limits_and_metadata"
+    "e2e exec::exit_codes_and_signals_are_reported"
+    "e2e exec::shell_runs_command_lines"
+    "e2e exec::user_is_uid_1000_and_root_is_uid_0"
+    "e2e files::write_read_round_trip_is_byte_exact"
+    "e2e files::tar_upload_then_download_round_trips"
+    "e2e files::usr_is_read_only_through_the_file_api"
+    "e2e limits::memory_bomb_ends_as_oom"
+    "e2e limits::fork_bomb_is_contained"
+    "e2e limits::limits_are_written_to_the_cgroup"
+    "e2e limits::disk_quota_caps_the_writable_layer"
+    "e2e lifecycle::pause_freezes_and_resume_thaws"
+    "e2e lifecycle::stop_then_resume_keeps_files_and_ends_processes"
+    "e2e lifecycle::forks_share_the_past_not_the_future"
+    "e2e lifecycle::daemon_crash_kills_sandboxes_and_restart_sweeps"
+    "e2e lifecycle::delete_leaves_nothing_behind"
+    "e2e isolation::host_cgroup_paths_are_hidden"
+    "e2e isolation::network_is_loopback_only"
+    "e2e network::policy::deny_cidr_beats_allow"
+    "e2e processes::orphans_are_reaped_no_zombies"
+    "persist copies::sandboxes_from_a_snapshot_are_independent_copies"
+    "persist crash::kill9_during_an_exec_leaves_no_process_and_stops_persistent_sandboxes"
+    "persist crash::sigterm_stops_persistent_sandboxes_and_deletes_ephemeral_ones"
+)
+# One nextest run for both suites: one extraction of the archive in the guest (half a minute under
+# TCG) and both vCPUs busy until the end.
+smoke_filter() {
+    local e expr=""
+    for e in "${smoke_tests[@]}"; do
+        expr+="${expr:+ | }(binary_id(sandlot::${e%% *}) & test(=${e#* }))"
+    done
+    echo "$expr"
+}
+
+job=$cache/job
+rm -rf "$job" && mkdir -p "$job/results"
+say "building the test archive (reuses $target)"
+export CARGO_TARGET_DIR=$target
+# --workspace: the same feature resolution as the host suites' build, so nothing is compiled again.
+cargo nextest archive --locked --workspace -E 'binary_id(sandlot::e2e) | binary_id(sandlot::persist)' \
+    --archive-file "$job/tests.tar.zst" --zstd-level 1 >"$job/archive.log" 2>&1 || {
+    cat "$job/archive.log" >&2
+    die "cargo nextest archive failed"
+}
+# The debug build the tests' own servers use (env!("CARGO_BIN_EXE_sandlot")), for the layout checks.
+cp "$target/debug/sandlot" "$job/sandlot"
+cp scripts/vm/guest.sh "$job/guest.sh"
+# A hung test is ended after 3 minutes instead of eating the whole VM budget.
+printf '[profile.vm]\nslow-timeout = { period = "60s", terminate-after = 3 }\nfail-fast = false\n' >"$job/nextest.toml"
+cat >"$job/config" <<EOF
+repo=$repo
+target=$target
+smoke_filter='$(smoke_filter)'
+skip='${SANDLOT_VM_SKIP:-}'
+EOF
+phase_done archive
+
+# --- Boot ---------------------------------------------------------------------------------------
+serial=$job/results/serial.log
+say "booting $kver under TCG (2 vCPUs, 3 GiB, no NIC; serial log $serial; limit ${timeout_s}s)"
+# shellcheck disable=SC2086 # SANDLOT_VM_QEMU_ARGS is a list of words.
+timeout -k 10 "$timeout_s" qemu-system-x86_64 \
+    -accel tcg -cpu max -smp 2 -m 3072 -nic none -nographic -monitor none -no-reboot \
+    -serial "file:$serial" \
+    -kernel "$vmlinuz" -initrd "$initrd" \
+    -append "console=ttyS0 rdinit=/init cgroup_no_v1=all panic=-1 loglevel=4" \
+    -drive "file=$rootfs,format=raw,if=virtio,snapshot=on" \
+    -virtfs "local,path=$job,mount_tag=vm,security_model=passthrough,id=vm" \
+    -virtfs "local,path=$repo,mount_tag=repo,security_model=none,readonly=on,id=repo" \
+    ${SANDLOT_VM_QEMU_ARGS:-} </dev/null &
+qemu=$!
+# Belt and braces: a QEMU that opened /dev/kvm after all is stopped at once.
+# ($qemu is timeout's pid; QEMU is its child.)
+sleep 2
+qemu_pid=$(pgrep -P "$qemu" | head -1 || true)
+if [ -n "$qemu_pid" ] && ls -l "/proc/$qemu_pid/fd" 2>/dev/null | grep -q /dev/kvm; then
+    kill "$qemu_pid"
+    die "QEMU opened /dev/kvm although -accel tcg was given; stopped it (KVM guests hang on this machine)"
+fi
+qemu_rc=0
+wait "$qemu" || qemu_rc=$?
+phase_done guest
+
+# --- Results ------------------------------------------------------------------------------------
+r=$job/results
+failed=0
+echo
+echo "== VM test ($kver, pure cgroup v2, TCG) =="
+if [ "$qemu_rc" = 124 ] || [ "$qemu_rc" = 137 ]; then
+    echo "FAIL guest: hard timeout of ${timeout_s}s reached"
+    failed=1
+fi
+if [ ! -f "$r/done" ]; then
+    echo "FAIL guest: did not finish (QEMU exit $qemu_rc); serial log tail:"
+    tail -n 40 "$serial" | sed 's/^/  | /'
+    failed=1
+fi
+if [ -f "$r/summary.tsv" ]; then
+    printf '%-6s %-58s %s\n' RESULT CHECK DETAIL
+    while IFS=$'\t' read -r res name detail; do
+        printf '%-6s %-58s %s\n' "$res" "$name" "$detail"
+        [ "$res" = PASS ] || [ "$res" = SKIP ] || failed=1
+    done <"$r/summary.tsv"
+fi
+if [ -f "$r/smoke.out" ]; then
+    echo "-- smoke tests (nextest, exit $(cat "$r/smoke.rc" 2>/dev/null || echo '?')): $(grep -E '^ +Summary' "$r/smoke.out" | tail -1 | sed 's/^ *//')"
+    grep -E '^ +(FAIL|TIMEOUT|SIGSEGV|SIGABRT|SIGKILL) ' "$r/smoke.out" | sort -u | sed 's/^ */  /' || true
+fi
+[ "$failed" = 0 ] || { echo "serial log tail:"; tail -n 15 "$serial" | sed 's/^/  | /'; }
+phase_done results
+times="host phases (s):"
+for p in "${phases[@]}"; do times+=" ${p%%:*}=${p##*:}"; done
+echo "$times total=$(($(date +%s) - t_start))"
+echo "results: $r"
+[ "$failed" = 0 ] || die "the VM test failed (details above, full logs in $r)"
+echo "vm-test: all checks passed"
