@@ -156,6 +156,20 @@ layout_checks() {
     local svc=system.slice/sandlot.service st=/var/lib/sandlot-a port=7431 log=$R/layout-service.log
     local pid own t0 id id2 id3 out base rc p
 
+    # 0. The doctor sees this host as the daemon will: pure v2, ready in the service cgroup; in the
+    # session scope (shared with the shell) the placement is missing and it says what to do.
+    rc=0
+    out=$("${spawn_in[@]}" "$cg/$svc" sandlot doctor 2>&1) || rc=$?
+    expect "doctor in the service cgroup: ready (exit 0)" "exit $rc: $(grep -Ev '^ok' <<<"$out" | oneline)" [ "$rc" = 0 ]
+    expect "doctor in the service cgroup: pure v2" "said: $(grep cgroup-mode <<<"$out" | oneline)" \
+        grep -Eq '^ok +cgroup-mode +pure v2' <<<"$out"
+    rc=0
+    "${spawn_in[@]}" "$cg/user.slice/user-0.slice/session-1.scope" sandlot doctor >"$R/doctor-session.txt" 2>&1 || rc=$?
+    expect "doctor in the session scope: not ready (exit 1)" "exit $rc" [ "$rc" = 1 ]
+    expect "doctor in the session scope: placement missing, with what to do" \
+        "said: $(grep -A1 cgroup-placement "$R/doctor-session.txt" | oneline)" \
+        sh -c "grep -Eq '^missing +cgroup-placement' '$R/doctor-session.txt' && grep -q 'Delegate=yes' '$R/doctor-session.txt'"
+
     # 1. Started alone in the delegated service cgroup.
     t0=$(ms)
     "${spawn_in[@]}" "$cg/$svc" sandlot serve --state-dir $st --listen 127.0.0.1:$port >>"$log" 2>&1 &

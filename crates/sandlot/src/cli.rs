@@ -147,7 +147,7 @@ fn key_help() -> String {
 
 /// Runs a client command and returns the process exit code.
 ///
-/// Errors are returned for the caller to print (`sandlot: {err:#}`, exit 1), except "no server
+/// Errors are returned for the caller to print (`sandlot: ` and [`crate::error_text`], exit 1), except "no server
 /// answers", which is printed here and gives exit code 2.
 pub fn execute(cmd: ClientCommand) -> anyhow::Result<i32> {
     let url = cmd.conn().url.clone();
@@ -165,7 +165,8 @@ pub fn execute(cmd: ClientCommand) -> anyhow::Result<i32> {
                 Ok(EXIT_NO_SERVER)
             }
             Some(ErrorKind::Unauthenticated) => Err(anyhow::anyhow!(
-                "{err:#} (the server at {url} rejected the API key; check SANDLOT_API_KEY or --api-key)"
+                "{} (the server at {url} rejected the API key; check SANDLOT_API_KEY or --api-key)",
+                crate::error_text(&err)
             )),
             _ => Err(err),
         },

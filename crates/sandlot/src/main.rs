@@ -50,33 +50,48 @@ fn main() {
         Command::Serve(args) => match server::run(args) {
             Ok(()) => 0,
             Err(e) => {
-                eprintln!("sandlot serve: {e:#}");
+                eprintln!("sandlot serve: {}", error_text(&e));
                 1
             }
         },
         Command::Doctor(args) => match doctor::run(args) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("sandlot doctor: {e:#}");
+                eprintln!("sandlot doctor: {}", error_text(&e));
                 1
             }
         },
         Command::Bench(args) => match bench::run(args) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("sandlot bench: {e:#}");
+                eprintln!("sandlot bench: {}", error_text(&e));
                 1
             }
         },
         Command::Client(cmd) => match cli::execute(cmd) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("sandlot: {e:#}");
+                eprintln!("sandlot: {}", error_text(&e));
                 1
             }
         },
     };
     std::process::exit(code);
+}
+
+/// An error and its causes on one line, like anyhow's `{:#}`, but a cause whose text the message
+/// already carries is not repeated: engine errors such as `host: {0}` show their source in their own
+/// text, and `{:#}` printed every such cause twice.
+pub(crate) fn error_text(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 /// The process's arguments, with the options of `sandlot serve`'s config file (if any) spliced in
@@ -127,6 +142,31 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error that shows its source in its own text, as the engine's `host: {0}` errors do.
+    #[derive(Debug)]
+    struct Wraps(std::io::Error);
+
+    impl std::fmt::Display for Wraps {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "host: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Wraps {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let inner = std::io::Error::other("mounting the layers volume: bad superblock");
+        let err = anyhow::Error::from(Wraps(inner)).context("starting the sandbox engine");
+        assert_eq!(error_text(&err), "starting the sandbox engine: host: mounting the layers volume: bad superblock");
+        let plain = anyhow::anyhow!("no such file").context("reading the config");
+        assert_eq!(error_text(&plain), "reading the config: no such file");
+    }
 
     #[test]
     fn the_command_line_overrides_the_config_file_and_lists_add_up() {

@@ -495,7 +495,7 @@ fn rm(args: RmArgs) -> anyhow::Result<i32> {
             // Without a server every other id would fail the same way: stop and say so once.
             Err(err) if client_error_kind(&err) == Some(ErrorKind::Connect) => return Err(err),
             Err(err) => {
-                eprintln!("sandlot: {err:#}");
+                eprintln!("sandlot: {}", crate::error_text(&err));
                 failed = true;
             }
         }
