@@ -327,7 +327,7 @@ pub fn remove_subvolume(dir: &Path) -> io::Result<()> {
     match unsafe { btrfs_snap_destroy(p.as_raw_fd(), &args) } {
         Ok(_) => {
             if let Some(id) = qgroup {
-                destroy_qgroup(&p, id);
+                forget_qgroup(&p, id);
             }
             Ok(())
         }
@@ -354,18 +354,38 @@ fn subvolume_id(dir: &Path) -> Option<u64> {
     Some(args.treeid)
 }
 
-/// Destroys level-0 qgroup `id` (of a subvolume just deleted) on the filesystem of `fs`.
+/// Qgroups of deleted subvolumes the kernel would not destroy yet, `(device, id)`: retried at every
+/// later deletion on the same filesystem, and swept at the next start.
+static PENDING_QGROUPS: std::sync::Mutex<Vec<(u64, u64)>> = std::sync::Mutex::new(Vec::new());
+
+/// Destroys the level-0 qgroup `id` of a subvolume just deleted on the filesystem of `fs`, now or, when
+/// the kernel refuses while the subvolume is still being dropped, at a later deletion.
 ///
-/// Linux before 6.8 keeps a deleted subvolume's qgroup forever (`<stale>` in `btrfs qgroup show`): one
-/// per sandbox ever deleted, each slowing every later quota update. Newer kernels remove it themselves
-/// once the subvolume is dropped, and refuse (EBUSY) while it still holds data: both answers leave
-/// nothing behind, as does ENOENT.
-fn destroy_qgroup(fs: &File, id: u64) {
+/// Linux before 6.10 keeps a deleted subvolume's qgroup forever (`<stale>` in `btrfs qgroup show`): one
+/// per sandbox ever deleted, each slowing every later quota update. And since the stable fix "forbid
+/// deleting live subvol qgroup" (in 6.1 too) it refuses with EBUSY while the qgroup still counts bytes,
+/// that is until the cleaner has dropped the subvolume, seconds later. Newer kernels remove the qgroup
+/// themselves once the drop is done, so for them the retries only ever find ENOENT.
+fn forget_qgroup(fs: &File, id: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(dev) = fs.metadata().map(|m| m.dev()) else { return };
+    let mut pending = PENDING_QGROUPS.lock().unwrap_or_else(|p| p.into_inner());
+    pending.push((dev, id));
+    pending.retain(|&(d, q)| d != dev || !destroy_qgroup(fs, q));
+}
+
+/// Tries to destroy level-0 qgroup `id` on the filesystem of `fs`; whether it is gone.
+fn destroy_qgroup(fs: &File, id: u64) -> bool {
     let args = QgroupCreateArgs { create: 0, qgroupid: id };
     // SAFETY: BTRFS_IOC_QGROUP_CREATE reads a valid args struct on an open fd.
     match unsafe { btrfs_qgroup_create(fs.as_raw_fd(), &args) } {
-        Ok(_) | Err(nix::Error::EBUSY | nix::Error::ENOENT) => {}
-        Err(e) => tracing::warn!("destroying the qgroup 0/{id} of a deleted subvolume: {e}"),
+        Ok(_) | Err(nix::Error::ENOENT) => true,
+        // Still counting the bytes of a subvolume being dropped: later.
+        Err(nix::Error::EBUSY) => false,
+        Err(e) => {
+            tracing::warn!("destroying the qgroup 0/{id} of a deleted subvolume: {e}");
+            true
+        }
     }
 }
 
@@ -382,10 +402,7 @@ fn remove_stale_qgroups(root: &Path) -> io::Result<usize> {
     }
     let fs = File::open(root)?;
     let stale = stale_qgroups(&String::from_utf8_lossy(&out.stdout));
-    for id in &stale {
-        destroy_qgroup(&fs, *id);
-    }
-    Ok(stale.len())
+    Ok(stale.into_iter().filter(|id| destroy_qgroup(&fs, *id)).count())
 }
 
 /// The level-0 qgroup ids that a `btrfs qgroup show` listing marks `<stale>`.
@@ -425,30 +442,55 @@ mod tests {
         }
     }
 
-    /// A volume on which sandboxes were made and deleted keeps no qgroup of theirs (Linux 6.1 kept one
-    /// per deleted subvolume; newer kernels drop it themselves once the subvolume is gone).
+    /// A volume on which sandboxes were made and deleted keeps no qgroup of theirs once the kernel has
+    /// dropped them: Linux 6.1 kept one per deleted subvolume and refuses to destroy it until the drop is
+    /// done; the next deletion destroys it (newer kernels drop it themselves).
     #[test]
     fn deleted_subvolumes_leave_no_qgroup_behind() {
         let state = tempfile::tempdir().unwrap();
         let vol = Volume::open(state.path(), 1).unwrap();
         let _mounted = Mounted(vol.root.clone());
         fs::create_dir_all(vol.sandboxes()).unwrap();
-        for i in 0..3 {
-            let sb = vol.sandboxes().join(format!("sb_{i}"));
+        let cycle = |name: &str| {
+            let sb = vol.sandboxes().join(name);
             create_subvolume(&sb).unwrap();
             limit_subvolume(&sb, 64 << 20).unwrap();
             fs::write(sb.join("data"), vec![7u8; 1 << 20]).unwrap();
             sync(&sb).unwrap();
+            let id = subvolume_id(&sb).expect("a subvolume's id");
             remove_subvolume(&sb).unwrap();
+            id
+        };
+        let level0 = || {
+            let out = Command::new("btrfs").args(["qgroup", "show", "--raw"]).arg(&vol.root).output().unwrap();
+            let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+            let ids: Vec<String> = listing
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .filter(|q| q.starts_with("0/") && *q != "0/5")
+                .map(str::to_string)
+                .collect();
+            (ids, listing)
+        };
+        for i in 0..3 {
+            cycle(&format!("sb_{i}"));
         }
-        // Wait for the cleaner to drop the deleted subvolumes, as time would (BTRFS_IOC_SYNC wakes it).
+        // Let the cleaner drop the deleted subvolumes, as time would (BTRFS_IOC_SYNC wakes it).
         run(Command::new("btrfs").args(["filesystem", "sync"]).arg(&vol.root), "syncing").unwrap();
         run(Command::new("btrfs").args(["subvolume", "sync"]).arg(&vol.root), "waiting for deleted subvolumes")
             .unwrap();
-        let out = Command::new("btrfs").args(["qgroup", "show", "--raw"]).arg(&vol.root).output().unwrap();
-        let listing = String::from_utf8_lossy(&out.stdout);
-        let level0: Vec<&str> =
-            listing.lines().filter_map(|l| l.split_whitespace().next()).filter(|q| q.starts_with("0/")).collect();
-        assert_eq!(level0, ["0/5"], "qgroups left after deleting every subvolume:\n{listing}");
+        // The next deletion takes the dropped ones' qgroups with it; only its own may still be there.
+        let last = cycle("sb_last");
+        let (left, listing) = level0();
+        assert!(
+            left.iter().all(|q| *q == format!("0/{last}")),
+            "qgroups of dropped subvolumes left (the last deleted is 0/{last}):\n{listing}"
+        );
+        // And a start sweeps what is left once it is dropped.
+        run(Command::new("btrfs").args(["filesystem", "sync"]).arg(&vol.root), "syncing").unwrap();
+        run(Command::new("btrfs").args(["subvolume", "sync"]).arg(&vol.root), "waiting").unwrap();
+        remove_stale_qgroups(&vol.root).unwrap();
+        let (left, listing) = level0();
+        assert!(left.is_empty(), "qgroups left after the sweep:\n{listing}");
     }
 }
