@@ -230,6 +230,9 @@ pub(crate) fn uid_ranges(max_sandboxes: u64, held: u32, subuid: &str, passwd: &s
     }
 }
 
+/// The kernel's ceiling for `kernel.pid_max` on 64-bit (`PID_MAX_LIMIT`), where systemd sets it.
+const PID_MAX_LIMIT: u64 = 4_194_304;
+
 /// Share of pid_max sandboxes may hold together (as `sandlot-control`'s capacity ledger counts it).
 const PIDS_SHARE: (u64, u64) = (3, 4);
 
@@ -244,11 +247,17 @@ pub(crate) fn pids(opts: &Options, pid_max: u64) -> Check {
         crate::cgroup::SUPERVISOR_PIDS,
         opts.max_sandboxes
     );
-    let want = (opts.max_sandboxes * per * PIDS_SHARE.1).div_ceil(PIDS_SHARE.0).clamp(pid_max + 1, 4_194_304);
-    let more = format!(
-        "`sysctl -w kernel.pid_max={want}` (and in /etc/sysctl.d/ to keep it) or lower --default-pids; or set \
-         --max-sandboxes {fit} to match"
-    );
+    let needed = (opts.max_sandboxes * per * PIDS_SHARE.1).div_ceil(PIDS_SHARE.0);
+    // systemd sets pid_max to the kernel's ceiling on 64-bit hosts: then only fewer pids per sandbox help.
+    let more = if pid_max < PID_MAX_LIMIT {
+        let want = needed.max(pid_max + 1).min(PID_MAX_LIMIT);
+        format!(
+            "`sysctl -w kernel.pid_max={want}` (and in /etc/sysctl.d/ to keep it) or lower --default-pids; or set \
+             --max-sandboxes {fit} to match"
+        )
+    } else {
+        format!("lower --default-pids (pid_max is at the kernel's ceiling); or set --max-sandboxes {fit} to match")
+    };
     within_capacity("pid-max", fit, opts.max_sandboxes, found, more)
 }
 
@@ -368,6 +377,15 @@ mod tests {
         let all = pids(&opts(59), 32768);
         assert_eq!(all.verdict, Verdict::Ok);
         assert!(!all.found.contains("429"), "{all:?}");
+        // systemd's pid_max, the kernel's ceiling: room for all, and nothing to raise (this panicked).
+        let ceiling = pids(&opts(256), PID_MAX_LIMIT);
+        assert_eq!(ceiling.verdict, Verdict::Ok);
+        assert!(ceiling.found.contains("room for 7561 sandboxes"), "{ceiling:?}");
+        let many = Options { default_pids: 65_536, ..opts(256) };
+        let tight = pids(&many, PID_MAX_LIMIT);
+        assert_eq!(tight.verdict, Verdict::Ok);
+        assert!(tight.found.contains("lower --default-pids (pid_max is at the kernel's ceiling)"), "{tight:?}");
+        assert!(!tight.found.contains("sysctl"), "{tight:?}");
         // Not one default sandbox fits: nothing could run.
         let none = pids(&opts(256), 400);
         assert_eq!(none.verdict, Verdict::Missing);
