@@ -2,20 +2,28 @@
 # The VM test: boots Debian 12's stock 6.1 kernel under QEMU (TCG, never KVM) with pure cgroup v2 laid
 # out the way systemd lays it out, and runs there the cgroup-layout checks against the real
 # `sandlot serve` and a smoke subset of the e2e and persist suites built on this host. Prints a summary
-# table and exits non-zero when anything failed. docs/TESTING.md ("The VM test") explains it.
+# table and exits non-zero when anything failed. A second boot of the same image runs the real
+# systemd as PID 1 and checks packaging/sandlot.service under it (start, restart, stop, a crash).
+# docs/TESTING.md ("The VM test") explains it.
 #
 # Needs root (apt-get, mkfs, the image's copy of /usr). Downloads only from Debian's archive (apt).
 # Environment:
 #   SANDLOT_VM_CACHE    cache of the kernel, initramfs and root image (default /var/cache/sandlot-vm)
 #   SANDLOT_VM_TIMEOUT  hard limit in seconds for the guest's run (default 600)
+#   SANDLOT_VM_SYSTEMD_TIMEOUT  the same for the systemd boot (default 300)
 #   SANDLOT_VM_ACCEL    must be `tcg` if set: KVM is refused (see refuse_kvm)
 #   SANDLOT_VM_QEMU_ARGS extra QEMU arguments (no accelerator options)
-#   SANDLOT_VM_SKIP     space-separated parts to skip in the guest: layout smoke
+#   SANDLOT_VM_SKIP     space-separated parts to skip: layout smoke (the first boot; it is not made
+#                       when both are skipped, and the test archive is not built without smoke),
+#                       systemd (the second boot)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd -P)
 cache=${SANDLOT_VM_CACHE:-/var/cache/sandlot-vm}
 timeout_s=${SANDLOT_VM_TIMEOUT:-600}
+systemd_timeout_s=${SANDLOT_VM_SYSTEMD_TIMEOUT:-300}
+skip=" ${SANDLOT_VM_SKIP:-} "
+skipped() { case $skip in *" $1 "*) return 0 ;; esac; return 1; }
 target=${CARGO_TARGET_DIR:-$repo/target}
 case $target in /*) ;; *) target=$repo/$target ;; esac
 
@@ -61,8 +69,10 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 need=()
 # busybox-static: the initramfs has no libraries. kmod: depmod/modprobe for the kernel's modules, on
 # the host and (through the image's /usr) in the guest. e2fsprogs: mkfs.ext4 -d. zstd: the guest
-# unpacks the test archive with the image's (the host's) zstd.
-for pkg in qemu-system-x86 busybox-static kmod cpio e2fsprogs zstd; do
+# unpacks the test archive with the image's (the host's) zstd. systemd: the systemd boot runs the
+# image's /lib/systemd/systemd; the package alone does not make it the host's init (systemd-sysv
+# does), and the root image's key includes the package set, so installing it rebuilds the image.
+for pkg in qemu-system-x86 busybox-static kmod cpio e2fsprogs zstd systemd; do
     installed "$pkg" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -242,18 +252,23 @@ smoke_filter() {
 
 job=$cache/job
 rm -rf "$job" && mkdir -p "$job/results"
-say "building the test archive (reuses $target)"
-export CARGO_TARGET_DIR=$target
-# --workspace: the same feature resolution as the host suites' build, so nothing is compiled again.
-cargo nextest archive --locked --workspace \
-    -E 'binary_id(sandlot::e2e) | binary_id(sandlot::persist) | binary_id(sandlot-linux)' \
-    --archive-file "$job/tests.tar.zst" --zstd-level 1 >"$job/archive.log" 2>&1 || {
-    cat "$job/archive.log" >&2
-    die "cargo nextest archive failed"
-}
+if ! skipped smoke; then
+    say "building the test archive (reuses $target)"
+    export CARGO_TARGET_DIR=$target
+    # --workspace: the same feature resolution as the host suites' build, so nothing is compiled again.
+    cargo nextest archive --locked --workspace \
+        -E 'binary_id(sandlot::e2e) | binary_id(sandlot::persist) | binary_id(sandlot-linux)' \
+        --archive-file "$job/tests.tar.zst" --zstd-level 1 >"$job/archive.log" 2>&1 || {
+        cat "$job/archive.log" >&2
+        die "cargo nextest archive failed"
+    }
+fi
 # The debug build the tests' own servers use (env!("CARGO_BIN_EXE_sandlot")), for the layout checks.
 cp "$target/debug/sandlot" "$job/sandlot"
 cp scripts/vm/guest.sh "$job/guest.sh"
+# The systemd boot: its PID 1 script, its target and check unit, and the unit under test as shipped.
+cp -r scripts/vm/systemd "$job/systemd"
+cp packaging/sandlot.service "$job/sandlot.service"
 # A hung test is ended after 3 minutes instead of eating the whole VM budget.
 printf '[profile.vm]\nslow-timeout = { period = "60s", terminate-after = 3 }\nfail-fast = false\n' >"$job/nextest.toml"
 cat >"$job/config" <<EOF
@@ -265,57 +280,90 @@ EOF
 phase_done archive
 
 # --- Boot ---------------------------------------------------------------------------------------
+# boot_guest WHAT LIMIT SERIAL CMDLINE...: one boot of the root image; sets $qemu_rc.
+boot_guest() {
+    local what=$1 limit=$2 log=$3 qemu qemu_pid
+    shift 3
+    say "booting $kver under TCG for $what (2 vCPUs, 3 GiB, no NIC; serial log $log; limit ${limit}s)"
+    # shellcheck disable=SC2086 # SANDLOT_VM_QEMU_ARGS is a list of words.
+    timeout -k 10 "$limit" qemu-system-x86_64 \
+        -accel tcg -cpu max -smp 2 -m 3072 -nic none -nographic -monitor none -no-reboot \
+        -serial "file:$log" \
+        -kernel "$vmlinuz" -initrd "$initrd" \
+        -append "console=ttyS0 rdinit=/init cgroup_no_v1=all panic=-1 loglevel=4 $*" \
+        -drive "file=$rootfs,format=raw,if=virtio,snapshot=on" \
+        -virtfs "local,path=$job,mount_tag=vm,security_model=passthrough,id=vm" \
+        -virtfs "local,path=$repo,mount_tag=repo,security_model=none,readonly=on,id=repo" \
+        ${SANDLOT_VM_QEMU_ARGS:-} </dev/null &
+    qemu=$!
+    # Belt and braces: a QEMU that opened /dev/kvm after all is stopped at once.
+    # ($qemu is timeout's pid; QEMU is its child.)
+    sleep 2
+    qemu_pid=$(pgrep -P "$qemu" | head -1 || true)
+    if [ -n "$qemu_pid" ] && ls -l "/proc/$qemu_pid/fd" 2>/dev/null | grep -q /dev/kvm; then
+        kill "$qemu_pid"
+        die "QEMU opened /dev/kvm although -accel tcg was given; stopped it (KVM guests hang on this machine)"
+    fi
+    qemu_rc=0
+    wait "$qemu" || qemu_rc=$?
+}
 serial=$job/results/serial.log
-say "booting $kver under TCG (2 vCPUs, 3 GiB, no NIC; serial log $serial; limit ${timeout_s}s)"
-# shellcheck disable=SC2086 # SANDLOT_VM_QEMU_ARGS is a list of words.
-timeout -k 10 "$timeout_s" qemu-system-x86_64 \
-    -accel tcg -cpu max -smp 2 -m 3072 -nic none -nographic -monitor none -no-reboot \
-    -serial "file:$serial" \
-    -kernel "$vmlinuz" -initrd "$initrd" \
-    -append "console=ttyS0 rdinit=/init cgroup_no_v1=all panic=-1 loglevel=4" \
-    -drive "file=$rootfs,format=raw,if=virtio,snapshot=on" \
-    -virtfs "local,path=$job,mount_tag=vm,security_model=passthrough,id=vm" \
-    -virtfs "local,path=$repo,mount_tag=repo,security_model=none,readonly=on,id=repo" \
-    ${SANDLOT_VM_QEMU_ARGS:-} </dev/null &
-qemu=$!
-# Belt and braces: a QEMU that opened /dev/kvm after all is stopped at once.
-# ($qemu is timeout's pid; QEMU is its child.)
-sleep 2
-qemu_pid=$(pgrep -P "$qemu" | head -1 || true)
-if [ -n "$qemu_pid" ] && ls -l "/proc/$qemu_pid/fd" 2>/dev/null | grep -q /dev/kvm; then
-    kill "$qemu_pid"
-    die "QEMU opened /dev/kvm although -accel tcg was given; stopped it (KVM guests hang on this machine)"
+guest_rc=skipped
+if ! skipped layout || ! skipped smoke; then
+    boot_guest "the layout checks and smoke tests" "$timeout_s" "$serial"
+    guest_rc=$qemu_rc
+    phase_done guest
 fi
-qemu_rc=0
-wait "$qemu" || qemu_rc=$?
-phase_done guest
+# The same image with the real systemd as PID 1 (systemd/boot.sh readies /etc, then execs it), booted
+# to vm-test.target: basic.target, then vm-check.service runs systemd/check.sh and powers off. No
+# network or getty; journald forwards to the serial console, so a hang shows in the serial log.
+serial_systemd=$job/results/serial-systemd.log
+systemd_rc=skipped
+if ! skipped systemd; then
+    boot_guest "the systemd checks" "$systemd_timeout_s" "$serial_systemd" \
+        sandlot_vm.init=systemd/boot.sh systemd.unit=vm-test.target systemd.unified_cgroup_hierarchy=1 \
+        systemd.journald.forward_to_console=1 systemd.show_status=1
+    systemd_rc=$qemu_rc
+    phase_done systemd
+fi
 
 # --- Results ------------------------------------------------------------------------------------
 r=$job/results
 failed=0
 echo
 echo "== VM test ($kver, pure cgroup v2, TCG) =="
-if [ "$qemu_rc" = 124 ] || [ "$qemu_rc" = 137 ]; then
-    echo "FAIL guest: hard timeout of ${timeout_s}s reached"
-    failed=1
-fi
-if [ ! -f "$r/done" ]; then
-    echo "FAIL guest: did not finish (QEMU exit $qemu_rc); serial log tail:"
-    tail -n 40 "$serial" | sed 's/^/  | /'
-    failed=1
-fi
-if [ -f "$r/summary.tsv" ]; then
-    printf '%-6s %-58s %s\n' RESULT CHECK DETAIL
+# boot_result WHAT QEMU-RC LIMIT DONE-FILE SERIAL: a boot that timed out or did not finish fails.
+boot_result() {
+    [ "$2" = skipped ] && return
+    if [ "$2" = 124 ] || [ "$2" = 137 ]; then
+        echo "FAIL $1: hard timeout of ${3}s reached"
+        failed=1
+    fi
+    if [ ! -f "$4" ]; then
+        echo "FAIL $1: did not finish (QEMU exit $2); serial log tail:"
+        tail -n 40 "$5" | sed 's/^/  | /'
+        failed=1
+    fi
+}
+boot_result guest "$guest_rc" "$timeout_s" "$r/done" "$serial"
+boot_result "systemd boot" "$systemd_rc" "$systemd_timeout_s" "$r/systemd/done" "$serial_systemd"
+printf '%-6s %-58s %s\n' RESULT CHECK DETAIL
+for f in "$r/summary.tsv" "$r/systemd/summary.tsv"; do
+    [ -f "$f" ] || continue
     while IFS=$'\t' read -r res name detail; do
         printf '%-6s %-58s %s\n' "$res" "$name" "$detail"
         [ "$res" = PASS ] || [ "$res" = SKIP ] || failed=1
-    done <"$r/summary.tsv"
-fi
+    done <"$f"
+done
 if [ -f "$r/smoke.out" ]; then
     echo "-- smoke tests (nextest, exit $(cat "$r/smoke.rc" 2>/dev/null || echo '?')): $(grep -E '^ +Summary' "$r/smoke.out" | tail -1 | sed 's/^ *//')"
     grep -E '^ +(FAIL|TIMEOUT|SIGSEGV|SIGABRT|SIGKILL) ' "$r/smoke.out" | sort -u | sed 's/^ */  /' || true
 fi
-[ "$failed" = 0 ] || { echo "serial log tail:"; tail -n 15 "$serial" | sed 's/^/  | /'; }
+if [ "$failed" != 0 ]; then
+    for f in "$serial" "$serial_systemd"; do
+        [ -f "$f" ] && { echo "serial log tail ($f):"; tail -n 15 "$f" | sed 's/^/  | /'; }
+    done
+fi
 phase_done results
 times="host phases (s):"
 for p in "${phases[@]}"; do times+=" ${p%%:*}=${p##*:}"; done
