@@ -62,22 +62,28 @@ impl LinuxDriver {
         let instance = instance_id(&cfg.state_dir)?;
         sandlot_linux::kmod::filesystem("overlay", "")?;
         let cgroups = Cgroups::detect(&instance)?;
-        let volume = match cfg.layers_volume_gb {
-            Some(gb) => Some(sandlot_linux::volume::Volume::open(&cfg.state_dir, gb)?),
-            None => None,
+        let rest = || -> Result<_, EngineError> {
+            let volume = match cfg.layers_volume_gb {
+                Some(gb) => Some(sandlot_linux::volume::Volume::open(&cfg.state_dir, gb)?),
+                None => None,
+            };
+            std::fs::create_dir_all(cfg.state_dir.join("images"))?;
+            // Build the default image now, once, rather than racing to build it in concurrent first creates.
+            image::open(&cfg.state_dir.join("images"), "host")?;
+            if let Some(pem) = &cfg.ca_pem {
+                image::install_ca(&cfg.state_dir.join("images"), pem)?;
+            }
+            let launcher = Launcher::start()?;
+            // Last of the fallible steps: a start that fails before this point never thaws anything.
+            let thaw_watchdog = match cgroups.freezer_base() {
+                Some(base) => Some(sandlot_linux::cgroup::spawn_thaw_watchdog(base, &state_lock)?),
+                None => None,
+            };
+            Ok((volume, launcher, thaw_watchdog))
         };
-        std::fs::create_dir_all(cfg.state_dir.join("images"))?;
-        // Build the default image now, once, rather than racing to build it in concurrent first creates.
-        image::open(&cfg.state_dir.join("images"), "host")?;
-        if let Some(pem) = &cfg.ca_pem {
-            image::install_ca(&cfg.state_dir.join("images"), pem)?;
-        }
-        let launcher = Launcher::start()?;
-        // Last of the fallible steps: a start that fails before this point never thaws anything.
-        let thaw_watchdog = match cgroups.freezer_base() {
-            Some(base) => Some(sandlot_linux::cgroup::spawn_thaw_watchdog(base, &state_lock)?),
-            None => None,
-        };
+        // A start that fails past this point leaves no empty base cgroup behind (one that still holds a
+        // crashed run's sandboxes stays, for the next start's sweep).
+        let (volume, launcher, thaw_watchdog) = rest().inspect_err(|_| cgroups.remove_base())?;
         Ok(LinuxDriver { cfg, cgroups, launcher, volume, _thaw_watchdog: thaw_watchdog, _state_lock: state_lock })
     }
 

@@ -448,3 +448,36 @@ fn snapshots_are_charged_to_the_tenant_and_capped() {
     assert_eq!(small.fork(1).unwrap().len(), 1);
     assert_eq!(client.snapshots().unwrap().len(), 3);
 }
+
+/// A start that fails after the daemon made its cgroup base (here: a layers volume that does not mount)
+/// exits 1, says the cause once (it was printed twice), and leaves no `sandlot-<instance>` cgroup behind.
+#[test]
+fn a_failed_start_says_why_once_and_leaves_no_cgroup() {
+    use crate::common::{cgroup_dirs, free_port, serve_command, wait_timeout};
+    if crate::common::server::pure_cgroup_v2() {
+        // The test's own cgroup is shared with the test process there, and the start-up checks refuse
+        // before any cgroup is made; the harness's servers, each in a cgroup of its own, cover v2.
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("layers.btrfs"), vec![0x5a; 1 << 20]).unwrap();
+    let log = root.path().join("server.log");
+    let mut child = serve_command(&state, free_port(), &log).spawn().expect("starting sandlot serve");
+    let status = wait_timeout(&mut child, Duration::from_secs(60)).unwrap_or_else(|| {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("serve did not fail within 60 s: {}", std::fs::read_to_string(&log).unwrap_or_default())
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert_eq!(text.matches("mounting the layers volume").count(), 1, "{text}");
+    assert!(text.contains("or pass --no-disk-quota"), "{text}");
+    let instance = std::fs::read_to_string(state.join("instance-id")).expect("the instance id was made");
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    for (ctrl, dir) in cgroup_dirs(&own) {
+        let base = dir.join(format!("sandlot-{}", instance.trim()));
+        assert!(!base.exists(), "{ctrl}: {} left by a failed start", base.display());
+    }
+}
