@@ -55,7 +55,7 @@ const HEADROOM_BYTES: u64 = 32 << 20;
 /// and 16 for its own threads and those of an exec or two. A fork bomb in `work` thus never starves
 /// the preview and file APIs; past these caps the supervisor answers "busy" instead of starting threads.
 pub const SUPERVISOR_PIDS: u64 = 2 * 64 + 16 + 16;
-const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
+pub(crate) const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
 
 /// Where sandbox cgroups are made.
 #[derive(Debug, Clone)]
@@ -352,7 +352,7 @@ fn set_limits(v2: bool, ctrl: &str, dir: &Path, l: CgroupLimits) -> Result<(), C
 pub const DAEMON_LEAF: &str = "sandlot-daemon";
 
 /// Controllers sandbox cgroups need on v2.
-const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+pub(crate) const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 
 /// Finds the cgroup that holds this daemon's sandboxes on v2 (the daemon's own, or the parent of its
 /// leaf), settles the daemon into [`DAEMON_LEAF`] when it must, and returns `<root>/<dir_name>` ready for
@@ -363,15 +363,12 @@ const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 /// cgroup that also holds other processes (a login session's scope, a shell, a test runner) belongs to
 /// someone else, and start-up refuses and says how to give the daemon a cgroup of its own.
 fn prepare_v2(own: &Path, dir_name: &str) -> Result<PathBuf, CgroupError> {
-    // Only the hierarchy's true root has no `cgroup.type`, and only it may hold processes and hand out
-    // controllers at once. (The root of a cgroup namespace, as in a container, is an ordinary cgroup.)
-    let root = if !own.join("cgroup.type").exists() {
-        own.to_path_buf()
-    } else if own.file_name().is_some_and(|n| n == DAEMON_LEAF) {
-        own.parent().map(Path::to_path_buf).unwrap_or_else(|| own.to_path_buf())
-    } else {
-        settle_in_leaf(own)?;
-        own.to_path_buf()
+    let root = match v2_root_in_place(own, own.join("cgroup.type").exists()) {
+        Some(root) => root,
+        None => {
+            settle_in_leaf(own)?;
+            own.to_path_buf()
+        }
     };
     enable_controllers(&root)?;
     let base = root.join(dir_name);
@@ -382,6 +379,26 @@ fn prepare_v2(own: &Path, dir_name: &str) -> Result<PathBuf, CgroupError> {
 
 fn wanted_controllers() -> String {
     V2_CONTROLLERS.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ")
+}
+
+/// The cgroup that holds the sandboxes of a v2 daemon whose own cgroup is `own`, when it need not move:
+/// the hierarchy's true root (the only cgroup without `cgroup.type`, and the only one that may hold
+/// processes and hand out controllers at once; a cgroup namespace's root, as in a container, is an
+/// ordinary cgroup), or the parent of its `sandlot-daemon` leaf. `None`: the daemon must settle into a
+/// leaf of `own` first. Start-up and `sandlot doctor` decide by this one rule.
+pub(crate) fn v2_root_in_place(own: &Path, has_type_file: bool) -> Option<PathBuf> {
+    if !has_type_file {
+        return Some(own.to_path_buf());
+    }
+    if own.file_name().is_some_and(|n| n == DAEMON_LEAF) {
+        return own.parent().map(Path::to_path_buf);
+    }
+    None
+}
+
+/// The pids of a `cgroup.procs` text other than `me`.
+pub(crate) fn other_pids(procs: &str, me: u32) -> Vec<u32> {
+    procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()).filter(|pid| *pid != me).collect()
 }
 
 /// Moves this process, and only this process, into `<own>/sandlot-daemon`, and enables the controllers
@@ -443,11 +460,8 @@ fn missing_controllers(dir: &Path) -> Result<(), CgroupError> {
 
 /// Processes in cgroup `dir` other than `me`, with their command names.
 fn other_processes(dir: &Path, me: u32) -> Vec<(u32, String)> {
-    fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse::<u32>().ok())
-        .filter(|pid| *pid != me)
+    other_pids(&fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default(), me)
+        .into_iter()
         .map(|pid| {
             let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             (pid, comm.trim().to_string())

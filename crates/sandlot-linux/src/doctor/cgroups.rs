@@ -6,7 +6,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::{check, ok, Check, Verdict};
-use crate::cgroup::{join_cgroup, own_path, parse_mountinfo, MountEntry, DAEMON_LEAF};
+use crate::cgroup::{
+    join_cgroup, other_pids, own_path, parse_mountinfo, v2_root_in_place, MountEntry, DAEMON_LEAF, V1_CONTROLLERS,
+    V2_CONTROLLERS,
+};
 
 /// What the cgroup checks read from cgroupfs, so unit tests can answer for a host they describe.
 pub(crate) trait CgroupRead {
@@ -28,11 +31,6 @@ impl CgroupRead for Cgroupfs {
         dir.is_dir() && nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
     }
 }
-
-/// The v1 controllers the engine uses, in the order it looks for them (see `cgroup::Cgroups::detect`).
-const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
-/// The v2 controllers the daemon enables for its sandboxes.
-const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 
 const DELEGATE_FIX: &str = "give sandlot a cgroup of its own with memory, pids and cpu delegated: `systemctl \
      start sandlot` (packaging/sandlot.service, Delegate=yes), or `systemd-run --unit sandlot -p Delegate=yes \
@@ -154,17 +152,11 @@ fn cgroups_v1(v1: &[(&str, String, PathBuf)], cgroup2: Option<&MountEntry>, fs: 
 
 fn cgroups_v2(mnt: &MountEntry, own: &str, own_pid: u32, fs: &dyn CgroupRead) -> Vec<Check> {
     let own_dir = join_cgroup(&mnt.point, own, &mnt.root);
-    // Mirrors `cgroup::prepare_v2`: the hierarchy's true root (the only cgroup without `cgroup.type`;
-    // a cgroup namespace's root has one) holds the sandboxes itself; a daemon already in its
-    // `sandlot-daemon` leaf hangs them beside it; any other cgroup must be the daemon's alone.
-    let true_root = fs.read(&own_dir.join("cgroup.type")).is_err();
-    let (root, settled) = match own.rsplit_once('/') {
-        _ if true_root => (own_dir.clone(), true),
-        Some((parent, DAEMON_LEAF)) => {
-            let parent = if parent.is_empty() { "/" } else { parent };
-            (join_cgroup(&mnt.point, parent, &mnt.root), true)
-        }
-        _ => (own_dir.clone(), false),
+    // Start-up's own rule: the true root or the parent of a `sandlot-daemon` leaf holds the sandboxes
+    // in place; any other cgroup must be the daemon's alone.
+    let (root, settled) = match v2_root_in_place(&own_dir, fs.read(&own_dir.join("cgroup.type")).is_ok()) {
+        Some(root) => (root, true),
+        None => (own_dir.clone(), false),
     };
     let shown = |dir: &Path| dir.strip_prefix(&mnt.point).map(|p| format!("/{}", p.display())).unwrap_or_default();
     let controllers_file = root.join("cgroup.controllers");
@@ -193,10 +185,9 @@ fn cgroups_v2(mnt: &MountEntry, own: &str, own_pid: u32, fs: &dyn CgroupRead) ->
                 DELEGATE_FIX,
             ),
             Ok(procs) => {
-                let others: Vec<&str> =
-                    procs.lines().map(str::trim).filter(|p| !p.is_empty() && *p != own_pid.to_string()).collect();
+                let others = other_pids(&procs, own_pid);
                 if !others.is_empty() {
-                    let shown_pids: Vec<&str> = others.iter().take(5).copied().collect();
+                    let shown_pids: Vec<String> = others.iter().take(5).map(u32::to_string).collect();
                     let more = if others.len() > 5 { ", …" } else { "" };
                     check(
                         "cgroup-placement",
