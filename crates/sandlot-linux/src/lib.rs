@@ -23,6 +23,7 @@ pub mod layers;
 pub mod net;
 pub mod steer;
 pub mod tree;
+pub mod unpack;
 pub mod volume;
 
 use std::path::PathBuf;

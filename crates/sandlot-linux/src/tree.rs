@@ -188,6 +188,16 @@ pub enum Step {
 /// descriptors.
 pub fn walk(
     root: &Path,
+    visit: impl FnMut(&Entry<'_>) -> io::Result<Step>,
+    leave: impl FnMut(BorrowedFd<'_>, &CStr) -> io::Result<()>,
+) -> io::Result<()> {
+    walk_fd(open_root(root)?, visit, leave)
+}
+
+/// [`walk`] from a directory descriptor the caller opened without following links (the root is
+/// visited as `.` of itself).
+pub fn walk_fd(
+    root_fd: OwnedFd,
     mut visit: impl FnMut(&Entry<'_>) -> io::Result<Step>,
     mut leave: impl FnMut(BorrowedFd<'_>, &CStr) -> io::Result<()>,
 ) -> io::Result<()> {
@@ -202,7 +212,6 @@ pub fn walk(
     }
 
     let dot = CString::new(".").expect("no NUL");
-    let root_fd = open_root(root)?;
     let st = fstat(root_fd.as_raw_fd()).map_err(errno)?;
     if visit(&Entry { dir: root_fd.as_fd(), name: &dot, stat: &st })? == Step::Skip {
         return Ok(());
@@ -294,8 +303,40 @@ pub fn remove_tree(root: &Path) -> io::Result<()> {
         Ok(m) if !m.is_dir() => return std::fs::remove_file(root),
         Ok(_) => {}
     }
-    walk(
-        root,
+    empty_dir(open_root(root)?)?;
+    std::fs::remove_dir(root)
+}
+
+/// Removes whatever has `name` in directory `dir`: a file, symlink, FIFO or socket is unlinked (a
+/// symlink itself, never its target), a directory removed with everything below it, iteratively and
+/// without following any link. A name that does not exist is not an error.
+pub fn remove_beneath(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    match unlinkat(Some(dir.as_raw_fd()), name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(nix::Error::ENOENT) => return Ok(()),
+        Err(nix::Error::EISDIR) => {}
+        Err(e) => return Err(errno(e)),
+    }
+    let fd = match openat(
+        Some(dir.as_raw_fd()),
+        name,
+        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
+        Mode::empty(),
+    ) {
+        Ok(fd) => own(fd),
+        Err(nix::Error::ENOENT) => return Ok(()),
+        Err(e) => return Err(errno(e)),
+    };
+    empty_dir(fd)?;
+    match unlinkat(Some(dir.as_raw_fd()), name, UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(nix::Error::ENOENT) => Ok(()),
+        Err(e) => Err(errno(e)),
+    }
+}
+
+/// Removes everything below the directory `fd` (not the directory itself).
+fn empty_dir(fd: OwnedFd) -> io::Result<()> {
+    walk_fd(
+        fd,
         |e| {
             if e.is_dir() {
                 return Ok(Step::Descend);
@@ -306,8 +347,7 @@ pub fn remove_tree(root: &Path) -> io::Result<()> {
             Ok(()) | Err(nix::Error::ENOENT) => Ok(()),
             Err(err) => Err(errno(err)),
         },
-    )?;
-    std::fs::remove_dir(root)
+    )
 }
 
 #[cfg(test)]
