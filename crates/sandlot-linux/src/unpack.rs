@@ -68,7 +68,7 @@
 //! layer into a fresh subvolume and deletes it when this fails.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString};
 use std::fmt::Write as _;
 use std::fs::File;
@@ -504,6 +504,7 @@ pub fn apply_layer(root: BorrowedFd<'_>, tar: impl io::Read, limits: &UnpackLimi
         written: Written::new(limits.max_entries),
         parent: None,
         data_read: false,
+        cleaned: HashSet::new(),
     };
     loop {
         budget.left.set(Some(header_cap));
@@ -520,7 +521,10 @@ pub fn apply_layer(root: BorrowedFd<'_>, tar: impl io::Read, limits: &UnpackLimi
                     None,
                 )
             } else {
-                UnpackError::stream("the tar stream is malformed or truncated", Some(e))
+                UnpackError::stream(
+                    "cannot read the next tar header (corrupt compression, or a malformed or truncated tar)",
+                    Some(e),
+                )
             }
         })?;
         layer.seen += 1;
@@ -587,6 +591,8 @@ struct Layer<'r, 'l> {
     parent: Option<(Vec<u8>, OwnedFd)>,
     /// The current entry's data was read (by [`Layer::make_file`]).
     data_read: bool,
+    /// Directories (device, inode) an opaque marker already emptied of lower entries.
+    cleaned: HashSet<(u64, u64)>,
 }
 
 /// A path split into components, checked.
@@ -731,8 +737,9 @@ impl Layer<'_, '_> {
                 return Ok(());
             }
             if let Some(hidden) = name.strip_prefix(b".wh.") {
-                if hidden.is_empty() {
-                    return Err(self.refuse(path, "a whiteout that names nothing", None));
+                if matches!(hidden, b"" | b"." | b"..") {
+                    // `.wh..` and `.wh...` would name the directory itself or its parent.
+                    return Err(self.refuse(path, "a whiteout that names no entry (empty, `.` or `..`)", None));
                 }
                 self.whiteout(path, p.parent(), hidden)?;
                 self.out.entries += 1;
@@ -880,22 +887,27 @@ impl Layer<'_, '_> {
         self.refuse(path, reason, Some(errno(e)))
     }
 
-    /// Creates the missing directories of `comps`, one component at a time, each resolved inside the
-    /// root like any parent.
+    /// Creates the missing directories of `comps`. The deepest prefix that exists is found by
+    /// resolving shorter and shorter prefixes inside the root (usually one step, so a deep path
+    /// costs O(depth) lookups, not O(depth²)); below it every component is created with `mkdirat`
+    /// and opened with `O_NOFOLLOW` from its parent's descriptor: a directory just made holds nothing
+    /// a lookup could follow.
     fn make_parents(&mut self, path: &[u8], comps: &[&[u8]]) -> Result<OwnedFd, UnpackError> {
-        let mut at = resolve_dir(self.root, b"").map_err(|e| self.parent_error(path, b".", e))?;
-        let mut node = ROOT_NODE;
-        for (i, c) in comps.iter().enumerate() {
-            let prefix = comps[..=i].join(&b'/');
-            node = self.written.child(node, c).expect("parent_dir recorded the chain");
+        let mut existing = comps.len();
+        let mut at = loop {
+            // `comps` itself did not resolve (the caller's ENOENT): try shorter prefixes.
+            existing -= 1;
+            let prefix = comps[..existing].join(&b'/');
             match resolve_dir(self.root, &prefix) {
-                Ok(fd) => {
-                    at = fd;
-                    continue;
-                }
-                Err(nix::Error::ENOENT) => {}
+                Ok(fd) => break fd,
+                Err(nix::Error::ENOENT) if existing > 0 => {}
                 Err(e) => return Err(self.parent_error(path, &prefix, e)),
             }
+        };
+        let mut node = self.written.find(&comps[..existing]).expect("parent_dir recorded the chain");
+        for (i, c) in comps.iter().enumerate().skip(existing) {
+            let prefix = comps[..=i].join(&b'/');
+            node = self.written.child(node, c).expect("parent_dir recorded the chain");
             let name = cstring(c);
             match mkdirat(Some(at.as_raw_fd()), name.as_c_str(), Mode::from_bits_truncate(0o755)) {
                 Ok(()) => {}
@@ -1184,6 +1196,14 @@ impl Layer<'_, '_> {
                 Err(nix::Error::ENOENT | nix::Error::ENOTDIR) => continue,
                 Err(e) => return Err(self.parent_error(path, &rel, e)),
             };
+            // Each directory is cleaned once per layer, however many markers or aliases (symlinked
+            // paths) name it: after that it holds only this layer's entries, and a layer of N markers
+            // in a directory of N entries would otherwise cost N² work.
+            let st = nix::sys::stat::fstat(fd.as_raw_fd())
+                .map_err(|e| self.refuse(path, "cannot inspect the opaque directory", Some(errno(e))))?;
+            if !self.cleaned.insert((st.st_dev, st.st_ino)) {
+                continue;
+            }
             let names = list(fd.as_fd()).map_err(|e| self.refuse(path, "cannot list the opaque directory", Some(e)))?;
             for child in names {
                 let written = node.and_then(|n| self.written.child(n, child.to_bytes()));
@@ -1903,6 +1923,71 @@ mod tests {
         // Inside b's header.
         let err = refused(f.apply(&tar[..512 + 2048 + 100]));
         assert_eq!(err.entry, None);
-        assert!(err.to_string().contains("malformed or truncated"), "{err}");
+        assert!(err.to_string().contains("a malformed or truncated tar"), "{err}");
+    }
+
+    #[test]
+    fn whiteouts_of_dot_and_dot_dot_are_refused() {
+        let f = Fixture::new("whdots");
+        std::fs::create_dir_all(f.at("sub")).unwrap();
+        std::fs::write(f.at("sub/lower"), "lower").unwrap();
+        for name in [&b".wh.."[..], b".wh...", b"sub/.wh..", b"sub/.wh...", b".wh."] {
+            let err = refused(f.apply(&Layer::default().file(name, b"").done()));
+            assert_eq!(err.entry.as_deref(), Some(escape(name).as_str()));
+            assert!(err.to_string().contains("a whiteout that names no entry"), "{err}");
+            assert!(f.exists("sub/lower"));
+            f.assert_canary();
+        }
+        let fd = tree::open_root(&f.root).unwrap();
+        for name in [c"..", c".", c""] {
+            let err = tree::remove_beneath(fd.as_fd(), name).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{name:?}");
+        }
+        f.assert_canary();
+    }
+
+    #[test]
+    fn a_lower_tree_deeper_than_path_max_is_whited_out_and_a_128_deep_layer_applies() {
+        let f = Fixture::new("deep");
+        // 3,000 levels, built one level at a time (the whole path is longer than PATH_MAX).
+        let mut fd = tree::open_root(&f.root).unwrap();
+        mkdirat(Some(fd.as_raw_fd()), c"low", Mode::from_bits_truncate(0o755)).unwrap();
+        fd = open_here(fd.as_fd(), c"low", OFlag::O_DIRECTORY | OFlag::O_RDONLY).unwrap();
+        for _ in 0..3000 {
+            mkdirat(Some(fd.as_raw_fd()), c"d", Mode::from_bits_truncate(0o755)).unwrap();
+            fd = open_here(fd.as_fd(), c"d", OFlag::O_DIRECTORY | OFlag::O_RDONLY).unwrap();
+        }
+        let canary = cstring(f.canary.as_os_str().as_bytes());
+        nix::unistd::symlinkat(canary.as_c_str(), Some(fd.as_raw_fd()), c"out").unwrap();
+        drop(fd);
+        let deep: Vec<u8> = ["x"; 127].join("/").into_bytes();
+        let mut file = deep.clone();
+        file.extend_from_slice(b"/leaf");
+        let mut layer = Layer::default().file(b".wh.low", b"");
+        // A 128-component name does not fit a 100-byte ustar name: a PAX path carries it.
+        layer = layer.pax(&[("path", &file)]).file(b"placeholder", b"deep");
+        let u = f.apply(&layer.done()).unwrap();
+        assert_eq!(u.entries, 2);
+        assert!(!f.exists("low"));
+        let leaf = f.root.join(std::ffi::OsStr::from_bytes(&file));
+        assert_eq!(std::fs::read(leaf).unwrap(), b"deep");
+        f.assert_canary();
+    }
+
+    #[test]
+    fn a_second_opaque_marker_through_a_symlinked_alias_keeps_this_layers_entries() {
+        let f = Fixture::new("opqalias");
+        std::fs::create_dir_all(f.at("d")).unwrap();
+        std::fs::write(f.at("d/old"), "lower").unwrap();
+        let layer = Layer::default()
+            .symlink(b"alias", b"d")
+            .file(b"d/.wh..wh..opq", b"")
+            .file(b"d/a", b"1")
+            .file(b"alias/.wh..wh..opq", b"")
+            .file(b"d/b", b"2");
+        f.apply(&layer.done()).unwrap();
+        let mut names: Vec<_> = std::fs::read_dir(f.at("d")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
     }
 }
