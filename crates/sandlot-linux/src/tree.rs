@@ -309,8 +309,13 @@ pub fn remove_tree(root: &Path) -> io::Result<()> {
 
 /// Removes whatever has `name` in directory `dir`: a file, symlink, FIFO or socket is unlinked (a
 /// symlink itself, never its target), a directory removed with everything below it, iteratively and
-/// without following any link. A name that does not exist is not an error.
+/// without following any link. A name that does not exist is not an error; `.`, `..` and the empty
+/// name are refused (they would name `dir` or its parent, not an entry of it).
 pub fn remove_beneath(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    if matches!(name.to_bytes(), b"" | b"." | b"..") {
+        // `..` would empty the directory's parent, `.` the directory itself.
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{name:?} is not an entry of the directory")));
+    }
     match unlinkat(Some(dir.as_raw_fd()), name, UnlinkatFlags::NoRemoveDir) {
         Ok(()) | Err(nix::Error::ENOENT) => return Ok(()),
         Err(nix::Error::EISDIR) => {}

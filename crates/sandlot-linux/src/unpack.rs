@@ -68,7 +68,7 @@
 //! layer into a fresh subvolume and deletes it when this fails.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString};
 use std::fmt::Write as _;
 use std::fs::File;
@@ -504,6 +504,7 @@ pub fn apply_layer(root: BorrowedFd<'_>, tar: impl io::Read, limits: &UnpackLimi
         written: Written::new(limits.max_entries),
         parent: None,
         data_read: false,
+        cleaned: HashSet::new(),
     };
     loop {
         budget.left.set(Some(header_cap));
@@ -520,7 +521,10 @@ pub fn apply_layer(root: BorrowedFd<'_>, tar: impl io::Read, limits: &UnpackLimi
                     None,
                 )
             } else {
-                UnpackError::stream("the tar stream is malformed or truncated", Some(e))
+                UnpackError::stream(
+                    "cannot read the next tar header (corrupt compression, or a malformed or truncated tar)",
+                    Some(e),
+                )
             }
         })?;
         layer.seen += 1;
@@ -587,6 +591,8 @@ struct Layer<'r, 'l> {
     parent: Option<(Vec<u8>, OwnedFd)>,
     /// The current entry's data was read (by [`Layer::make_file`]).
     data_read: bool,
+    /// Directories (device, inode) an opaque marker already emptied of lower entries.
+    cleaned: HashSet<(u64, u64)>,
 }
 
 /// A path split into components, checked.
@@ -687,7 +693,7 @@ impl Layer<'_, '_> {
             for rec in pax {
                 let rec = rec.map_err(|e| self.refuse(path, "malformed PAX record", Some(e)))?;
                 let Some(name) = rec.key_bytes().strip_prefix(b"SCHILY.xattr.") else { continue };
-                let shown = String::from_utf8_lossy(name).into_owned();
+                let shown = escape(name);
                 if name.starts_with(b"user.") && !name.contains(&0) {
                     xattr_bytes += name.len() + rec.value_bytes().len();
                     if xattr_bytes > self.limits.max_xattr_bytes {
@@ -731,8 +737,9 @@ impl Layer<'_, '_> {
                 return Ok(());
             }
             if let Some(hidden) = name.strip_prefix(b".wh.") {
-                if hidden.is_empty() {
-                    return Err(self.refuse(path, "a whiteout that names nothing", None));
+                if matches!(hidden, b"" | b"." | b"..") {
+                    // `.wh..` and `.wh...` would name the directory itself or its parent.
+                    return Err(self.refuse(path, "a whiteout that names no entry (empty, `.` or `..`)", None));
                 }
                 self.whiteout(path, p.parent(), hidden)?;
                 self.out.entries += 1;
@@ -880,22 +887,27 @@ impl Layer<'_, '_> {
         self.refuse(path, reason, Some(errno(e)))
     }
 
-    /// Creates the missing directories of `comps`, one component at a time, each resolved inside the
-    /// root like any parent.
+    /// Creates the missing directories of `comps`. The deepest prefix that exists is found by
+    /// resolving shorter and shorter prefixes inside the root (usually one step, so a deep path
+    /// costs O(depth) lookups, not O(depth²)); below it every component is created with `mkdirat`
+    /// and opened with `O_NOFOLLOW` from its parent's descriptor: a directory just made holds nothing
+    /// a lookup could follow.
     fn make_parents(&mut self, path: &[u8], comps: &[&[u8]]) -> Result<OwnedFd, UnpackError> {
-        let mut at = resolve_dir(self.root, b"").map_err(|e| self.parent_error(path, b".", e))?;
-        let mut node = ROOT_NODE;
-        for (i, c) in comps.iter().enumerate() {
-            let prefix = comps[..=i].join(&b'/');
-            node = self.written.child(node, c).expect("parent_dir recorded the chain");
+        let mut existing = comps.len();
+        let mut at = loop {
+            // `comps` itself did not resolve (the caller's ENOENT): try shorter prefixes.
+            existing -= 1;
+            let prefix = comps[..existing].join(&b'/');
             match resolve_dir(self.root, &prefix) {
-                Ok(fd) => {
-                    at = fd;
-                    continue;
-                }
-                Err(nix::Error::ENOENT) => {}
+                Ok(fd) => break fd,
+                Err(nix::Error::ENOENT) if existing > 0 => {}
                 Err(e) => return Err(self.parent_error(path, &prefix, e)),
             }
+        };
+        let mut node = self.written.find(&comps[..existing]).expect("parent_dir recorded the chain");
+        for (i, c) in comps.iter().enumerate().skip(existing) {
+            let prefix = comps[..=i].join(&b'/');
+            node = self.written.child(node, c).expect("parent_dir recorded the chain");
             let name = cstring(c);
             match mkdirat(Some(at.as_raw_fd()), name.as_c_str(), Mode::from_bits_truncate(0o755)) {
                 Ok(()) => {}
@@ -1184,6 +1196,14 @@ impl Layer<'_, '_> {
                 Err(nix::Error::ENOENT | nix::Error::ENOTDIR) => continue,
                 Err(e) => return Err(self.parent_error(path, &rel, e)),
             };
+            // Each directory is cleaned once per layer, however many markers or aliases (symlinked
+            // paths) name it: after that it holds only this layer's entries, and a layer of N markers
+            // in a directory of N entries would otherwise cost N² work.
+            let st = nix::sys::stat::fstat(fd.as_raw_fd())
+                .map_err(|e| self.refuse(path, "cannot inspect the opaque directory", Some(errno(e))))?;
+            if !self.cleaned.insert((st.st_dev, st.st_ino)) {
+                continue;
+            }
             let names = list(fd.as_fd()).map_err(|e| self.refuse(path, "cannot list the opaque directory", Some(e)))?;
             for child in names {
                 let written = node.and_then(|n| self.written.child(n, child.to_bytes()));
@@ -1277,4 +1297,697 @@ fn list(dir: BorrowedFd<'_>) -> io::Result<Vec<CString>> {
         }
     }
     Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    use std::path::{Path, PathBuf};
+    use tar::{EntryType, Header};
+
+    const MTIME: u64 = 1_000_000;
+
+    /// A canary entry: path, owner, mode, link count, size, content.
+    type CanaryEntry = (Vec<u8>, u32, u32, u64, u64, Vec<u8>);
+
+    /// A fresh image root next to a canary directory that no layer may touch; both removed on drop.
+    struct Fixture {
+        base: PathBuf,
+        root: PathBuf,
+        canary: PathBuf,
+        canary_before: Vec<CanaryEntry>,
+    }
+
+    impl Fixture {
+        fn new(tag: &str) -> Fixture {
+            let base = std::env::temp_dir().join(format!("sandlot-unpack-{tag}-{}", std::process::id()));
+            let _ = tree::remove_tree(&base);
+            let root = base.join("root");
+            let canary = base.join("canary");
+            std::fs::create_dir_all(&root).unwrap();
+            std::fs::create_dir_all(canary.join("sub")).unwrap();
+            std::fs::write(canary.join("keep"), "canary").unwrap();
+            std::fs::write(canary.join("sub").join("passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
+            let mut f = Fixture { base, root, canary, canary_before: Vec::new() };
+            f.canary_before = f.canary_state();
+            f
+        }
+
+        /// Every entry of the canary with owner, mode, link count, size and content.
+        fn canary_state(&self) -> Vec<CanaryEntry> {
+            let mut out = Vec::new();
+            let mut todo = vec![self.canary.clone()];
+            while let Some(p) = todo.pop() {
+                let m = std::fs::symlink_metadata(&p).unwrap();
+                let body = if m.is_file() { std::fs::read(&p).unwrap() } else { Vec::new() };
+                out.push((p.as_os_str().as_bytes().to_vec(), m.uid(), m.mode(), m.nlink(), m.size(), body));
+                if m.is_dir() {
+                    for e in std::fs::read_dir(&p).unwrap() {
+                        todo.push(e.unwrap().path());
+                    }
+                }
+            }
+            out.sort();
+            out
+        }
+
+        fn assert_canary(&self) {
+            assert_eq!(self.canary_state(), self.canary_before, "the canary outside the root changed");
+            assert_eq!(
+                std::fs::read_dir(&self.base).unwrap().count(),
+                2,
+                "nothing may appear next to the root: {:?}",
+                std::fs::read_dir(&self.base).unwrap().map(|e| e.unwrap().path()).collect::<Vec<_>>()
+            );
+        }
+
+        fn apply(&self, tar: &[u8]) -> Result<Unpacked, UnpackError> {
+            self.apply_with(tar, &UnpackLimits::default())
+        }
+
+        fn apply_with(&self, tar: &[u8], limits: &UnpackLimits) -> Result<Unpacked, UnpackError> {
+            let fd = tree::open_root(&self.root).unwrap();
+            apply_layer(fd.as_fd(), tar, limits)
+        }
+
+        fn at(&self, rel: impl AsRef<Path>) -> PathBuf {
+            self.root.join(rel)
+        }
+
+        fn lstat(&self, rel: impl AsRef<Path>) -> std::fs::Metadata {
+            std::fs::symlink_metadata(self.at(rel)).unwrap()
+        }
+
+        fn exists(&self, rel: impl AsRef<Path>) -> bool {
+            std::fs::symlink_metadata(self.at(rel)).is_ok()
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = tree::remove_tree(&self.base);
+        }
+    }
+
+    /// A header with `name` written as raw bytes (the tar crate's setters refuse `..` and absolute
+    /// paths, which is exactly what these tests need to send).
+    fn header(name: &[u8], kind: EntryType, size: u64, mode: u32) -> Header {
+        let mut h = Header::new_gnu();
+        h.as_old_mut().name[..name.len()].copy_from_slice(name);
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(mode);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(MTIME);
+        h
+    }
+
+    /// PAX records, each "LEN KEY=VALUE\n" where LEN counts itself.
+    fn pax(records: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (k, v) in records {
+            let body = k.len() + v.len() + 3;
+            let mut len = body + body.to_string().len();
+            if len.to_string().len() != body.to_string().len() {
+                len += 1;
+            }
+            out.extend_from_slice(format!("{len} {k}=").as_bytes());
+            out.extend_from_slice(v);
+            out.push(b'\n');
+        }
+        out
+    }
+
+    #[derive(Default)]
+    struct Layer(Vec<u8>);
+
+    impl Layer {
+        fn raw(mut self, mut h: Header, data: &[u8]) -> Self {
+            h.set_cksum();
+            self.0.extend_from_slice(h.as_bytes());
+            self.0.extend_from_slice(data);
+            self.0.resize(self.0.len().div_ceil(512) * 512, 0);
+            self
+        }
+        fn file(self, name: &[u8], body: &[u8]) -> Self {
+            self.raw(header(name, EntryType::Regular, body.len() as u64, 0o644), body)
+        }
+        fn file_mode(self, name: &[u8], mode: u32, uid: u64) -> Self {
+            let mut h = header(name, EntryType::Regular, 1, mode);
+            h.set_uid(uid);
+            h.set_gid(uid);
+            self.raw(h, b"x")
+        }
+        fn dir(self, name: &[u8]) -> Self {
+            self.raw(header(name, EntryType::Directory, 0, 0o755), b"")
+        }
+        fn link(self, name: &[u8], kind: EntryType, target: &[u8]) -> Self {
+            let mut h = header(name, kind, 0, 0o777);
+            h.as_old_mut().linkname[..target.len()].copy_from_slice(target);
+            self.raw(h, b"")
+        }
+        fn symlink(self, name: &[u8], target: &[u8]) -> Self {
+            self.link(name, EntryType::Symlink, target)
+        }
+        fn pax(self, records: &[(&str, &[u8])]) -> Self {
+            let data = pax(records);
+            self.raw(header(b"PaxHeader", EntryType::XHeader, data.len() as u64, 0o644), &data)
+        }
+        fn done(mut self) -> Vec<u8> {
+            self.0.extend_from_slice(&[0; 1024]);
+            self.0
+        }
+    }
+
+    fn refused(r: Result<Unpacked, UnpackError>) -> UnpackError {
+        match r {
+            Ok(u) => panic!("the layer was applied: {u:?}"),
+            Err(e) => e,
+        }
+    }
+
+    fn xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+        let p = CString::new(path.as_os_str().as_bytes()).unwrap();
+        let n = CString::new(name).unwrap();
+        let mut buf = vec![0u8; 1024];
+        // SAFETY: both strings are NUL-terminated and `buf` is writable for its length.
+        let len = unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if len < 0 {
+            return None;
+        }
+        buf.truncate(len as usize);
+        Some(buf)
+    }
+
+    #[test]
+    fn dot_dot_paths_are_refused_by_name() {
+        let f = Fixture::new("dotdot");
+        for name in [&b"../x"[..], b"a/../../x", b"./../canary/keep"] {
+            let err = refused(f.apply(&Layer::default().file(name, b"owned").done()));
+            assert_eq!(err.entry.as_deref(), Some(escape(name).as_str()));
+            assert!(err.to_string().contains("path leaves the image root"), "{err}");
+            f.assert_canary();
+        }
+        // A hard link to `../x` is refused the same way.
+        let err = refused(f.apply(&Layer::default().link(b"l", EntryType::Link, b"../canary/keep").done()));
+        assert!(err.to_string().contains("leaves the image root"), "{err}");
+        f.assert_canary();
+    }
+
+    #[test]
+    fn absolute_paths_land_inside_the_root() {
+        let f = Fixture::new("abs");
+        let canary_keep = f.canary.join("keep");
+        let layer = Layer::default().file(b"/etc/motd", b"hi").file(canary_keep.as_os_str().as_bytes(), b"owned");
+        let u = f.apply(&layer.done()).unwrap();
+        assert_eq!(u.entries, 2);
+        assert_eq!(std::fs::read(f.at("etc/motd")).unwrap(), b"hi");
+        let inside = f.root.join(canary_keep.strip_prefix("/").unwrap());
+        assert_eq!(std::fs::read(inside).unwrap(), b"owned");
+        f.assert_canary();
+    }
+
+    #[test]
+    fn a_file_through_a_symlink_to_outside_never_leaves_the_root() {
+        let f = Fixture::new("symlink");
+        // Absolute target: resolved as if the root were `/`, where it does not exist.
+        let canary = f.canary.as_os_str().as_bytes();
+        let err = refused(f.apply(&Layer::default().symlink(b"evil", canary).file(b"evil/owned", b"x").done()));
+        assert_eq!(err.entry.as_deref(), Some("evil/owned"));
+        assert!(err.to_string().contains("symlink whose target does not exist"), "{err}");
+        assert_eq!(std::fs::read_link(f.at("evil")).unwrap().as_os_str().as_bytes(), canary);
+        f.assert_canary();
+        // Relative target climbing out: `..` stops at the root, so the file lands in the root.
+        let u = f.apply(&Layer::default().symlink(b"up", b"../../..").file(b"up/owned", b"x").done()).unwrap();
+        assert_eq!(u.entries, 2);
+        assert_eq!(std::fs::read(f.at("owned")).unwrap(), b"x");
+        f.assert_canary();
+        // The last component is never followed: a file entry over a symlink replaces the link.
+        std::os::unix::fs::symlink(f.canary.join("keep"), f.at("over")).unwrap();
+        f.apply(&Layer::default().file(b"over", b"new").done()).unwrap();
+        assert!(f.lstat("over").is_file());
+        f.assert_canary();
+    }
+
+    #[test]
+    fn hard_links_resolve_both_ends_inside_the_root() {
+        let f = Fixture::new("hardlink");
+        let passwd = f.canary.join("sub/passwd");
+        let err =
+            refused(f.apply(&Layer::default().link(b"pw", EntryType::Link, passwd.as_os_str().as_bytes()).done()));
+        assert_eq!(err.entry.as_deref(), Some("pw"));
+        assert!(err.to_string().contains("does not exist in the image"), "{err}");
+        assert!(!f.exists("pw"));
+        f.assert_canary();
+        // Through a symlinked parent pointing outside: still resolved inside the root.
+        let layer = Layer::default().symlink(b"out", f.canary.as_os_str().as_bytes()).link(
+            b"pw2",
+            EntryType::Link,
+            b"out/keep",
+        );
+        let err = refused(f.apply(&layer.done()));
+        assert!(err.to_string().contains("does not exist in the image"), "{err}");
+        f.assert_canary();
+        // A link to a symlink links the symlink itself (linkat without AT_SYMLINK_FOLLOW).
+        let layer = Layer::default().file(b"real", b"data").link(b"again", EntryType::Link, b"/real").link(
+            b"linklink",
+            EntryType::Link,
+            b"out",
+        );
+        f.apply(&layer.done()).unwrap();
+        assert_eq!(f.lstat("again").ino(), f.lstat("real").ino());
+        assert!(f.lstat("linklink").file_type().is_symlink());
+        assert_eq!(f.lstat("linklink").ino(), f.lstat("out").ino());
+        // A directory target is refused.
+        let err = refused(f.apply(&Layer::default().dir(b"d/").link(b"dl", EntryType::Link, b"d").done()));
+        assert!(err.to_string().contains("is a directory"), "{err}");
+        f.assert_canary();
+    }
+
+    #[test]
+    fn device_nodes_are_dropped_and_reported_and_fifos_created() {
+        let f = Fixture::new("dev");
+        let mut null = header(b"dev/null", EntryType::Char, 0, 0o666);
+        null.set_device_major(1).unwrap();
+        null.set_device_minor(3).unwrap();
+        let mut sda = header(b"dev/sda", EntryType::Block, 0, 0o660);
+        sda.set_device_major(8).unwrap();
+        sda.set_device_minor(0).unwrap();
+        let mut fifo = header(b"run/pipe", EntryType::Fifo, 0, 0o620);
+        fifo.set_uid(5);
+        fifo.set_gid(6);
+        let u = f.apply(&Layer::default().raw(null, b"").raw(sda, b"").raw(fifo, b"").done()).unwrap();
+        assert_eq!(u.entries, 1);
+        assert_eq!(u.dropped_count, 2);
+        assert_eq!(
+            u.dropped,
+            vec![
+                "dev/null: device node dropped (sandboxes get /dev from sandlot)".to_string(),
+                "dev/sda: device node dropped (sandboxes get /dev from sandlot)".to_string(),
+            ]
+        );
+        assert!(!f.exists("dev"));
+        let m = f.lstat("run/pipe");
+        assert!(m.file_type().is_fifo());
+        assert_eq!(m.mode() & 0o7777, 0o620);
+        assert_eq!((m.uid(), m.gid()), (IMAGE_IDS_BASE + 5, IMAGE_IDS_BASE + 6));
+        f.assert_canary();
+    }
+
+    #[test]
+    fn setuid_files_keep_their_mode_and_are_owned_by_unprivileged_image_ids() {
+        let f = Fixture::new("setuid");
+        let layer =
+            Layer::default().file_mode(b"usr/bin/su", 0o4755, 0).file_mode(b"usr/bin/wall", 0o2755, 1000).dir(b"tmp/");
+        let mut tmp = header(b"tmp2/", EntryType::Directory, 0, 0o1777);
+        tmp.set_uid(0);
+        let u = f.apply(&layer.raw(tmp, b"").done()).unwrap();
+        assert_eq!(u.entries, 4);
+        let su = f.lstat("usr/bin/su");
+        assert_eq!(su.mode() & 0o7777, 0o4755);
+        assert_eq!((su.uid(), su.gid()), (IMAGE_IDS_BASE, IMAGE_IDS_BASE));
+        let wall = f.lstat("usr/bin/wall");
+        assert_eq!(wall.mode() & 0o7777, 0o2755);
+        assert_eq!((wall.uid(), wall.gid()), (IMAGE_IDS_BASE + 1000, IMAGE_IDS_BASE + 1000));
+        assert_eq!(f.lstat("tmp2").mode() & 0o7777, 0o1777);
+        // Parents the layer did not list: 0755, image root.
+        let usr = f.lstat("usr");
+        assert_eq!((usr.mode() & 0o7777, usr.uid()), (0o755, IMAGE_IDS_BASE));
+        assert_eq!(su.mtime(), MTIME as i64);
+    }
+
+    #[test]
+    fn an_owner_outside_the_image_range_is_refused() {
+        let f = Fixture::new("uid");
+        let err = refused(f.apply(&Layer::default().file_mode(b"f", 0o644, 70000).done()));
+        assert_eq!(err.entry.as_deref(), Some("f"));
+        assert!(err.to_string().contains("owner uid 70000 is outside"), "{err}");
+        assert!(!f.exists("f"));
+        // A PAX uid (which overrides the header's) is checked the same way.
+        let layer = Layer::default().pax(&[("uid", b"4294967295")]).file(b"g", b"x");
+        let err = refused(f.apply(&layer.done()));
+        assert!(err.to_string().contains("owner uid 4294967295"), "{err}");
+    }
+
+    #[test]
+    fn a_huge_declared_size_is_refused_before_anything_is_written() {
+        let f = Fixture::new("huge");
+        // A plain header claiming 2^40 bytes, followed by none of them.
+        let mut h = header(b"big", EntryType::Regular, 0, 0o644);
+        h.set_size(1 << 40);
+        let err = refused(f.apply(&Layer::default().raw(h, b"").done()));
+        assert_eq!(err.entry.as_deref(), Some("big"));
+        assert!(err.to_string().contains("over 68719476736 bytes (max_bytes)"), "{err}");
+        assert!(!f.exists("big"));
+        // A GNU sparse file of 2^40 bytes that stores one 512-byte block.
+        let mut h = header(b"sparse", EntryType::GNUSparse, 512, 0o644);
+        let gnu = h.as_gnu_mut().unwrap();
+        gnu.sparse[0].set_offset(0);
+        gnu.sparse[0].set_length(512);
+        gnu.sparse[1].set_offset(1 << 40);
+        gnu.sparse[1].set_length(0);
+        gnu.set_real_size(1 << 40);
+        let err = refused(f.apply(&Layer::default().raw(h, &[7u8; 512]).done()));
+        assert_eq!(err.entry.as_deref(), Some("sparse"));
+        assert!(err.to_string().contains("1099511627776 bytes of data"), "{err}");
+        assert!(!f.exists("sparse"));
+        // The cap counts the layer's total: three 400-byte files against 1000 bytes.
+        let limits = UnpackLimits { max_bytes: 1000, ..UnpackLimits::default() };
+        let layer = Layer::default().file(b"a", &[1; 400]).file(b"b", &[1; 400]).file(b"c", &[1; 400]);
+        let err = refused(f.apply_with(&layer.done(), &limits));
+        assert_eq!(err.entry.as_deref(), Some("c"));
+        assert!(!f.exists("c"));
+        f.assert_canary();
+    }
+
+    #[test]
+    fn a_small_sparse_file_keeps_its_size_and_holes() {
+        let f = Fixture::new("sparse");
+        let mut h = header(b"s", EntryType::GNUSparse, 512, 0o644);
+        let gnu = h.as_gnu_mut().unwrap();
+        gnu.sparse[0].set_offset(1 << 20);
+        gnu.sparse[0].set_length(512);
+        gnu.set_real_size((1 << 20) + 512);
+        let u = f.apply(&Layer::default().raw(h, &[7u8; 512]).done()).unwrap();
+        assert_eq!(u.bytes, (1 << 20) + 512);
+        let m = f.lstat("s");
+        assert_eq!(m.size(), (1 << 20) + 512);
+        assert!(m.blocks() * 512 < 1 << 20, "the hole was written as zeros: {} blocks", m.blocks());
+        let body = std::fs::read(f.at("s")).unwrap();
+        assert!(body[..1 << 20].iter().all(|b| *b == 0) && body[1 << 20..].iter().all(|b| *b == 7));
+    }
+
+    #[test]
+    fn the_entry_count_and_depth_are_capped() {
+        let f = Fixture::new("caps");
+        let limits = UnpackLimits { max_entries: 5, ..UnpackLimits::default() };
+        let mut layer = Layer::default();
+        for i in 0..10 {
+            layer = layer.file(format!("f{i}").as_bytes(), b"x");
+        }
+        let err = refused(f.apply_with(&layer.done(), &limits));
+        assert_eq!(err.entry, None);
+        assert!(err.to_string().contains("more than 5 entries (max_entries)"), "{err}");
+        assert!(f.exists("f4") && !f.exists("f5"));
+        // Paths count too: one entry 5 levels deep writes 5 paths.
+        let limits = UnpackLimits { max_entries: 3, ..UnpackLimits::default() };
+        let err = refused(f.apply_with(&Layer::default().file(b"p/q/r/s/t", b"x").done(), &limits));
+        assert!(err.to_string().contains("writes more than 3 paths"), "{err}");
+
+        let limits = UnpackLimits { max_depth: 4, ..UnpackLimits::default() };
+        let err = refused(f.apply_with(&Layer::default().file(b"a/b/c/d/e", b"x").done(), &limits));
+        assert_eq!(err.entry.as_deref(), Some("a/b/c/d/e"));
+        assert!(err.to_string().contains("5 components deep, over the limit of 4"), "{err}");
+        assert!(!f.exists("a"));
+        let limits = UnpackLimits { max_path_bytes: 10, ..UnpackLimits::default() };
+        let err = refused(f.apply_with(&Layer::default().file(b"0123456789a", b"x").done(), &limits));
+        assert!(err.to_string().contains("11 bytes, over the 10-byte limit"), "{err}");
+    }
+
+    #[test]
+    fn names_with_newlines_and_invalid_utf8_are_created_and_escaped_in_errors() {
+        let f = Fixture::new("names");
+        let u = f.apply(&Layer::default().file(b"new\nline", b"1").file(b"bad\xff\xfe", b"2").done()).unwrap();
+        assert_eq!(u.entries, 2);
+        assert_eq!(std::fs::read(f.root.join(std::ffi::OsStr::from_bytes(b"new\nline"))).unwrap(), b"1");
+        assert_eq!(std::fs::read(f.root.join(std::ffi::OsStr::from_bytes(b"bad\xff\xfe"))).unwrap(), b"2");
+        let err = refused(f.apply(&Layer::default().file(b"x\n\x1b[31m\xff\"/../y", b"x").done()));
+        assert_eq!(err.entry.as_deref(), Some("x\\x0a\\x1b[31m\\xff\\\"/../y"));
+        let text = err.to_string();
+        assert!(!text.contains('\n') && !text.contains('\x1b'), "{text:?}");
+        // Dropped entries are escaped too.
+        let mut dev = header(b"dev/\nnull", EntryType::Char, 0, 0o666);
+        dev.set_device_major(1).unwrap();
+        let u = f.apply(&Layer::default().raw(dev, b"").done()).unwrap();
+        assert!(u.dropped[0].starts_with("dev/\\x0anull: "), "{:?}", u.dropped);
+    }
+
+    #[test]
+    fn file_capabilities_are_dropped_and_user_xattrs_kept() {
+        let f = Fixture::new("xattr");
+        let cap = [1u8, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let layer = Layer::default()
+            .pax(&[
+                ("SCHILY.xattr.security.capability", &cap),
+                ("SCHILY.xattr.user.x", b"kept"),
+                ("SCHILY.xattr.trusted.overlay.opaque", b"y"),
+                ("SCHILY.xattr.security.selinux", b"system_u:object_r:bin_t"),
+            ])
+            .file(b"ping", b"\x7fELF");
+        let u = f.apply(&layer.done()).unwrap();
+        let ping = f.at("ping");
+        assert_eq!(xattr(&ping, "user.x").as_deref(), Some(&b"kept"[..]));
+        assert_eq!(xattr(&ping, "security.capability"), None);
+        assert_eq!(xattr(&ping, "trusted.overlay.opaque"), None);
+        assert_eq!(u.dropped_count, 3);
+        assert!(u.dropped[0].starts_with("ping: xattr security.capability dropped"), "{:?}", u.dropped);
+        // Over the per-entry cap: dropped, recorded.
+        let limits = UnpackLimits { max_xattr_bytes: 16, ..UnpackLimits::default() };
+        let layer = Layer::default().pax(&[("SCHILY.xattr.user.big", &[b'v'; 64])]).file(b"big", b"x");
+        let u = f.apply_with(&layer.done(), &limits).unwrap();
+        assert_eq!(xattr(&f.at("big"), "user.big"), None);
+        assert!(u.dropped[0].contains("over 16 bytes (max_xattr_bytes)"), "{:?}", u.dropped);
+    }
+
+    #[test]
+    fn oversized_headers_are_a_stream_error_not_an_allocation() {
+        let f = Fixture::new("pax");
+        let limits = UnpackLimits { max_path_bytes: 100, max_xattr_bytes: 100, ..UnpackLimits::default() };
+        let big = vec![b'a'; 2 << 20];
+        let layer = Layer::default().pax(&[("comment", &big)]).file(b"f", b"x");
+        let err = refused(f.apply_with(&layer.done(), &limits));
+        assert_eq!(err.entry, None);
+        assert!(err.to_string().contains("headers (PAX records, long names, sparse map) are over"), "{err}");
+    }
+
+    #[test]
+    fn decompress_detects_gzip_zstd_and_plain_tar_by_their_bytes() {
+        let f = Fixture::new("decompress");
+        let tar = Layer::default().file(b"hello", b"world").done();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&tar).unwrap();
+        let gz = gz.finish().unwrap();
+        let zst = ruzstd::encoding::compress_to_vec(&tar[..], ruzstd::encoding::CompressionLevel::Fastest);
+        // Two frames with a skippable frame between them decode as one stream.
+        let (a, b) = tar.split_at(700);
+        let mut multi = ruzstd::encoding::compress_to_vec(a, ruzstd::encoding::CompressionLevel::Fastest);
+        multi.extend_from_slice(&[0x50, 0x2a, 0x4d, 0x18, 3, 0, 0, 0, 9, 9, 9]);
+        multi.extend(ruzstd::encoding::compress_to_vec(b, ruzstd::encoding::CompressionLevel::Fastest));
+        for (what, bytes) in [("plain", &tar), ("gzip", &gz), ("zstd", &zst), ("zstd frames", &multi)] {
+            let mut out = Vec::new();
+            decompress(&bytes[..]).unwrap().read_to_end(&mut out).unwrap();
+            assert_eq!(out, tar, "{what}");
+            std::fs::remove_file(f.at("hello")).ok();
+            let fd = tree::open_root(&f.root).unwrap();
+            apply_layer(fd.as_fd(), decompress(&bytes[..]).unwrap(), &UnpackLimits::default()).unwrap();
+            assert_eq!(std::fs::read(f.at("hello")).unwrap(), b"world", "{what}");
+        }
+        // Corrupt compressed data is a stream error.
+        let mut bad = gz.clone();
+        let mid = bad.len() / 2;
+        bad[mid..].iter_mut().for_each(|b| *b ^= 0x55);
+        let fd = tree::open_root(&f.root).unwrap();
+        let err = apply_layer(fd.as_fd(), decompress(&bad[..]).unwrap(), &UnpackLimits::default()).unwrap_err();
+        assert_eq!(err.entry, None, "{err}");
+        // A zstd frame asking for a 2 TiB window is refused before it is decoded.
+        let mut huge = ZSTD_MAGIC.to_vec();
+        huge.extend_from_slice(&[0x00, 31 << 3, 0, 0, 0, 0]);
+        let err = decompress(&huge[..]).unwrap().read_to_end(&mut Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("2199023255552-byte window, over the 134217728-byte limit"), "{err}");
+    }
+
+    #[test]
+    fn whiteouts_remove_lower_files_and_trees_without_following_links() {
+        let f = Fixture::new("whiteout");
+        std::fs::create_dir_all(f.at("etc")).unwrap();
+        std::fs::write(f.at("etc/old"), "lower").unwrap();
+        std::fs::write(f.at("etc/kept"), "lower").unwrap();
+        std::fs::create_dir_all(f.at("var/cache/deep/er")).unwrap();
+        std::fs::write(f.at("var/cache/deep/er/x"), "lower").unwrap();
+        std::os::unix::fs::symlink(&f.canary, f.at("var/cache/out")).unwrap();
+        std::os::unix::fs::symlink(&f.canary, f.at("link")).unwrap();
+        let layer = Layer::default()
+            .file(b"etc/.wh.old", b"")
+            .file(b"var/.wh.cache", b"")
+            .file(b".wh.link", b"")
+            .file(b"nothere/.wh.nothing", b"")
+            .file(b"etc/.wh.missing", b"")
+            .file(b"etc/new", b"this layer")
+            .file(b"etc/.wh.new", b"");
+        let u = f.apply(&layer.done()).unwrap();
+        assert_eq!(u.entries, 7);
+        assert!(!f.exists("etc/old") && f.exists("etc/kept"));
+        assert!(!f.exists("var/cache") && f.exists("var"));
+        assert!(!f.exists("link") && !f.exists("nothere"));
+        // A whiteout hides lower layers only, not an entry of its own layer.
+        assert_eq!(std::fs::read(f.at("etc/new")).unwrap(), b"this layer");
+        assert!(!f.exists("etc/.wh.old"));
+        f.assert_canary();
+    }
+
+    #[test]
+    fn an_opaque_directory_keeps_only_this_layers_entries_before_and_after_the_marker() {
+        let f = Fixture::new("opaque");
+        std::fs::create_dir_all(f.at("d/sub")).unwrap();
+        std::fs::write(f.at("d/old"), "lower").unwrap();
+        std::fs::write(f.at("d/sub/old"), "lower").unwrap();
+        std::fs::create_dir_all(f.at("d/merged")).unwrap();
+        std::fs::write(f.at("d/merged/old"), "lower").unwrap();
+        std::os::unix::fs::symlink(&f.canary, f.at("d/out")).unwrap();
+        std::fs::write(f.at("outside-d"), "lower").unwrap();
+        let layer = Layer::default()
+            .dir(b"d/")
+            .file(b"d/before", b"1")
+            .file(b"d/merged/new", b"2")
+            .file(b"d/.wh..wh..opq", b"")
+            .file(b"d/after", b"3")
+            .file(b"gone/.wh..wh..opq", b"");
+        let u = f.apply(&layer.done()).unwrap();
+        assert_eq!(u.entries, 6);
+        let mut names: Vec<_> = std::fs::read_dir(f.at("d")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["after", "before", "merged"]);
+        let merged: Vec<_> = std::fs::read_dir(f.at("d/merged")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(merged, ["new"]);
+        assert!(f.exists("outside-d"));
+        f.assert_canary();
+    }
+
+    #[test]
+    fn a_directory_replaced_by_a_file_and_a_file_by_a_directory() {
+        let f = Fixture::new("replace");
+        std::fs::create_dir_all(f.at("x/deep")).unwrap();
+        std::fs::write(f.at("x/deep/f"), "lower").unwrap();
+        std::os::unix::fs::symlink(&f.canary, f.at("x/out")).unwrap();
+        std::fs::write(f.at("y"), "lower").unwrap();
+        std::fs::create_dir_all(f.at("kept/child")).unwrap();
+        let layer = Layer::default().file(b"x", b"file now").dir(b"y/").file(b"y/z", b"in dir").dir(b"kept/");
+        f.apply(&layer.done()).unwrap();
+        assert!(f.lstat("x").is_file());
+        assert_eq!(std::fs::read(f.at("x")).unwrap(), b"file now");
+        assert!(f.lstat("y").is_dir());
+        assert_eq!(std::fs::read(f.at("y/z")).unwrap(), b"in dir");
+        // A directory entry over a directory keeps its contents and takes the entry's owner.
+        assert!(f.exists("kept/child"));
+        assert_eq!(f.lstat("kept").uid(), IMAGE_IDS_BASE);
+        f.assert_canary();
+    }
+
+    #[test]
+    fn merged_usr_symlinked_parents_resolve_inside_the_root() {
+        let f = Fixture::new("usrmerge");
+        let layer = Layer::default()
+            .dir(b"usr/")
+            .dir(b"usr/bin/")
+            .dir(b"usr/sbin/")
+            .symlink(b"bin", b"usr/bin")
+            .symlink(b"sbin", b"/usr/sbin")
+            .file(b"bin/sh", b"shell")
+            .file(b"./sbin/init", b"init");
+        f.apply(&layer.done()).unwrap();
+        assert!(f.lstat("bin").file_type().is_symlink());
+        assert!(f.lstat("sbin").file_type().is_symlink());
+        assert_eq!(std::fs::read(f.at("usr/bin/sh")).unwrap(), b"shell");
+        assert_eq!(std::fs::read(f.at("usr/sbin/init")).unwrap(), b"init");
+        f.assert_canary();
+    }
+
+    #[test]
+    fn directory_mtimes_and_the_root_entry_are_applied() {
+        let f = Fixture::new("mtime");
+        let mut rootdir = header(b"./", EntryType::Directory, 0, 0o755);
+        rootdir.set_mtime(42);
+        let mut d = header(b"d/", EntryType::Directory, 0, 0o750);
+        d.set_mtime(4242);
+        let layer = Layer::default().raw(rootdir, b"").raw(d, b"").file(b"d/child", b"x");
+        f.apply(&layer.done()).unwrap();
+        let root = std::fs::symlink_metadata(&f.root).unwrap();
+        assert_eq!((root.uid(), root.mode() & 0o7777, root.mtime()), (IMAGE_IDS_BASE, 0o755, 42));
+        let d = f.lstat("d");
+        assert_eq!((d.mode() & 0o7777, d.mtime()), (0o750, 4242));
+        let err = refused(f.apply(&Layer::default().file(b"./", b"x").done()));
+        assert!(err.to_string().contains("only a directory can name the image root"), "{err}");
+    }
+
+    #[test]
+    fn a_truncated_tar_is_a_stream_error() {
+        let f = Fixture::new("truncated");
+        let tar = Layer::default().file(b"a", &[1; 2000]).file(b"b", b"x").done();
+        // Inside a's data.
+        let err = refused(f.apply(&tar[..512 + 1000]));
+        assert_eq!(err.entry, None);
+        assert!(err.to_string().contains("ends inside the data of \"a\""), "{err}");
+        // Inside b's header.
+        let err = refused(f.apply(&tar[..512 + 2048 + 100]));
+        assert_eq!(err.entry, None);
+        assert!(err.to_string().contains("a malformed or truncated tar"), "{err}");
+    }
+
+    #[test]
+    fn whiteouts_of_dot_and_dot_dot_are_refused() {
+        let f = Fixture::new("whdots");
+        std::fs::create_dir_all(f.at("sub")).unwrap();
+        std::fs::write(f.at("sub/lower"), "lower").unwrap();
+        for name in [&b".wh.."[..], b".wh...", b"sub/.wh..", b"sub/.wh...", b".wh."] {
+            let err = refused(f.apply(&Layer::default().file(name, b"").done()));
+            assert_eq!(err.entry.as_deref(), Some(escape(name).as_str()));
+            assert!(err.to_string().contains("a whiteout that names no entry"), "{err}");
+            assert!(f.exists("sub/lower"));
+            f.assert_canary();
+        }
+        let fd = tree::open_root(&f.root).unwrap();
+        for name in [c"..", c".", c""] {
+            let err = tree::remove_beneath(fd.as_fd(), name).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{name:?}");
+        }
+        f.assert_canary();
+    }
+
+    #[test]
+    fn a_lower_tree_deeper_than_path_max_is_whited_out_and_a_128_deep_layer_applies() {
+        let f = Fixture::new("deep");
+        // 3,000 levels, built one level at a time (the whole path is longer than PATH_MAX).
+        let mut fd = tree::open_root(&f.root).unwrap();
+        mkdirat(Some(fd.as_raw_fd()), c"low", Mode::from_bits_truncate(0o755)).unwrap();
+        fd = open_here(fd.as_fd(), c"low", OFlag::O_DIRECTORY | OFlag::O_RDONLY).unwrap();
+        for _ in 0..3000 {
+            mkdirat(Some(fd.as_raw_fd()), c"d", Mode::from_bits_truncate(0o755)).unwrap();
+            fd = open_here(fd.as_fd(), c"d", OFlag::O_DIRECTORY | OFlag::O_RDONLY).unwrap();
+        }
+        let canary = cstring(f.canary.as_os_str().as_bytes());
+        nix::unistd::symlinkat(canary.as_c_str(), Some(fd.as_raw_fd()), c"out").unwrap();
+        drop(fd);
+        let deep: Vec<u8> = ["x"; 127].join("/").into_bytes();
+        let mut file = deep.clone();
+        file.extend_from_slice(b"/leaf");
+        let mut layer = Layer::default().file(b".wh.low", b"");
+        // A 128-component name does not fit a 100-byte ustar name: a PAX path carries it.
+        layer = layer.pax(&[("path", &file)]).file(b"placeholder", b"deep");
+        let u = f.apply(&layer.done()).unwrap();
+        assert_eq!(u.entries, 2);
+        assert!(!f.exists("low"));
+        let leaf = f.root.join(std::ffi::OsStr::from_bytes(&file));
+        assert_eq!(std::fs::read(leaf).unwrap(), b"deep");
+        f.assert_canary();
+    }
+
+    #[test]
+    fn a_second_opaque_marker_through_a_symlinked_alias_keeps_this_layers_entries() {
+        let f = Fixture::new("opqalias");
+        std::fs::create_dir_all(f.at("d")).unwrap();
+        std::fs::write(f.at("d/old"), "lower").unwrap();
+        let layer = Layer::default()
+            .symlink(b"alias", b"d")
+            .file(b"d/.wh..wh..opq", b"")
+            .file(b"d/a", b"1")
+            .file(b"alias/.wh..wh..opq", b"")
+            .file(b"d/b", b"2");
+        f.apply(&layer.done()).unwrap();
+        let mut names: Vec<_> = std::fs::read_dir(f.at("d")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+    }
 }

@@ -14,6 +14,7 @@
 //! - [`image`]: what a pulled or imported image is ([`Image`]), stored as JSON by the daemon.
 //! - [`manifest`]: parsing manifests, indexes and config blobs (size caps, media types, diff_ids).
 //! - [`store`]: the blob store ([`BlobStore`]).
+//! - `testing` (feature `testing`): a real `docker-registry` on loopback and test images.
 //! - [`registry`]: the distribution-spec client with the token and basic auth flows ([`Registry`]).
 //!
 //! All I/O is blocking: the daemon calls into this crate from `spawn_blocking`.
@@ -26,6 +27,8 @@ pub mod platform;
 pub mod reference;
 pub mod registry;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use digest::Digest;
 pub use image::{Image, ImageConfig, Layer};

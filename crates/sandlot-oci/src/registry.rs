@@ -610,6 +610,30 @@ enum What<'a> {
 }
 
 impl Registry {
+    /// A request with any method and body through this client's TLS setup, no redirects followed and
+    /// any HTTP status returned as `Ok` (the test registry pushes with it).
+    #[cfg(feature = "testing")]
+    pub(crate) fn raw_request(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> io::Result<ureq::Response> {
+        let mut req = self.agent.request(method, url);
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        let result = match body {
+            Some(b) => req.send_bytes(b),
+            None => req.call(),
+        };
+        match result {
+            Ok(resp) | Err(ureq::Error::Status(_, resp)) => Ok(resp),
+            Err(ureq::Error::Transport(t)) => Err(io::Error::other(transport_error(&t, url_host(url)).message)),
+        }
+    }
+
     fn is_insecure(&self, host: &str) -> bool {
         self.opts.insecure.iter().any(|h| h == host)
     }
