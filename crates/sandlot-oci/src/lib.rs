@@ -8,7 +8,7 @@
 //! job, beneath a directory fd).
 //!
 //! - [`digest`]: `sha256:<hex>` digests, the only kind accepted.
-//! - [`reference`]: image references with docker's normalisation (`python:3.12` is
+//! - [`reference`](mod@reference): image references with docker's normalisation (`python:3.12` is
 //!   `docker.io/library/python:3.12`).
 //! - [`platform`]: `linux/amd64`-style platforms and how an index entry is matched.
 //! - [`image`]: what a pulled or imported image is ([`Image`]), stored as JSON by the daemon.
