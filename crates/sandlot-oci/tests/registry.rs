@@ -418,3 +418,38 @@ fn redirects_are_followed_and_authorization_never_reaches_another_host() {
     assert_eq!(err.kind, PullErrorKind::InsecureRefused, "{err}");
     assert!(err.message.contains(&format!("--insecure-registry {storage_addr}")), "{err}");
 }
+
+#[test]
+fn docker_schema2_manifests_written_by_skopeo_pull_with_many_layers() {
+    let reg = TestRegistry::start(TestRegistryOptions::default()).unwrap();
+    let layers: Vec<Vec<u8>> = (0..5).map(|i| tar_of(&[(&format!("layer{i}"), &vec![i as u8; 300_000 + i])])).collect();
+    let img =
+        TestImage { layers: layers.clone(), compression: Compression::Gzip, config: serde_json::json!({"Cmd": ["x"]}) };
+    reg.push("v2s2/app", "oci", &img).unwrap();
+    // skopeo rewrites the image with Docker's media types (manifest.v2+json, rootfs.diff.tar.gzip).
+    let out = std::process::Command::new("/usr/bin/skopeo")
+        .args(["copy", "--quiet", "--format", "v2s2", "--src-tls-verify=false", "--dest-tls-verify=false"])
+        .arg(format!("docker://{}/v2s2/app:oci", reg.host()))
+        .arg(format!("docker://{}/v2s2/app:docker", reg.host()))
+        .output()
+        .expect("/usr/bin/skopeo runs (apt-get install skopeo)");
+    assert!(out.status.success(), "skopeo copy failed: {}", String::from_utf8_lossy(&out.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path()).unwrap();
+    let pulled = pull(&client_for(&reg), &reference(&reg, "v2s2/app:docker"), &amd64(), None, &store).unwrap();
+    let image = pulled.image;
+    assert_eq!(image.layers.len(), 5);
+    assert!(
+        image.layers.iter().all(|l| l.media_type == "application/vnd.docker.image.rootfs.diff.tar.gzip"),
+        "{:?}",
+        image.layers
+    );
+    let diff_ids: Vec<Digest> = image.layers.iter().map(|l| l.diff_id.clone()).collect();
+    assert_eq!(diff_ids, layers.iter().map(|l| Digest::of(l)).collect::<Vec<_>>());
+    for layer in &image.layers {
+        assert_eq!(Digest::of(&std::fs::read(store.path(&layer.digest)).unwrap()), layer.digest);
+        assert!(pulled.events.contains(&PullEvent::LayerDone { digest: layer.digest.clone(), cached: false }));
+    }
+    let manifest = store.read_verified(&image.manifest_digest, 1 << 20).unwrap();
+    assert!(String::from_utf8_lossy(&manifest).contains("application/vnd.docker.distribution.manifest.v2+json"));
+}
