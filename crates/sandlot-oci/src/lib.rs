@@ -8,18 +8,20 @@
 //! job, beneath a directory fd).
 //!
 //! - [`digest`]: `sha256:<hex>` digests, the only kind accepted.
-//! - [`reference`]: image references with docker's normalisation (`python:3.12` is
+//! - [`reference`](mod@reference): image references with docker's normalisation (`python:3.12` is
 //!   `docker.io/library/python:3.12`).
 //! - [`platform`]: `linux/amd64`-style platforms and how an index entry is matched.
 //! - [`image`]: what a pulled or imported image is ([`Image`]), stored as JSON by the daemon.
 //! - [`manifest`]: parsing manifests, indexes and config blobs (size caps, media types, diff_ids).
 //! - [`store`]: the blob store ([`BlobStore`]).
+//! - [`archive`]: `docker save` tars, OCI layouts and plain rootfs tars ([`import`]).
 //! - `testing` (feature `testing`): a real `docker-registry` on loopback and test images.
 //! - [`registry`]: the distribution-spec client with the token and basic auth flows ([`Registry`]).
 //!
 //! All I/O is blocking: the daemon calls into this crate from `spawn_blocking`.
 #![deny(missing_docs)]
 
+pub mod archive;
 pub mod digest;
 pub mod image;
 pub mod manifest;
@@ -30,12 +32,13 @@ pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use archive::{import, import_dir, ImportError, Imported};
 pub use digest::Digest;
 pub use image::{Image, ImageConfig, Layer};
 pub use platform::Platform;
 pub use reference::Reference;
 pub use registry::{Credentials, PullError, PullErrorKind, PullEvent, Registry, RegistryOptions};
-pub use store::{BlobStore, StoreError};
+pub use store::{BlobStore, Spooled, StoreError};
 
 /// A string or document that is not a valid digest, reference, platform, manifest or config.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Read};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -37,6 +37,8 @@ const MAX_TOKEN_BYTES: u64 = 1 << 20;
 const MAX_CHALLENGE_BYTES: usize = 4096;
 /// The largest error body read for a message.
 const MAX_ERROR_BODY: u64 = 16 << 10;
+/// Layers fetched at the same time in one pull.
+const LAYER_WORKERS: usize = 2;
 /// Progress events are sent at most this often (bytes or time, whichever first).
 const PROGRESS_BYTES: u64 = 256 << 10;
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
@@ -213,7 +215,7 @@ impl Registry {
     }
 
     /// Resolves `reference` (tag or digest; an index / manifest list picks `platform`), fetches config
-    /// and every layer blob not already in `store` (each verified against its digest), and returns the
+    /// and every layer blob not already in `store` (each verified against its digest, two at a time), and returns the
     /// Image. `auth` (given per pull) overrides the configured credentials. The image's
     /// `manifest_digest` is the platform manifest's, also when the reference named an index.
     pub fn pull(
@@ -241,6 +243,7 @@ impl Registry {
 }
 
 /// One pull: the registry, repository, credentials and the tokens obtained so far.
+#[derive(Clone)]
 struct Session<'a> {
     registry: &'a Registry,
     reference: &'a Reference,
@@ -342,42 +345,82 @@ impl<'a> Session<'a> {
         Ok(bytes)
     }
 
+    /// Fetches every layer not in `store`, [`LAYER_WORKERS`] at a time (each worker a copy of this
+    /// session, so each answers its own auth challenges); the first error stops the others.
     fn layers(
         &mut self,
         manifest: &Manifest,
         store: &BlobStore,
         events: &mut (dyn FnMut(PullEvent) + Send),
     ) -> Result<(), PullError> {
+        let mut todo: Vec<&Descriptor> = Vec::new();
         for layer in &manifest.layers {
-            if store.contains(&layer.digest) {
-                events(PullEvent::LayerDone { digest: layer.digest.clone(), cached: true });
+            if todo.iter().any(|l| l.digest == layer.digest) {
                 continue;
             }
-            let path = format!("/v2/{}/blobs/{}", self.reference.repository, layer.digest);
-            let resp = self.get(&path, None, What::Blob(&layer.digest))?;
-            let (total, digest) = (layer.size, layer.digest.clone());
-            let (mut last_bytes, mut last_time) = (0u64, Instant::now());
-            let mut progress = |done: u64| {
-                if done - last_bytes >= PROGRESS_BYTES || last_time.elapsed() >= PROGRESS_INTERVAL || done == total {
-                    (last_bytes, last_time) = (done, Instant::now());
-                    events(PullEvent::Layer { digest: digest.clone(), done, total });
-                }
-            };
-            let size = store
-                .put_verified(resp.into_reader(), &layer.digest, layer.size, &mut progress)
-                .map_err(|e| self.store_error(e, &layer.digest))?;
-            if size != layer.size {
-                store.remove(&layer.digest).map_err(|e| self.store_error(StoreError::Write(e), &layer.digest))?;
-                return Err(PullError::new(
-                    PullErrorKind::Corrupt,
-                    format!(
-                        "layer {} has {size} bytes but the manifest says {}; the image is inconsistent",
-                        layer.digest, layer.size
-                    ),
-                ));
+            if store.contains(&layer.digest) {
+                events(PullEvent::LayerDone { digest: layer.digest.clone(), cached: true });
+            } else {
+                todo.push(layer);
             }
-            events(PullEvent::LayerDone { digest: layer.digest.clone(), cached: false });
         }
+        let queue = Mutex::new(todo.into_iter());
+        let events = Mutex::new(events);
+        let emit = |e: PullEvent| (events.lock().unwrap_or_else(|p| p.into_inner()))(e);
+        let failed: Mutex<Option<PullError>> = Mutex::new(None);
+        std::thread::scope(|scope| {
+            for _ in 0..LAYER_WORKERS {
+                let mut worker = self.clone();
+                let (queue, failed, emit) = (&queue, &failed, &emit);
+                scope.spawn(move || loop {
+                    if failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+                        return;
+                    }
+                    let Some(layer) = queue.lock().unwrap_or_else(|p| p.into_inner()).next() else { return };
+                    if let Err(e) = worker.layer(layer, store, emit) {
+                        failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                        return;
+                    }
+                });
+            }
+        });
+        match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Fetches one layer into the store, verified, sending throttled progress.
+    fn layer(
+        &mut self,
+        layer: &Descriptor,
+        store: &BlobStore,
+        emit: &(dyn Fn(PullEvent) + Sync),
+    ) -> Result<(), PullError> {
+        let path = format!("/v2/{}/blobs/{}", self.reference.repository, layer.digest);
+        let resp = self.get(&path, None, What::Blob(&layer.digest))?;
+        let (total, digest) = (layer.size, layer.digest.clone());
+        let (mut last_bytes, mut last_time) = (0u64, Instant::now());
+        let mut progress = |done: u64| {
+            if done - last_bytes >= PROGRESS_BYTES || last_time.elapsed() >= PROGRESS_INTERVAL || done == total {
+                (last_bytes, last_time) = (done, Instant::now());
+                emit(PullEvent::Layer { digest: digest.clone(), done, total });
+            }
+        };
+        let size = store
+            .put_verified(resp.into_reader(), &layer.digest, layer.size, &mut progress)
+            .map_err(|e| self.store_error(e, &layer.digest))?;
+        if size != layer.size {
+            store.remove(&layer.digest).map_err(|e| self.store_error(StoreError::Write(e), &layer.digest))?;
+            return Err(PullError::new(
+                PullErrorKind::Corrupt,
+                format!(
+                    "layer {} has {size} bytes but the manifest says {}; the image is inconsistent",
+                    layer.digest, layer.size
+                ),
+            ));
+        }
+        emit(PullEvent::LayerDone { digest: layer.digest.clone(), cached: false });
         Ok(())
     }
 

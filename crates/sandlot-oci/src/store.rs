@@ -104,6 +104,13 @@ impl BlobStore {
         Ok((digest, size))
     }
 
+    /// Copies `r` into a temporary file in the store, hashing, without publishing it: the caller
+    /// inspects it and either [`Spooled::keep`]s it as a blob or drops it (which removes it).
+    pub fn spool_temp(&self, r: impl Read, max_bytes: u64) -> Result<Spooled<'_>, StoreError> {
+        let (path, digest, size) = self.spool(r, max_bytes, &mut |_| {})?;
+        Ok(Spooled { store: self, path, digest, size, kept: false })
+    }
+
     /// Stores `bytes` (small documents: manifests, configs).
     pub fn put_bytes(&self, bytes: &[u8]) -> Result<Digest, StoreError> {
         self.put(bytes, bytes.len() as u64).map(|(d, _)| d)
@@ -209,6 +216,40 @@ impl BlobStore {
     }
 }
 
+/// A hashed temporary file in the store, removed on drop unless kept.
+#[derive(Debug)]
+pub struct Spooled<'a> {
+    store: &'a BlobStore,
+    path: PathBuf,
+    /// The digest of its content.
+    pub digest: Digest,
+    /// Its size in bytes.
+    pub size: u64,
+    kept: bool,
+}
+
+impl Spooled<'_> {
+    /// Where the temporary file is (for reading it again).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Publishes the file as the blob [`Spooled::digest`].
+    pub fn keep(mut self) -> Result<Digest, StoreError> {
+        self.kept = true;
+        self.store.publish(&self.path, &self.digest)?;
+        Ok(self.digest.clone())
+    }
+}
+
+impl Drop for Spooled<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +308,20 @@ mod tests {
         let store = BlobStore::open(dir.path()).unwrap();
         assert_eq!(entries(&store), vec![d.hex().to_owned(), "not-a-digest".to_owned()]);
         assert_eq!(store.list().unwrap(), vec![d]);
+    }
+
+    #[test]
+    fn spooled_files_are_removed_unless_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path()).unwrap();
+        let dropped = store.spool_temp(&b"one"[..], 10).unwrap();
+        assert_eq!(fs::read(dropped.path()).unwrap(), b"one");
+        drop(dropped);
+        assert_eq!(entries(&store), Vec::<String>::new());
+        let kept = store.spool_temp(&b"two"[..], 10).unwrap();
+        assert_eq!(kept.size, 3);
+        let d = kept.keep().unwrap();
+        assert_eq!(entries(&store), vec![d.hex().to_owned()]);
     }
 
     #[test]

@@ -289,3 +289,167 @@ fn plain_http_is_refused_unless_listed_as_insecure() {
     assert!(err.message.contains(&format!("--insecure-registry {}", reg.host())), "{err}");
     pull(&client_for(&reg), &r, &amd64(), None, &store).unwrap();
 }
+
+/// A minimal HTTP/1.1 server on loopback answering each request with `handler(path, authorization)`,
+/// recording what it was sent; stopped (its thread joined) on drop.
+struct FakeHttp {
+    addr: std::net::SocketAddr,
+    seen: Seen,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Each request's path and `Authorization` header, in arrival order.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
+
+type Answer = (u16, Vec<(&'static str, String)>, Vec<u8>);
+
+impl FakeHttp {
+    fn start(handler: impl Fn(&str, Option<&str>) -> Answer + Send + 'static) -> FakeHttp {
+        use std::io::{BufRead, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (seen2, stop2) = (seen.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(mut conn) = conn else { continue };
+                let mut reader = std::io::BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+                let mut auth = None;
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
+                        break;
+                    }
+                    if let Some((k, v)) = h.split_once(':') {
+                        if k.eq_ignore_ascii_case("authorization") {
+                            auth = Some(v.trim().to_owned());
+                        }
+                    }
+                }
+                seen2.lock().unwrap().push((path.clone(), auth.clone()));
+                let (status, headers, body) = handler(&path, auth.as_deref());
+                let mut head =
+                    format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
+                for (k, v) in headers {
+                    head.push_str(&format!("{k}: {v}\r\n"));
+                }
+                head.push_str("\r\n");
+                let _ = conn.write_all(head.as_bytes()).and_then(|_| conn.write_all(&body));
+            }
+        });
+        FakeHttp { addr, seen, stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for FakeHttp {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn redirects_are_followed_and_authorization_never_reaches_another_host() {
+    let img = image(&[("f", b"redirected")], Compression::Gzip);
+    let (layers, (config, config_desc)) = img.blobs(&amd64()).unwrap();
+    let (layer, layer_desc) = layers.into_iter().next().unwrap();
+    let manifest_bytes = sandlot_oci::manifest::write_oci_manifest(&config_desc, std::slice::from_ref(&layer_desc));
+    let storage = {
+        let (layer, config) = (layer.clone(), config.clone());
+        let config_hex = config_desc.digest.hex().to_owned();
+        FakeHttp::start(move |path, _| {
+            let body = if path.contains(&config_hex) { config.clone() } else { layer.clone() };
+            (200, vec![], body)
+        })
+    };
+    let storage_addr = storage.addr;
+    let expected = "Basic dTpw"; // base64("u:p")
+    let registry = FakeHttp::start(move |path, auth| {
+        if auth != Some(expected) {
+            return (401, vec![("WWW-Authenticate", "Basic realm=\"fake\"".to_owned())], vec![]);
+        }
+        if path.contains("/manifests/") {
+            (200, vec![("Content-Type", sandlot_oci::manifest::OCI_MANIFEST.to_owned())], manifest_bytes.clone())
+        } else if let Some(rest) = path.strip_prefix("/hop/") {
+            // Same host: the second hop still carries Authorization; the third goes to storage.
+            (302, vec![("Location", format!("http://{storage_addr}/bucket/{rest}?signature=x"))], vec![])
+        } else if let Some(d) = path.rsplit('/').next().filter(|_| path.contains("/blobs/")) {
+            (307, vec![("Location", format!("/hop/{d}"))], vec![])
+        } else {
+            (404, vec![], vec![])
+        }
+    });
+    let host = registry.addr.to_string();
+    let client =
+        Registry::new(RegistryOptions { insecure: vec![host.clone(), storage_addr.to_string()], ..Default::default() })
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path()).unwrap();
+    let creds = Credentials { username: "u".into(), password: "p".into() };
+    let r = Reference::parse(&format!("{host}/fake/app:1")).unwrap();
+    let image = pull(&client, &r, &amd64(), Some(&creds), &store).unwrap().image;
+    assert_eq!(image.layers[0].digest, layer_desc.digest);
+    assert!(store.contains(&layer_desc.digest));
+
+    let at_storage = storage.seen.lock().unwrap().clone();
+    assert_eq!(at_storage.len(), 2, "{at_storage:?}");
+    assert!(at_storage.iter().all(|(_, auth)| auth.is_none()), "Authorization leaked to storage: {at_storage:?}");
+    let hops: Vec<_> = registry.seen.lock().unwrap().iter().filter(|(p, _)| p.starts_with("/hop/")).cloned().collect();
+    assert_eq!(hops.len(), 2);
+    assert!(hops.iter().all(|(_, auth)| auth.as_deref() == Some(expected)), "{hops:?}");
+
+    // A redirect to a plain-HTTP host that is not listed is refused.
+    let strict = Registry::new(RegistryOptions { insecure: vec![host.clone()], ..Default::default() }).unwrap();
+    let dir2 = tempfile::tempdir().unwrap();
+    let err = pull(&strict, &r, &amd64(), Some(&creds), &BlobStore::open(dir2.path()).unwrap()).unwrap_err();
+    assert_eq!(err.kind, PullErrorKind::InsecureRefused, "{err}");
+    assert!(err.message.contains(&format!("--insecure-registry {storage_addr}")), "{err}");
+}
+
+#[test]
+fn docker_schema2_manifests_written_by_skopeo_pull_with_many_layers() {
+    let reg = TestRegistry::start(TestRegistryOptions::default()).unwrap();
+    let layers: Vec<Vec<u8>> = (0..5).map(|i| tar_of(&[(&format!("layer{i}"), &vec![i as u8; 300_000 + i])])).collect();
+    let img =
+        TestImage { layers: layers.clone(), compression: Compression::Gzip, config: serde_json::json!({"Cmd": ["x"]}) };
+    reg.push("v2s2/app", "oci", &img).unwrap();
+    // skopeo rewrites the image with Docker's media types (manifest.v2+json, rootfs.diff.tar.gzip).
+    let out = std::process::Command::new("/usr/bin/skopeo")
+        .args(["copy", "--quiet", "--format", "v2s2", "--src-tls-verify=false", "--dest-tls-verify=false"])
+        .arg(format!("docker://{}/v2s2/app:oci", reg.host()))
+        .arg(format!("docker://{}/v2s2/app:docker", reg.host()))
+        .output()
+        .expect("/usr/bin/skopeo runs (apt-get install skopeo)");
+    assert!(out.status.success(), "skopeo copy failed: {}", String::from_utf8_lossy(&out.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::open(dir.path()).unwrap();
+    let pulled = pull(&client_for(&reg), &reference(&reg, "v2s2/app:docker"), &amd64(), None, &store).unwrap();
+    let image = pulled.image;
+    assert_eq!(image.layers.len(), 5);
+    assert!(
+        image.layers.iter().all(|l| l.media_type == "application/vnd.docker.image.rootfs.diff.tar.gzip"),
+        "{:?}",
+        image.layers
+    );
+    let diff_ids: Vec<Digest> = image.layers.iter().map(|l| l.diff_id.clone()).collect();
+    assert_eq!(diff_ids, layers.iter().map(|l| Digest::of(l)).collect::<Vec<_>>());
+    for layer in &image.layers {
+        assert_eq!(Digest::of(&std::fs::read(store.path(&layer.digest)).unwrap()), layer.digest);
+        assert!(pulled.events.contains(&PullEvent::LayerDone { digest: layer.digest.clone(), cached: false }));
+    }
+    let manifest = store.read_verified(&image.manifest_digest, 1 << 20).unwrap();
+    assert!(String::from_utf8_lossy(&manifest).contains("application/vnd.docker.distribution.manifest.v2+json"));
+}
