@@ -12,6 +12,10 @@
 //! (blob GETs go to storage hosts) are followed by hand, at most 5, and `Authorization` is sent only to
 //! the registry's own host. Credentials never appear in errors or events; [`Credentials`]' `Debug` hides
 //! them, and every error message is scrubbed of the password as a last defence.
+//!
+//! A host listed in `insecure` is spoken to over plain HTTP only (no HTTPS attempt first); every other
+//! host over HTTPS only. Layers are fetched two at a time. Diff_ids are not checked here: that needs
+//! the layer decompressed, which the unpacker does anyway.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -72,7 +76,7 @@ pub struct RegistryOptions {
 }
 
 /// Progress of a pull, for the NDJSON stream and the CLI's bars.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PullEvent {
     /// The manifest was found: its digest, platform and the layers (digest, blob size) to fetch.
     Resolved {
