@@ -58,6 +58,11 @@ pub mod codes {
     /// 502: an exposed port of the sandbox could not be reached (nothing listens on it, or the server
     /// inside broke the connection before answering).
     pub const PORT_UNREACHABLE: &str = "port_unreachable";
+    /// 403: the image registry refused the credentials (or gave none access to the repository).
+    pub const REGISTRY_DENIED: &str = "registry_denied";
+    /// 502: the image registry could not be reached, its TLS certificate was not trusted, or it sent
+    /// data that did not match its digests.
+    pub const REGISTRY_UNAVAILABLE: &str = "registry_unavailable";
     /// 503: the server is overloaded: it has its maximum of API connections open (in total or from
     /// the caller's address); retry shortly.
     pub const UNAVAILABLE: &str = "unavailable";

@@ -119,6 +119,18 @@ impl Error {
         }
     }
 
+    /// An error the server reported inside a stream (an NDJSON `error` line), after its 200.
+    pub(crate) fn from_detail(detail: sandlot_api::ErrorDetail) -> Error {
+        Error {
+            kind: kind_of_code(&detail.code).unwrap_or(ErrorKind::Server),
+            code: Some(detail.code),
+            status: None,
+            retryable: detail.retryable,
+            message: detail.message,
+            source: None,
+        }
+    }
+
     /// Maps a ureq failure; `base_url` names the server in "cannot reach" messages.
     pub(crate) fn from_ureq(err: ureq::Error, base_url: &str) -> Error {
         match err {
@@ -179,12 +191,12 @@ fn kind_of_code(code: &str) -> Option<ErrorKind> {
     Some(match code {
         codes::INVALID_REQUEST => ErrorKind::InvalidRequest,
         codes::UNAUTHENTICATED => ErrorKind::Unauthenticated,
-        codes::FORBIDDEN | codes::PERMISSION_DENIED => ErrorKind::PermissionDenied,
+        codes::FORBIDDEN | codes::PERMISSION_DENIED | codes::REGISTRY_DENIED => ErrorKind::PermissionDenied,
         codes::NOT_FOUND | codes::FILE_NOT_FOUND => ErrorKind::NotFound,
         codes::CONFLICT | codes::WRONG_FILE_KIND | codes::ALREADY_EXISTS => ErrorKind::Conflict,
         codes::TOO_LARGE => ErrorKind::TooLarge,
         codes::LIMIT_REACHED | codes::SERVER_FULL => ErrorKind::LimitReached,
-        codes::INTERNAL | codes::UNAVAILABLE => ErrorKind::Server,
+        codes::INTERNAL | codes::UNAVAILABLE | codes::REGISTRY_UNAVAILABLE => ErrorKind::Server,
         _ => return None,
     })
 }

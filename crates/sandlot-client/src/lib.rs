@@ -32,6 +32,7 @@
 
 mod client;
 mod error;
+mod images;
 mod sandbox;
 mod stream;
 mod url;
@@ -40,5 +41,6 @@ pub use sandlot_api as api;
 
 pub use client::Client;
 pub use error::{Error, ErrorKind, Result};
+pub use images::PullStream;
 pub use sandbox::Sandbox;
 pub use stream::EventStream;

@@ -36,6 +36,8 @@ pub struct Config {
     pub audit_retention_days: u64,
     /// How far running sandboxes' memory and disk limits may exceed the host's capacity.
     pub overcommit: f64,
+    /// The image a create that names none boots (`host`, or an image every tenant may use).
+    pub default_image: String,
     /// Names of the host features the start-up checks (`sandlot doctor`) found degraded, for
     /// `/healthz`.
     pub degraded: Vec<String>,
@@ -114,6 +116,7 @@ pub(crate) fn test_config() -> Config {
         snapshot_quota_bytes: 8 << 30,
         audit_retention_days: 30,
         overcommit: 1.5,
+        default_image: "host".into(),
         degraded: Vec::new(),
     }
 }

@@ -47,6 +47,10 @@ pub enum Kind {
     DirectoryNotEmpty,
     /// Nothing answers on the sandbox port.
     PortUnreachable,
+    /// An image registry refused the credentials.
+    RegistryDenied,
+    /// An image registry could not be reached or sent bad data.
+    RegistryUnavailable,
     /// A failure of this server.
     Internal,
 }
@@ -69,6 +73,8 @@ impl Kind {
             Kind::WrongFileKind => codes::WRONG_FILE_KIND,
             Kind::DirectoryNotEmpty => codes::DIRECTORY_NOT_EMPTY,
             Kind::PortUnreachable => codes::PORT_UNREACHABLE,
+            Kind::RegistryDenied => codes::REGISTRY_DENIED,
+            Kind::RegistryUnavailable => codes::REGISTRY_UNAVAILABLE,
             Kind::Internal => codes::INTERNAL,
         }
     }
@@ -76,7 +82,7 @@ impl Kind {
     /// Whose fault an error of this kind is.
     pub fn fault(self) -> Fault {
         match self {
-            Kind::PortUnreachable => Fault::Workload,
+            Kind::PortUnreachable | Kind::RegistryUnavailable => Fault::Workload,
             Kind::Internal => Fault::Server,
             _ => Fault::Client,
         }
@@ -85,7 +91,7 @@ impl Kind {
     /// Whether the same request may succeed later unchanged: limits free up, capacity frees up, a
     /// server in the sandbox may start listening.
     pub fn retryable(self) -> bool {
-        matches!(self, Kind::LimitReached | Kind::ServerFull | Kind::PortUnreachable)
+        matches!(self, Kind::LimitReached | Kind::ServerFull | Kind::PortUnreachable | Kind::RegistryUnavailable)
     }
 }
 

@@ -32,7 +32,13 @@ pub enum Started {
 }
 
 /// Turns a request into an [`ExecSpec`], validating every field.
-fn spec(max_timeout_s: u64, default_output: u64, rec: &SandboxRecord, req: ExecRequest) -> Result<ExecSpec> {
+fn spec(
+    max_timeout_s: u64,
+    default_output: u64,
+    rec: &SandboxRecord,
+    image: Option<&sandlot_api::ImageRunConfig>,
+    req: ExecRequest,
+) -> Result<ExecSpec> {
     let argv = match (req.argv, req.shell) {
         (Some(argv), None) => argv,
         (None, Some(shell)) => vec!["/bin/sh".into(), "-c".into(), shell],
@@ -62,7 +68,8 @@ fn spec(max_timeout_s: u64, default_output: u64, rec: &SandboxRecord, req: ExecR
         )));
     }
     let user = req.user;
-    let cwd = req.cwd.unwrap_or_else(|| user.home().to_string());
+    // The image's WorkingDir is where its programs expect to start, as `docker run` does.
+    let cwd = req.cwd.or_else(|| image.and_then(|i| i.working_dir.clone())).unwrap_or_else(|| user.home().to_string());
     no_nul("cwd", &cwd)?;
     if !cwd.starts_with('/') {
         return Err(Error::invalid(format!("cwd must be an absolute path, got {cwd:?}")));
@@ -88,7 +95,7 @@ fn spec(max_timeout_s: u64, default_output: u64, rec: &SandboxRecord, req: ExecR
     if stdin.as_ref().is_some_and(|s| s.len() > MAX_STDIN_BYTES) {
         return Err(Error::invalid(format!("stdin over {MAX_STDIN_BYTES} bytes: upload a file instead")));
     }
-    // Base environment, then the sandbox's, then the request's: later wins.
+    // Base environment, then the image's, then the sandbox's, then the request's: later wins.
     let base = [
         ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
         ("LANG", "C.UTF-8"),
@@ -99,6 +106,8 @@ fn spec(max_timeout_s: u64, default_output: u64, rec: &SandboxRecord, req: ExecR
     ];
     let mut env: std::collections::BTreeMap<String, String> =
         base.into_iter().chain(sandlot_engine::linux::tls_env()).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let image_env = image.map(|i| i.env.as_slice()).unwrap_or_default();
+    env.extend(image_env.iter().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())));
     env.extend(rec.env.clone());
     env.extend(req.env);
     Ok(ExecSpec {
@@ -177,7 +186,8 @@ impl Control {
         let background = req.background;
         let user = req.user.name();
         let env_names: Vec<String> = req.env.keys().cloned().collect();
-        let spec = spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, &rec, req)?;
+        let image = self.image_run_config(rec.image_key.as_deref())?;
+        let spec = spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, &rec, image.as_ref(), req)?;
         let proc = sb.spawn(spec).await?;
         let row = audit_start(&proc, user, &env_names, background);
         if background {

@@ -17,6 +17,7 @@ mod entries;
 mod error;
 mod exec;
 mod files;
+pub mod images;
 mod keys;
 mod lifecycle;
 mod network;
@@ -59,14 +60,30 @@ pub struct Control {
     entries: entries::Entries,
     ledger: capacity::Ledger,
     audit_gate: audit::Gate,
+    images: Option<images::Images>,
 }
 
 impl Control {
-    /// The control layer over `engine` and `store`, with the host's capacity `host`.
-    pub fn new(engine: Arc<Engine>, store: Store, cfg: Config, host: capacity::Host) -> Arc<Control> {
+    /// The control layer over `engine` and `store`, with the host's capacity `host` and, when the
+    /// server keeps images, their store and registry client.
+    pub fn new(
+        engine: Arc<Engine>,
+        store: Store,
+        cfg: Config,
+        host: capacity::Host,
+        images: Option<images::Images>,
+    ) -> Arc<Control> {
         let ledger = capacity::Ledger::new(host, cfg.overcommit, cfg.max_sandboxes)
             .with_pids_overhead(sandlot_engine::linux::SUPERVISOR_PIDS);
-        Arc::new(Control { store, engine, cfg, entries: Default::default(), ledger, audit_gate: Default::default() })
+        Arc::new(Control {
+            store,
+            engine,
+            cfg,
+            entries: Default::default(),
+            ledger,
+            audit_gate: Default::default(),
+            images,
+        })
     }
 
     /// The validated configuration.

@@ -52,7 +52,7 @@ impl Control {
         let l = &rec.info.limits;
         let policy = self.policy_for(&rec.tenant, &rec.network)?;
         let spec = StartSpec {
-            image: rec.info.image.clone(),
+            image: rec.image_key.clone().unwrap_or_else(|| crate::images::HOST_IMAGE.to_string()),
             resources: Resources {
                 memory_bytes: l.memory_mb << 20,
                 pids: l.pids,

@@ -93,6 +93,7 @@ pub(crate) fn new_record(tenant: &str, image: &str, limits: Limits, env: &BTreeM
         env: env.clone(),
         slot: 0,
         network: Default::default(),
+        image_key: None,
     }
 }
 
@@ -146,10 +147,11 @@ impl Control {
 
     /// Validates `req` for `caller` and builds its plan; nothing is recorded yet.
     pub(crate) fn plan(&self, caller: &Caller, req: &CreateSandbox) -> Result<Plan> {
-        let mut image = req.image.clone().unwrap_or_else(|| "host".into());
-        if !self.engine.has_image(&image) {
-            return Err(Error::invalid(format!("unknown image {image:?}; available images: host")));
-        }
+        let (mut image, mut image_key) = match &req.snapshot {
+            // A snapshot's sandbox boots the root the snapshot was taken over (below).
+            Some(_) => (String::new(), None),
+            None => self.resolve_image(caller, req.image.as_deref())?,
+        };
         let limits = self.limits(req)?;
         check_env(&req.env)?;
         if req.metadata.len() > MAX_METADATA {
@@ -180,12 +182,17 @@ impl Control {
             if req.image.as_ref().is_some_and(|i| *i != info.image) {
                 return Err(Error::invalid(format!("snapshot {snap} is of image {:?}; leave `image` out", info.image)));
             }
+            image_key = self.store.snapshot_image_key(&info.id)?;
+            if image_key.as_ref().is_some_and(|k| !self.engine.has_image(k)) {
+                return Err(Error::internal(format!("the image root of snapshot {snap} is missing on this host")));
+            }
             image = info.image;
             source = LayerSource::Snapshot { id: info.id, owner };
         }
         let persistent = req.persistent.unwrap_or(false);
         let mut rec = new_record(&caller.tenant, &image, limits, &req.env);
         rec.info.metadata = req.metadata.clone();
+        rec.image_key = image_key;
         rec.info.name = req.name.clone();
         rec.info.persistent = persistent;
         rec.info.auto_resume = req.auto_resume.unwrap_or(persistent);

@@ -89,7 +89,7 @@ impl Control {
                 quota >> 20
             )));
         }
-        self.store.insert_snapshot(&rec.tenant, &snap, taken.owner)?;
+        self.store.insert_snapshot(&rec.tenant, &snap, taken.owner, rec.image_key.as_deref())?;
         self.audit(
             &rec.tenant,
             Some(&rec.info.id),
@@ -144,6 +144,7 @@ impl Control {
             for _ in 0..count {
                 let mut copy = new_record(&rec.tenant, &rec.info.image, rec.info.limits.clone(), &rec.env);
                 copy.info.metadata = rec.info.metadata.clone();
+                copy.image_key = rec.image_key.clone();
                 copy.network = rec.network.clone();
                 copy.info.metadata.insert("forked_from".into(), id.clone());
                 copy.info.snapshot = Some(snap.id.clone());

@@ -34,7 +34,9 @@ fn harness_with(cfg: Config, host: Host) -> Harness {
         EngineConfig { net: sandlot_engine::network::offline(), start_timeout: Duration::from_secs(5) },
         256 << 20,
     );
-    let control = Control::new(engine, store, cfg, host);
+    let registry = sandlot_oci::Registry::new(sandlot_oci::RegistryOptions::default()).unwrap();
+    let images = crate::images::Images::new(registry, dir.path().join("blobs"), 1 << 30).unwrap();
+    let control = Control::new(engine, store, cfg, host, Some(images));
     let caller = |t: &str| Caller { tenant: t.into(), admin: false };
     Harness { control, driver, alice: caller("alice"), bob: caller("bob"), _dir: dir }
 }

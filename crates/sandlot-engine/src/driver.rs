@@ -12,6 +12,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
 use crate::{EngineError, LayerSource};
+pub use sandlot_linux::image_store::{chain_ids, LayerBlob, PrepareEvent};
 
 /// What a sandbox may use of the host.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -31,7 +32,8 @@ pub struct Resources {
 pub struct LaunchSpec<'a> {
     /// Sandbox id.
     pub id: &'a str,
-    /// Image name (checked with [`Driver::has_image`] first).
+    /// Image to boot: `host`, or the `sha256:` key of an image root made by [`Driver::prepare_image`]
+    /// (checked with [`Driver::has_image`] first).
     pub image: &'a str,
     /// Its limits.
     pub resources: Resources,
@@ -98,8 +100,18 @@ pub trait Instance: Send + Sync {
 
 /// What the engine asks of the host. Every method may block (the engine calls them off the runtime).
 pub trait Driver: Send + Sync + 'static {
-    /// Whether `image` can be launched.
+    /// Whether `image` (`host` or an image root's key) can be launched.
     fn has_image(&self, image: &str) -> bool;
+    /// Makes the root of image `key` (its config digest) from its layers, bottom first, unless it
+    /// exists; reports each layer as it is applied. Blocking.
+    fn prepare_image(
+        &self,
+        key: &str,
+        layers: &[LayerBlob],
+        events: &mut dyn FnMut(PrepareEvent),
+    ) -> Result<(), EngineError>;
+    /// Removes image roots not in `keep_roots` and layer chains not in `keep_chains`; returns what went.
+    fn remove_unused_images(&self, keep_roots: &HashSet<String>, keep_chains: &HashSet<String>) -> Vec<String>;
     /// Whether writable layers have an enforced size limit (and so persistence and snapshots work).
     fn disk_limits(&self) -> bool;
     /// Prepares the sandbox's layer, cgroup and uid range and starts its pid 1. On failure nothing it

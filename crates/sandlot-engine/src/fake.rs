@@ -37,6 +37,10 @@ pub enum Call {
     Snapshot(String, String),
     /// A snapshot deleted.
     DeleteSnapshot(String),
+    /// An image root made from this many layers.
+    PrepareImage(String, usize),
+    /// Image roots and chains removed by a collection.
+    RemoveImages(Vec<String>),
 }
 
 /// What the fake host holds.
@@ -46,6 +50,9 @@ struct Host {
     /// Sandboxes with a layer (made by a launch, kept by a stop, gone with a removal).
     layers: HashSet<String>,
     snapshots: HashSet<String>,
+    /// Image roots made (by key) and the layer chains they used.
+    images: HashSet<String>,
+    chains: HashSet<String>,
     /// Launches left to fail, with the reason.
     fail_launches: Vec<String>,
     /// Running instances by sandbox, to crash them from a test.
@@ -111,7 +118,34 @@ impl FakeDriver {
 
 impl Driver for FakeDriver {
     fn has_image(&self, image: &str) -> bool {
-        image == "host"
+        image == "host" || lock(&self.host).images.contains(image)
+    }
+
+    fn prepare_image(
+        &self,
+        key: &str,
+        layers: &[crate::driver::LayerBlob],
+        events: &mut dyn FnMut(crate::driver::PrepareEvent),
+    ) -> Result<(), EngineError> {
+        self.record(Call::PrepareImage(key.to_string(), layers.len()));
+        let chains = crate::driver::chain_ids(&layers.iter().map(|l| l.diff_id.clone()).collect::<Vec<_>>());
+        for (index, chain) in chains.into_iter().enumerate() {
+            let fresh = lock(&self.host).chains.insert(chain);
+            events(crate::driver::PrepareEvent::Unpacked { index, report: fresh.then(Default::default) });
+        }
+        lock(&self.host).images.insert(key.to_string());
+        Ok(())
+    }
+
+    fn remove_unused_images(&self, keep_roots: &HashSet<String>, keep_chains: &HashSet<String>) -> Vec<String> {
+        let mut host = lock(&self.host);
+        let mut gone: Vec<String> = host.images.iter().filter(|k| !keep_roots.contains(*k)).cloned().collect();
+        gone.extend(host.chains.iter().filter(|k| !keep_chains.contains(*k)).cloned());
+        host.images.retain(|k| keep_roots.contains(k));
+        host.chains.retain(|k| keep_chains.contains(k));
+        gone.sort();
+        host.calls.push(Call::RemoveImages(gone.clone()));
+        gone
     }
 
     fn disk_limits(&self) -> bool {

@@ -41,7 +41,7 @@ pub struct EngineConfig {
 /// What a sandbox is started with.
 #[derive(Debug, Clone)]
 pub struct StartSpec {
-    /// Image name.
+    /// Image to boot: `host` or an image root's key (see [`driver::LaunchSpec::image`]).
     pub image: String,
     /// Its limits.
     pub resources: Resources,
@@ -89,7 +89,7 @@ pub enum EngineError {
     #[error("{0}")]
     Busy(String),
     /// Unknown image.
-    #[error("unknown image {0:?}; available: host")]
+    #[error("image {0:?} is not on this host (pull or import it again)")]
     UnknownImage(String),
     /// A stopped sandbox's writable layer is gone from the host.
     #[error("host: the writable layer of {0} is missing")]
@@ -227,6 +227,33 @@ impl Engine {
     /// Whether `name` is an image this engine can boot.
     pub fn has_image(&self, name: &str) -> bool {
         self.driver.has_image(name)
+    }
+
+    /// Makes the root of image `key` from `layers` (bottom first) unless it exists, sending progress
+    /// on `events`.
+    pub async fn prepare_image(
+        &self,
+        key: String,
+        layers: Vec<driver::LayerBlob>,
+        events: tokio::sync::mpsc::UnboundedSender<driver::PrepareEvent>,
+    ) -> Result<(), EngineError> {
+        let driver = Arc::clone(&self.driver);
+        tokio::task::spawn_blocking(move || {
+            driver.prepare_image(&key, &layers, &mut |e| {
+                let _ = events.send(e);
+            })
+        })
+        .await?
+    }
+
+    /// Removes image roots and layer chains that nothing keeps; returns the digests that went.
+    pub async fn remove_unused_images(
+        &self,
+        keep_roots: HashSet<String>,
+        keep_chains: HashSet<String>,
+    ) -> Result<Vec<String>, EngineError> {
+        let driver = Arc::clone(&self.driver);
+        Ok(tokio::task::spawn_blocking(move || driver.remove_unused_images(&keep_roots, &keep_chains)).await?)
     }
 
     /// Removes cgroups and layers of sandboxes not in `keep` (sandboxes the store says still exist).

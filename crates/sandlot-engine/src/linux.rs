@@ -5,6 +5,8 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use sandlot_linux::cgroup::{CgroupLimits, Cgroups, SandboxCgroup};
+use sandlot_linux::image_store::{ImageStore, LayerBlob, PrepareEvent, RootExtras};
+use sandlot_linux::launch::ImageMount;
 use sandlot_linux::launch::{LaunchRequest, Launcher};
 use sandlot_linux::layers::Layer;
 use sandlot_linux::{image, ContainerSpec};
@@ -46,6 +48,8 @@ pub struct LinuxDriver {
     cgroups: Cgroups,
     launcher: Launcher,
     volume: Option<sandlot_linux::volume::Volume>,
+    /// Unpacked images (on the layers volume; none without it).
+    images: Option<ImageStore>,
     /// Held open for the daemon's lifetime: its closing tells the thaw watchdog (cgroup v1) to thaw
     /// whatever is still frozen.
     _thaw_watchdog: Option<std::os::fd::OwnedFd>,
@@ -73,18 +77,30 @@ impl LinuxDriver {
             if let Some(pem) = &cfg.ca_pem {
                 image::install_ca(&cfg.state_dir.join("images"), pem)?;
             }
+            let images = match &volume {
+                Some(v) => Some(ImageStore::open(&v.root)?),
+                None => None,
+            };
             let launcher = Launcher::start()?;
             // Last of the fallible steps: a start that fails before this point never thaws anything.
             let thaw_watchdog = match cgroups.freezer_base() {
                 Some(base) => Some(sandlot_linux::cgroup::spawn_thaw_watchdog(base, &state_lock)?),
                 None => None,
             };
-            Ok((volume, launcher, thaw_watchdog))
+            Ok((volume, images, launcher, thaw_watchdog))
         };
         // A start that fails past this point leaves no empty base cgroup behind (one that still holds a
         // crashed run's sandboxes stays, for the next start's sweep).
-        let (volume, launcher, thaw_watchdog) = rest().inspect_err(|_| cgroups.remove_base())?;
-        Ok(LinuxDriver { cfg, cgroups, launcher, volume, _thaw_watchdog: thaw_watchdog, _state_lock: state_lock })
+        let (volume, images, launcher, thaw_watchdog) = rest().inspect_err(|_| cgroups.remove_base())?;
+        Ok(LinuxDriver {
+            cfg,
+            cgroups,
+            launcher,
+            volume,
+            images,
+            _thaw_watchdog: thaw_watchdog,
+            _state_lock: state_lock,
+        })
     }
 
     fn sandboxes_dir(&self) -> PathBuf {
@@ -108,7 +124,27 @@ impl LinuxDriver {
 
 impl Driver for LinuxDriver {
     fn has_image(&self, name: &str) -> bool {
-        image::IMAGES.contains(&name)
+        image::IMAGES.contains(&name) || self.images.as_ref().is_some_and(|s| s.has_root(name))
+    }
+
+    fn prepare_image(
+        &self,
+        key: &str,
+        layers: &[LayerBlob],
+        events: &mut dyn FnMut(PrepareEvent),
+    ) -> Result<(), EngineError> {
+        let store = self.images.as_ref().ok_or(EngineError::NoLayersVolume("images"))?;
+        let extras = RootExtras { ca_pem: self.cfg.ca_pem.clone() };
+        store.prepare(key, layers, &extras, &sandlot_linux::unpack::UnpackLimits::default(), events)?;
+        Ok(())
+    }
+
+    fn remove_unused_images(&self, keep_roots: &HashSet<String>, keep_chains: &HashSet<String>) -> Vec<String> {
+        let Some(store) = &self.images else { return Vec::new() };
+        store.remove_unused(keep_roots, keep_chains).unwrap_or_else(|e| {
+            tracing::warn!("removing unused images: {e}");
+            Vec::new()
+        })
     }
 
     fn disk_limits(&self) -> bool {
@@ -117,7 +153,14 @@ impl Driver for LinuxDriver {
 
     fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Launched, EngineError> {
         let id = spec.id;
-        let img = image::open(&self.images_dir(), spec.image)?;
+        // `host`, or an image root seen through an idmapped mount at `<layer>/image`.
+        let (img, image_root) = match &self.images {
+            Some(store) if spec.image != "host" => {
+                let root = store.root(spec.image)?;
+                (image::Image { name: spec.image.to_string(), lower: vec![], ro_binds: vec![] }, Some(root))
+            }
+            _ => (image::open(&self.images_dir(), spec.image)?, None),
+        };
         let slot = sandlot_linux::ids::claim(spec.preferred_slot)?;
         let ids = slot.ids();
         let layer = Layer::at(&self.sandboxes_dir(), id);
@@ -129,7 +172,7 @@ impl Driver for LinuxDriver {
             }
         };
         match spec.source {
-            LayerSource::Fresh => layer.create(ids, &hostname(id), disk)?,
+            LayerSource::Fresh => layer.create(ids, &hostname(id), disk, image_root.is_none())?,
             LayerSource::Existing => {
                 if !layer.upper.is_dir() {
                     return Err(EngineError::LayerMissing(id.to_string()));
@@ -170,9 +213,13 @@ impl Driver for LinuxDriver {
                 return Err(e.into());
             }
         };
+        let image_mount = image_root.map(|root| ImageMount { root, at: layer.dir.join("image") });
         let container = ContainerSpec {
             root: layer.root.clone(),
-            lower: img.lower.clone(),
+            lower: match &image_mount {
+                Some(m) => vec![m.at.clone()],
+                None => img.lower.clone(),
+            },
             upper: layer.upper.clone(),
             work: layer.work.clone(),
             ro_binds: img.ro_binds.clone(),
@@ -184,7 +231,7 @@ impl Driver for LinuxDriver {
             work_cgroup_fds: cgroup.work_procs().len() as u32,
             max_file_bytes: disk.unwrap_or(0),
         };
-        match self.launcher.launch(LaunchRequest { spec: container, ids, cgroup: cgroup.clone() }) {
+        match self.launcher.launch(LaunchRequest { spec: container, ids, cgroup: cgroup.clone(), image: image_mount }) {
             Ok(launched) => Ok(Launched {
                 pid: launched.pid,
                 control: std::os::unix::net::UnixStream::from(launched.control),

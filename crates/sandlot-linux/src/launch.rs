@@ -43,6 +43,18 @@ pub struct LaunchRequest {
     pub ids: IdRange,
     /// Cgroup the process joins before it runs anything.
     pub cgroup: SandboxCgroup,
+    /// An image root to show the sandbox through an idmapped mount ([`crate::idmap`]).
+    pub image: Option<ImageMount>,
+}
+
+/// An image root and where the sandbox's overlay expects it as its lower layer.
+#[derive(Debug, Clone)]
+pub struct ImageMount {
+    /// The image's root on the host (a read-only subvolume of the image store).
+    pub root: std::path::PathBuf,
+    /// The empty directory it is mounted on, in the daemon's namespace only until the clone has copied
+    /// it (the sandbox's spec names this as its lower layer).
+    pub at: std::path::PathBuf,
 }
 
 type Job = (LaunchRequest, mpsc::Sender<io::Result<Launched>>);
@@ -173,6 +185,24 @@ fn launch(req: LaunchRequest) -> io::Result<Launched> {
             )
         }
     });
+    // The image is mounted (idmapped to this slot) where the child's copy of the mount table will
+    // have it, and unmounted from the daemon's own table right after the clone.
+    let image_mount = match &req.image {
+        Some(m) => {
+            fs::create_dir_all(&m.at)?;
+            let tree = crate::idmap::image_tree(&m.root, req.ids.base)?;
+            crate::idmap::attach(std::os::fd::AsFd::as_fd(&tree), &m.at)?;
+            Some(m.at.clone())
+        }
+        None => None,
+    };
+    let unmount_image = || {
+        if let Some(at) = &image_mount {
+            if let Err(e) = nix::mount::umount2(at, nix::mount::MntFlags::MNT_DETACH) {
+                tracing::warn!("unmounting the image at {} from the daemon: {e}", at.display());
+            }
+        }
+    };
     let mut stack = vec![0u8; 128 << 10];
     let flags = CloneFlags::CLONE_NEWUSER
         | CloneFlags::CLONE_NEWPID
@@ -182,8 +212,9 @@ fn launch(req: LaunchRequest) -> io::Result<Launched> {
         | CloneFlags::CLONE_NEWUTS;
     // SAFETY: the child runs `child_main` on its own copy of the address space (no CLONE_VM) and execs.
     let pid = unsafe { clone(child, &mut stack, flags, Some(Signal::SIGCHLD as i32)) }
-        .map_err(|e| io::Error::from_raw_os_error(e as i32))?;
-    let pid = pid.as_raw();
+        .map_err(|e| io::Error::from_raw_os_error(e as i32));
+    unmount_image();
+    let pid = pid?.as_raw();
 
     let finish = || -> io::Result<()> {
         // The daemon (root) writes the maps: sandbox ids 0..65536 land on the sandbox's own host range.

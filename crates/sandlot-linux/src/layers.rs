@@ -34,8 +34,10 @@ impl Layer {
     }
 
     /// Creates the layer with the sandbox-owned skeleton and generated /etc files. With `disk_bytes`,
-    /// the layer is a btrfs subvolume capped at that many bytes.
-    pub fn create(&self, ids: IdRange, hostname: &str, disk_bytes: Option<u64>) -> io::Result<()> {
+    /// the layer is a btrfs subvolume capped at that many bytes. `accounts` writes sandlot's own
+    /// passwd, group and shadow (the `host` image); an OCI image keeps its own, which the image store
+    /// completed with sandlot's accounts.
+    pub fn create(&self, ids: IdRange, hostname: &str, disk_bytes: Option<u64>, accounts: bool) -> io::Result<()> {
         if let Some(parent) = self.dir.parent() {
             fs::create_dir_all(parent)?;
         }
@@ -61,6 +63,13 @@ impl Layer {
         dir("root", root, 0o700)?;
         dir("home/user", user, 0o755)?;
         dir("var/tmp", root, 0o1777)?;
+        if !accounts {
+            // Mount points the sandbox's setup needs, which a minimal image may lack.
+            for d in ["proc", "dev", "sys"] {
+                dir(d, root, 0o755)?;
+            }
+            dir("tmp", root, 0o1777)?;
+        }
         fs::create_dir_all(&self.work)?;
         chown(&self.work, Some(root), Some(root))?;
         fs::set_permissions(&self.work, fs::Permissions::from_mode(0o700))?;
@@ -73,14 +82,16 @@ impl Layer {
         };
         file("etc/hostname", &format!("{hostname}\n"), 0o644)?;
         file("etc/hosts", &hosts(hostname), 0o644)?;
-        file(
+        if accounts {
+            file(
             "etc/passwd",
             "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:sandbox user:/home/user:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
             0o644,
         )?;
-        file("etc/group", "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n", 0o644)?;
-        // The sandbox's own shadow file: a symlink planted to /etc/shadow reads this, never the host's.
-        file("etc/shadow", "root:*:19000:0:99999:7:::\nuser:*:19000:0:99999:7:::\n", 0o640)?;
+            file("etc/group", "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n", 0o644)?;
+            // The sandbox's own shadow file: a symlink planted to /etc/shadow reads this, never the host's.
+            file("etc/shadow", "root:*:19000:0:99999:7:::\nuser:*:19000:0:99999:7:::\n", 0o640)?;
+        }
         // The gateway's DNS server is the daemon: it answers allowed names and NXDOMAIN for the rest. A
         // sandbox without network has no route to it, so lookups fail at once instead of hanging.
         let resolv = format!("nameserver {}\noptions timeout:2 attempts:1\n", crate::net::GATEWAY_ADDR);

@@ -14,8 +14,10 @@
 pub mod cgroup;
 pub mod container;
 pub mod doctor;
+pub mod idmap;
 pub mod ids;
 pub mod image;
+pub mod image_store;
 pub mod kmod;
 pub mod landlock;
 pub mod launch;

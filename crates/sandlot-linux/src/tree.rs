@@ -94,6 +94,74 @@ pub fn replace_file(dir: BorrowedFd<'_>, name: &str, body: &[u8], owner: u32, mo
     nix::sys::stat::fchmod(file.as_raw_fd(), Mode::from_bits_truncate(mode)).map_err(errno)
 }
 
+/// Opens directory `rel` beneath `root`, creating each missing component (owned by `owner:owner`,
+/// `mode`) on the way. Each component is opened or made relative to its parent's descriptor with
+/// `O_NOFOLLOW`: a symlink anywhere on the path is an error, never followed.
+pub fn make_dirs_beneath(root: BorrowedFd<'_>, rel: &Path, owner: u32, mode: u32) -> io::Result<OwnedFd> {
+    let mut dir = nix::unistd::dup(root.as_raw_fd()).map(own).map_err(errno)?;
+    for c in rel.components() {
+        let std::path::Component::Normal(name) = c else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a plain relative path", rel.display()),
+            ));
+        };
+        match nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(mode)) {
+            Ok(()) => {
+                fchownat(
+                    Some(dir.as_raw_fd()),
+                    name,
+                    Some(Uid::from_raw(owner)),
+                    Some(Gid::from_raw(owner)),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                )
+                .map_err(errno)?;
+            }
+            Err(nix::Error::EEXIST) => {}
+            Err(e) => return Err(errno(e)),
+        }
+        let fd = openat(
+            Some(dir.as_raw_fd()),
+            name,
+            OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
+            Mode::empty(),
+        )
+        .map_err(|e| {
+            io::Error::new(
+                errno(e).kind(),
+                format!("{}: {} is not a plain directory ({e})", rel.display(), Path::new(name).display()),
+            )
+        })?;
+        dir = own(fd);
+    }
+    Ok(dir)
+}
+
+/// Reads regular file `rel` beneath `root` (at most `max` bytes), resolving links as the sandbox would
+/// but never outside `root` (`RESOLVE_IN_ROOT`: `..` and absolute targets stay inside). `None` when it
+/// does not exist or is not a regular file; an error when it is larger than `max`.
+pub fn read_beneath(root: BorrowedFd<'_>, rel: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK | OFlag::O_NOCTTY)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS | ResolveFlag::RESOLVE_NO_XDEV);
+    let fd = match openat2(root.as_raw_fd(), rel, how) {
+        Ok(fd) => own(fd),
+        Err(nix::Error::ENOENT | nix::Error::ENOTDIR | nix::Error::ELOOP | nix::Error::EXDEV) => return Ok(None),
+        Err(e) => return Err(errno(e)),
+    };
+    let st = fstat(fd.as_raw_fd()).map_err(errno)?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        return Ok(None);
+    }
+    if st.st_size as u64 > max {
+        return Err(io::Error::other(format!("{} is {} bytes, over the {max} this reads", rel.display(), st.st_size)));
+    }
+    let mut body = Vec::with_capacity(st.st_size as usize);
+    File::from(fd).take(max).read_to_end(&mut body)?;
+    Ok(Some(body))
+}
+
 /// One entry of a walked tree, seen without following links.
 pub struct Entry<'a> {
     /// The directory holding the entry (for the root, the root itself, with `name` `.`).

@@ -117,6 +117,8 @@ pub fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
         header.set_size(data.len() as u64);
         header.set_mode(0o644);
         header.set_mtime(1_700_000_000);
+        header.set_uid(0);
+        header.set_gid(0);
         header.set_entry_type(tar::EntryType::Regular);
         builder.append_data(&mut header, path, *data).expect("appending to an in-memory tar cannot fail");
     }

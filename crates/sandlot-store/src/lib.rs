@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 mod audit;
+mod images;
 mod keys;
 mod sandboxes;
 mod schema;
@@ -19,6 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::Connection;
 
 pub use audit::{audit_argv, audit_head, AUDIT_LIST_BYTES};
+pub use images::{ImageRow, PUBLIC};
 pub use keys::{Auth, Principal};
 pub use sandboxes::SandboxRecord;
 

@@ -20,6 +20,9 @@ pub struct SandboxRecord {
     pub slot: u32,
     /// Network policy, secrets included (the database file is mode 0600).
     pub network: NetworkSpec,
+    /// The root it boots: `None` for `host`, else the image's config digest (pinned at create, so a
+    /// tag pulled again later does not change an existing sandbox).
+    pub image_key: Option<String>,
 }
 
 impl Store {
@@ -29,8 +32,8 @@ impl Store {
         let i = &rec.info;
         self.conn().execute(
             "INSERT INTO sandboxes(id, tenant, state, reason, image, limits, env, metadata, slot, created_ms, expires_ms,
-                                   name, persistent, auto_resume, idle_s, on_timeout, stop_after_s, active_ms, snapshot, network)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+                                   name, persistent, auto_resume, idle_s, on_timeout, stop_after_s, active_ms, snapshot, network, image_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
             params![
                 i.id,
                 rec.tenant,
@@ -52,6 +55,7 @@ impl Store {
                 i.last_active_at_ms,
                 i.snapshot,
                 serde_json::to_string(&rec.network)?,
+                rec.image_key,
             ],
         )?;
         Ok(())
@@ -131,23 +135,24 @@ impl Store {
                 env,
                 metadata,
                 r.get::<_, String>(19)?,
+                r.get::<_, Option<String>>(20)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (mut info, tenant, slot, limits, env, metadata, network) = row?;
+            let (mut info, tenant, slot, limits, env, metadata, network, image_key) = row?;
             info.limits = serde_json::from_str(&limits)?;
             info.metadata = serde_json::from_str(&metadata)?;
             let network: NetworkSpec = serde_json::from_str(&network)?;
             info.network = network.info(0, 0);
-            out.push(SandboxRecord { info, tenant, env: serde_json::from_str(&env)?, slot, network });
+            out.push(SandboxRecord { info, tenant, env: serde_json::from_str(&env)?, slot, network, image_key });
         }
         Ok(out)
     }
 
     const COLUMNS: &'static str =
         "SELECT id, tenant, state, reason, image, limits, env, metadata, slot, created_ms, expires_ms,
-         name, persistent, auto_resume, idle_s, on_timeout, stop_after_s, active_ms, snapshot, network FROM sandboxes";
+         name, persistent, auto_resume, idle_s, on_timeout, stop_after_s, active_ms, snapshot, network, image_key FROM sandboxes";
 
     /// One sandbox of `tenant` (another tenant's id is simply not found).
     pub fn get_sandbox(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>> {
@@ -209,6 +214,7 @@ pub(crate) mod tests {
             env: BTreeMap::new(),
             slot: 3,
             network: Default::default(),
+            image_key: Some("sha256:k".into()),
         }
     }
 

@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     stop_after_s INTEGER NOT NULL DEFAULT 600,
     active_ms   INTEGER NOT NULL DEFAULT 0,
     snapshot    TEXT,
-    network     TEXT NOT NULL DEFAULT '{}'
+    network     TEXT NOT NULL DEFAULT '{}',
+    image_key   TEXT
 );
 CREATE INDEX IF NOT EXISTS sandboxes_tenant ON sandboxes(tenant, created_ms);
 CREATE UNIQUE INDEX IF NOT EXISTS sandboxes_name ON sandboxes(tenant, name)
@@ -55,7 +56,24 @@ CREATE TABLE IF NOT EXISTS snapshots (
     base        INTEGER NOT NULL,
     created_ms  INTEGER NOT NULL,
     deleted     INTEGER NOT NULL DEFAULT 0,
-    bytes       INTEGER NOT NULL DEFAULT 0
+    bytes       INTEGER NOT NULL DEFAULT 0,
+    image_key   TEXT
+);
+CREATE TABLE IF NOT EXISTS images (
+    tenant      TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    reference   TEXT,
+    digest      TEXT NOT NULL,
+    image_key   TEXT NOT NULL,
+    image       TEXT NOT NULL,
+    bytes       INTEGER NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+CREATE TABLE IF NOT EXISTS image_roots (
+    image_key   TEXT PRIMARY KEY,
+    config      TEXT NOT NULL,
+    created_ms  INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS audit (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -84,6 +102,8 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("sandboxes", "network", "TEXT NOT NULL DEFAULT '{}'"),
     ("tenants", "network_exempt", "TEXT NOT NULL DEFAULT '[]'"),
     ("snapshots", "bytes", "INTEGER NOT NULL DEFAULT 0"),
+    ("sandboxes", "image_key", "TEXT"),
+    ("snapshots", "image_key", "TEXT"),
     ("api_keys", "expires_ms", "INTEGER"),
     ("api_keys", "revoked_ms", "INTEGER"),
     ("api_keys", "last_used_ms", "INTEGER"),

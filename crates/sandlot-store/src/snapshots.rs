@@ -1,18 +1,38 @@
 //! The `snapshots` table: a tenant's read-only snapshots and the host id base of their files.
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 use sandlot_api::SnapshotInfo;
 
 use crate::{Result, Store};
 
 impl Store {
-    /// Records a snapshot.
-    pub fn insert_snapshot(&self, tenant: &str, snap: &SnapshotInfo, base: u32) -> Result<()> {
+    /// Records a snapshot; `image_key` is the image root its sandbox booted (`None` for `host`).
+    pub fn insert_snapshot(&self, tenant: &str, snap: &SnapshotInfo, base: u32, image_key: Option<&str>) -> Result<()> {
         self.conn().execute(
-            "INSERT INTO snapshots(id, tenant, name, sandbox_id, image, base, created_ms, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![snap.id, tenant, snap.name, snap.sandbox_id, snap.image, base, snap.created_at_ms, snap.bytes as i64],
+            "INSERT INTO snapshots(id, tenant, name, sandbox_id, image, base, created_ms, bytes, image_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                snap.id,
+                tenant,
+                snap.name,
+                snap.sandbox_id,
+                snap.image,
+                base,
+                snap.created_at_ms,
+                snap.bytes as i64,
+                image_key
+            ],
         )?;
         Ok(())
+    }
+
+    /// The image root snapshot `id` was taken over (`None` for `host`).
+    pub fn snapshot_image_key(&self, id: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row("SELECT image_key FROM snapshots WHERE id = ?1", params![id], |r| r.get::<_, Option<String>>(0))
+            .optional()?
+            .flatten())
     }
 
     fn snapshots_where(&self, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<(SnapshotInfo, u32)>> {

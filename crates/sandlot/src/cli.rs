@@ -5,6 +5,7 @@
 
 mod admin;
 mod cp;
+mod image;
 mod network;
 mod output;
 mod run;
@@ -17,6 +18,7 @@ use anyhow::{bail, Context};
 use sandlot_client::{Client, ErrorKind};
 
 use admin::{AuditArgs, KeysCmd, TenantsCmd};
+use image::ImageCmd;
 use run::RunArgs;
 use sandbox::SandboxCmd;
 
@@ -48,6 +50,17 @@ Example:
   sandlot sandbox cp ./app.py $id:/home/user/app.py
   sandlot sandbox exec $id -- python3 app.py
   sandlot sandbox rm $id";
+
+const IMAGE_LONG: &str = "\
+Images are what sandboxes boot: `host` (the host's /usr, read-only; no download) or an OCI image pulled \
+from a registry or imported from an archive. Each image is unpacked once on the server and shared, \
+copy-on-write, by every sandbox of it. Your images are yours: other tenants do not see them.
+
+Examples:
+  sandlot image pull python:3.12-slim
+  sandlot run --image python:3.12-slim -- python3 -c 'import sys; print(sys.version)'
+  sandlot image ls
+  sandlot image rm python:3.12-slim";
 
 const KEYS_LONG: &str = "\
 Manage API keys. Keys belong to a tenant and see only that tenant's sandboxes. Creating keys needs \
@@ -83,6 +96,9 @@ pub enum ClientCommand {
     /// Create, list, inspect, use and remove sandboxes.
     #[command(subcommand, long_about = SANDBOX_LONG)]
     Sandbox(SandboxCmd),
+    /// Pull, import, list, inspect and delete images.
+    #[command(subcommand, long_about = IMAGE_LONG)]
+    Image(ImageCmd),
     /// Create API keys (needs the admin key).
     #[command(subcommand, long_about = KEYS_LONG)]
     Keys(KeysCmd),
@@ -99,6 +115,7 @@ impl ClientCommand {
         match self {
             ClientCommand::Run(args) => &args.conn,
             ClientCommand::Sandbox(cmd) => cmd.conn(),
+            ClientCommand::Image(cmd) => cmd.conn(),
             ClientCommand::Keys(cmd) => cmd.conn(),
             ClientCommand::Tenants(cmd) => cmd.conn(),
             ClientCommand::Audit(args) => &args.conn,
@@ -154,6 +171,7 @@ pub fn execute(cmd: ClientCommand) -> anyhow::Result<i32> {
     let result = match cmd {
         ClientCommand::Run(args) => run::run(args),
         ClientCommand::Sandbox(cmd) => sandbox::execute(cmd),
+        ClientCommand::Image(cmd) => image::execute(cmd),
         ClientCommand::Keys(cmd) => admin::keys(cmd),
         ClientCommand::Tenants(cmd) => admin::tenants(cmd),
         ClientCommand::Audit(args) => admin::audit(args),
@@ -257,7 +275,12 @@ mod tests {
         let cli = TestCli::try_parse_from(["sandlot", "run", "--", "echo", "--memory"]).unwrap();
         let ClientCommand::Run(args) = cli.cmd else { panic!() };
         assert_eq!(args.command, ["echo", "--memory"]);
-        assert!(TestCli::try_parse_from(["sandlot", "run"]).is_err());
+        // No command: the image's entrypoint and cmd run, which needs an image to read them from.
+        let cli = TestCli::try_parse_from(["sandlot", "run", "--api-key", "k"]).unwrap();
+        let ClientCommand::Run(args) = cli.cmd else { panic!() };
+        assert!(args.command.is_empty());
+        let err = run::run(args).unwrap_err().to_string();
+        assert!(err.contains("give a command to run"), "{err}");
     }
 
     #[test]

@@ -23,7 +23,8 @@ const LIFETIME_MARGIN_S: u64 = 60;
 pub struct RunArgs {
     // Field order is help order: a flattened group's heading also covers the fields after it.
     /// The command and its arguments (use `--` before a command that starts with `-`).
-    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    /// Without one, the image's entrypoint and default command run (`--image`).
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub(super) command: Vec<String>,
     /// Keep the sandbox after the command ends and print its id on stderr.
     #[arg(long)]
@@ -124,7 +125,12 @@ impl CommandArgs {
 /// `sandlot run`: create, stream the command, delete (unless `--keep`), exit with its code.
 pub(super) fn run(args: RunArgs) -> anyhow::Result<i32> {
     let client = args.conn.client()?;
-    let request = args.exec.request(&args.command)?;
+    let command = if args.command.is_empty() {
+        image_command(&client, args.limits.image.as_deref())?
+    } else {
+        args.command.clone()
+    };
+    let request = args.exec.request(&command)?;
     let mut spec = args.limits.spec();
     spec.network = args.net.spec()?;
     if let Some(timeout) = args.exec.timeout {
@@ -142,6 +148,20 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<i32> {
         eprintln!("sandlot: could not delete sandbox {}: {err}", sandbox.id());
     }
     outcome
+}
+
+/// What `sandlot run --image I` runs without a command: the image's entrypoint, then its cmd.
+fn image_command(client: &sandlot_client::Client, image: Option<&str>) -> anyhow::Result<Vec<String>> {
+    let Some(name) = image else {
+        bail!("give a command to run (e.g. `sandlot run -- echo hi`), or an --image whose default command to run");
+    };
+    let info = client.image(name).doing("reading the image's default command")?;
+    let mut argv = info.config.entrypoint.unwrap_or_default();
+    argv.extend(info.config.cmd.unwrap_or_default());
+    if argv.is_empty() {
+        bail!("image {name} has no entrypoint or default command; give one after `--`");
+    }
+    Ok(argv)
 }
 
 /// Runs `request` with its output streamed to ours; returns the exit code to leave with.

@@ -12,6 +12,8 @@ pub struct App {
     pub preview_domain: Option<String>,
     /// The address the API listens on (preview URLs of clients that sent no `Host`).
     pub listen: SocketAddr,
+    /// Where request bodies that must be read in any order (image archives) are spooled.
+    pub spool_dir: std::path::PathBuf,
 }
 
 pub type AppState = Arc<App>;

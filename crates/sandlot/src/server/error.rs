@@ -36,12 +36,12 @@ fn status(kind: Kind) -> StatusCode {
     match kind {
         Kind::Invalid => StatusCode::BAD_REQUEST,
         Kind::Unauthenticated => StatusCode::UNAUTHORIZED,
-        Kind::Forbidden | Kind::PermissionDenied => StatusCode::FORBIDDEN,
+        Kind::Forbidden | Kind::PermissionDenied | Kind::RegistryDenied => StatusCode::FORBIDDEN,
         Kind::NotFound | Kind::FileNotFound => StatusCode::NOT_FOUND,
         Kind::Conflict | Kind::AlreadyExists | Kind::WrongFileKind | Kind::DirectoryNotEmpty => StatusCode::CONFLICT,
         Kind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         Kind::LimitReached | Kind::ServerFull => StatusCode::TOO_MANY_REQUESTS,
-        Kind::PortUnreachable => StatusCode::BAD_GATEWAY,
+        Kind::PortUnreachable | Kind::RegistryUnavailable => StatusCode::BAD_GATEWAY,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

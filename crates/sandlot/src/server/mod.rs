@@ -6,6 +6,7 @@ mod error;
 mod exec;
 mod extract;
 mod files;
+mod images;
 mod keys;
 mod listener;
 mod ports;
@@ -110,6 +111,22 @@ pub struct ServeArgs {
     /// (repeatable): private PKIs, and test servers.
     #[arg(long = "extra-ca", value_name = "FILE")]
     pub extra_ca: Vec<PathBuf>,
+    /// Allow plain HTTP to this image registry, `HOST:PORT` (repeatable). Every other registry is
+    /// HTTPS only; `--extra-ca` certificates are trusted for registries too.
+    #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
+    pub insecure_registry: Vec<String>,
+    /// JSON file of credentials the server uses for registries, `{"HOST": {"username": "..",
+    /// "password": ".."}}` (a pull's own `auth` wins). Keep it readable by root only: it is never logged
+    /// or returned.
+    #[arg(long, value_name = "FILE")]
+    pub registry_auth_file: Option<PathBuf>,
+    /// The image a create that names none boots: `host` (the host's /usr, no download) or an image
+    /// every tenant may use (pulled or imported with `public`).
+    #[arg(long, default_value = "host")]
+    pub default_image: String,
+    /// Largest image archive `sandlot image import` takes, in MiB.
+    #[arg(long, default_value_t = 16_384)]
+    pub max_import_mb: u64,
     /// Audit rows older than this many days are deleted (hourly, and at start-up).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=36_500))]
     pub audit_retention_days: u64,
@@ -192,6 +209,7 @@ impl ServeArgs {
             snapshot_quota_bytes: self.snapshot_quota_mb << 20,
             audit_retention_days: self.audit_retention_days,
             overcommit: self.overcommit,
+            default_image: self.default_image.clone(),
             degraded: Vec::new(),
         };
         Ok(cfg.validate()?)
@@ -271,6 +289,45 @@ fn check_host(args: &ServeArgs) -> anyhow::Result<Vec<String>> {
 /// The descriptor limit assumed when it cannot be read: the usual soft default.
 const FALLBACK_FD_LIMIT: u64 = 1024;
 
+/// The image side of the control layer: the blob store under the state directory and a registry
+/// client trusting the system roots and `--extra-ca`.
+fn image_store(args: &ServeArgs, state_dir: &std::path::Path) -> anyhow::Result<sandlot_control::images::Images> {
+    let mut extra_roots_pem = Vec::new();
+    for f in &args.extra_ca {
+        extra_roots_pem.extend(std::fs::read(f).with_context(|| format!("--extra-ca {}", f.display()))?);
+        extra_roots_pem.push(b'\n');
+    }
+    let mut credentials = std::collections::HashMap::new();
+    if let Some(f) = &args.registry_auth_file {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Entry {
+            username: String,
+            password: String,
+        }
+        let text = std::fs::read_to_string(f).with_context(|| format!("--registry-auth-file {}", f.display()))?;
+        let entries: std::collections::HashMap<String, Entry> = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "--registry-auth-file {}: expected {{\"HOST\": {{\"username\": .., \"password\": ..}}}}",
+                f.display()
+            )
+        })?;
+        for (host, e) in entries {
+            credentials.insert(host, sandlot_oci::Credentials { username: e.username, password: e.password });
+        }
+    }
+    let registry = sandlot_oci::Registry::new(sandlot_oci::RegistryOptions {
+        extra_roots_pem,
+        insecure: args.insecure_registry.clone(),
+        credentials,
+        user_agent: concat!("sandlot/", env!("CARGO_PKG_VERSION")).into(),
+    })
+    .map_err(|e| anyhow::anyhow!("the registry client: {e}"))?;
+    let blobs = state_dir.join("blobs");
+    sandlot_control::images::Images::new(registry, blobs.clone(), args.max_import_mb << 20)
+        .with_context(|| format!("opening the blob store {}", blobs.display()))
+}
+
 async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec<String>) -> anyhow::Result<()> {
     let control_cfg = sandlot_control::Config { degraded, ..args.control_config()? };
     let db = state_dir.join("sandlot.db");
@@ -320,13 +377,15 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
         host.disk_mb,
         args.overcommit
     );
-    let control = Control::new(Arc::clone(&engine), store, control_cfg, host);
+    let images = image_store(&args, &state_dir)?;
+    let control = Control::new(Arc::clone(&engine), store, control_cfg, host, Some(images));
     control.recover().await?;
 
     let app = Arc::new(App {
         control: Arc::clone(&control),
         preview_domain: app::preview_domain(args.preview_domain.as_deref(), args.listen),
         listen: args.listen,
+        spool_dir: state_dir.join("blobs"),
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let services = control.start_services(shutdown_rx.clone());
@@ -448,6 +507,10 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes/{id}/ports/{port}", axum::routing::any(ports::proxy_root))
         .route("/v1/sandboxes/{id}/ports/{port}/", axum::routing::any(ports::proxy_root))
         .route("/v1/sandboxes/{id}/ports/{port}/{*rest}", axum::routing::any(ports::proxy))
+        .route("/v1/images", get(images::list))
+        .route("/v1/images/pull", post(images::pull))
+        .route("/v1/images/import", post(images::import))
+        .route("/v1/images/{*name}", get(images::get).delete(images::delete))
         .route("/v1/snapshots", get(snapshots::list))
         .route("/v1/snapshots/{id}", axum::routing::delete(snapshots::delete))
         .route("/v1/sandboxes/{id}/processes", get(exec::list))

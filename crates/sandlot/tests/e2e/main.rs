@@ -25,6 +25,7 @@ mod api;
 mod doctor;
 mod exec;
 mod files;
+mod images;
 mod isolation;
 mod lifecycle;
 mod limits;

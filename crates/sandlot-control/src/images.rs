@@ -1,0 +1,421 @@
+//! Images: pull from a registry, import an archive, list, inspect, delete, and collect what nothing
+//! uses any more.
+//!
+//! Blobs (compressed layers, configs, manifests) are content-addressed in the blob store, shared by
+//! every tenant; the engine unpacks each image's layers once into a root shared by every sandbox of it.
+//! Ownership is the `images` table's: a tenant sees its own images and the public ones, and another
+//! tenant's image is `not_found`. What may be removed is decided here: a root is kept while an image,
+//! a sandbox or a snapshot names it; a layer chain and a blob while an image does.
+//!
+//! A pull or import holds the collection lock shared, a collection holds it exclusively, so a
+//! collection never removes what a pull has fetched but not yet recorded.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sandlot_api::{ImageInfo, ImageLayer, ImageList, ImageOwner, ImageRunConfig, PullEvent, PullImage};
+use sandlot_engine::driver::{chain_ids, LayerBlob, PrepareEvent};
+use sandlot_oci::{BlobStore, Credentials, Image, PullErrorKind, Reference, Registry};
+use sandlot_store::{ImageRow, PUBLIC};
+use serde_json::json;
+use tokio::sync::mpsc::UnboundedSender;
+
+use sandlot_store::now_ms;
+
+use crate::{Caller, Control, Error, Kind, Result};
+
+/// The built-in image: the host's `/usr`, read-only.
+pub const HOST_IMAGE: &str = "host";
+/// Longest image name.
+const MAX_NAME: usize = 255;
+
+/// The image side of the control layer: the registry client, the blob store and the collection lock.
+pub struct Images {
+    registry: Registry,
+    blobs: Arc<BlobStore>,
+    gc: tokio::sync::RwLock<()>,
+    max_import_bytes: u64,
+}
+
+impl Images {
+    /// Images over the blob store at `blob_dir`, pulling with `registry`; imports may be at most
+    /// `max_import_bytes`.
+    pub fn new(registry: Registry, blob_dir: PathBuf, max_import_bytes: u64) -> std::io::Result<Images> {
+        let blobs = Arc::new(BlobStore::open(&blob_dir)?);
+        Ok(Images { registry, blobs, gc: Default::default(), max_import_bytes })
+    }
+}
+
+fn pull_error(e: sandlot_oci::PullError) -> Error {
+    let kind = match e.kind {
+        PullErrorKind::NotFound => Kind::NotFound,
+        PullErrorKind::Unauthorized | PullErrorKind::Denied => Kind::RegistryDenied,
+        PullErrorKind::Tls | PullErrorKind::Network | PullErrorKind::Corrupt => Kind::RegistryUnavailable,
+        PullErrorKind::TooLarge => Kind::TooLarge,
+        _ => Kind::Invalid,
+    };
+    Error::new(kind, e.message)
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_NAME || name.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(Error::invalid(format!(
+            "image name {name:?} must be 1-{MAX_NAME} characters without spaces or control characters"
+        )));
+    }
+    if name == HOST_IMAGE {
+        return Err(Error::invalid("`host` is the built-in image; choose another name"));
+    }
+    Ok(())
+}
+
+fn run_config(image: &Image) -> ImageRunConfig {
+    let c = &image.config;
+    ImageRunConfig {
+        env: c.env.clone(),
+        working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
+        user: c.user.clone().filter(|u| !u.is_empty()),
+        entrypoint: c.entrypoint.clone(),
+        cmd: c.cmd.clone(),
+        labels: c.labels.clone(),
+        exposed_ports: c.exposed_ports.clone(),
+    }
+}
+
+fn info(row: &ImageRow) -> Result<ImageInfo> {
+    let image: Image = serde_json::from_str(&row.image)
+        .map_err(|e| Error::internal(format!("stored image {} is unreadable: {e}", row.name)))?;
+    let p = &image.platform;
+    Ok(ImageInfo {
+        name: row.name.clone(),
+        reference: row.reference.clone(),
+        digest: Some(row.digest.clone()),
+        id: Some(row.image_key.clone()),
+        platform: Some(match &p.variant {
+            Some(v) => format!("{}/{}/{v}", p.os, p.architecture),
+            None => format!("{}/{}", p.os, p.architecture),
+        }),
+        owner: if row.tenant == PUBLIC { ImageOwner::Public } else { ImageOwner::Tenant },
+        size_bytes: row.bytes,
+        layers: image.layers.iter().map(|l| ImageLayer { digest: l.digest.to_string(), size_bytes: l.size }).collect(),
+        config: run_config(&image),
+        created_at_ms: row.created_ms,
+    })
+}
+
+fn host_info() -> ImageInfo {
+    ImageInfo {
+        name: HOST_IMAGE.into(),
+        reference: None,
+        digest: None,
+        id: None,
+        platform: None,
+        owner: ImageOwner::Builtin,
+        size_bytes: 0,
+        layers: vec![],
+        config: ImageRunConfig::default(),
+        created_at_ms: 0,
+    }
+}
+
+impl Control {
+    /// The largest image archive an import takes, bytes (0 without an image store).
+    pub fn max_import_bytes(&self) -> u64 {
+        self.images.as_ref().map_or(0, |i| i.max_import_bytes)
+    }
+
+    fn images(&self) -> Result<&Images> {
+        self.images.as_ref().ok_or_else(|| Error::invalid("this server has no image store"))
+    }
+
+    /// The caller's image `name`, else the public one of that name.
+    fn image_row(&self, caller: &Caller, name: &str) -> Result<Option<ImageRow>> {
+        if let Some(row) = self.store.get_image(&caller.tenant, name)? {
+            return Ok(Some(row));
+        }
+        Ok(self.store.get_image(PUBLIC, name)?)
+    }
+
+    /// What a create's `image` boots: `(name, key)`, the key `None` for `host`.
+    pub(crate) fn resolve_image(&self, caller: &Caller, name: Option<&str>) -> Result<(String, Option<String>)> {
+        let name = name.unwrap_or(&self.cfg.default_image);
+        if name == HOST_IMAGE {
+            return Ok((name.to_string(), None));
+        }
+        let row = self.image_row(caller, name)?.ok_or_else(|| {
+            Error::invalid(format!(
+                "unknown image {name:?}: pull it first (`sandlot image pull {name}` or POST /v1/images/pull); \
+                 GET /v1/images lists what you have"
+            ))
+        })?;
+        if !self.engine.has_image(&row.image_key) {
+            return Err(Error::internal(format!(
+                "image {name:?} is recorded but its files are not on this host; pull or import it again"
+            )));
+        }
+        Ok((row.name, Some(row.image_key)))
+    }
+
+    /// How the image root `key` runs (`None` for `host` or a root without a recorded config).
+    pub(crate) fn image_run_config(&self, key: Option<&str>) -> Result<Option<ImageRunConfig>> {
+        let Some(key) = key else { return Ok(None) };
+        match self.store.image_root_config(key)? {
+            Some(json) => Ok(serde_json::from_str(&json).ok()),
+            None => Ok(None),
+        }
+    }
+
+    /// `GET /v1/images`: the caller's images, the public ones and `host`.
+    pub fn list_images(&self, caller: &Caller) -> Result<ImageList> {
+        let mut images = vec![host_info()];
+        let mut seen = HashSet::new();
+        // The tenant's own image shadows a public one of the same name (it is what a create boots).
+        let rows = self.store.list_images(&caller.tenant)?;
+        for row in rows.iter().filter(|r| r.tenant != PUBLIC).chain(rows.iter().filter(|r| r.tenant == PUBLIC)) {
+            if seen.insert(row.name.clone()) {
+                images.push(info(row)?);
+            }
+        }
+        images[1..].sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(ImageList { images })
+    }
+
+    /// `GET /v1/images/{name}`.
+    pub fn get_image(&self, caller: &Caller, name: &str) -> Result<ImageInfo> {
+        if name == HOST_IMAGE {
+            return Ok(host_info());
+        }
+        let row = self.image_row(caller, name)?.ok_or_else(|| Error::not_found(&format!("image {name:?}")))?;
+        info(&row)
+    }
+
+    /// `DELETE /v1/images/{name}`: the caller's image (an admin may delete a public one). Sandboxes and
+    /// snapshots of it keep working: their root stays until they are gone.
+    pub async fn delete_image(&self, caller: &Caller, name: &str) -> Result<()> {
+        if name == HOST_IMAGE {
+            return Err(Error::invalid("`host` is built in and cannot be deleted"));
+        }
+        let owner = if self.store.get_image(&caller.tenant, name)?.is_some() {
+            caller.tenant.clone()
+        } else if caller.admin && self.store.get_image(PUBLIC, name)?.is_some() {
+            PUBLIC.to_string()
+        } else {
+            return Err(Error::not_found(&format!("image {name:?}")));
+        };
+        self.store.delete_image(&owner, name)?;
+        self.audit(&caller.tenant, None, "image.delete", &json!({"name": name, "public": owner == PUBLIC}))?;
+        self.collect_images().await;
+        Ok(())
+    }
+
+    /// `POST /v1/images/pull`: fetches the image, unpacks it and stores it under its name, sending
+    /// progress on `events` as it goes.
+    pub async fn pull_image(
+        self: &Arc<Self>,
+        caller: &Caller,
+        req: PullImage,
+        events: UnboundedSender<PullEvent>,
+    ) -> Result<ImageInfo> {
+        let images = self.images()?;
+        let reference = Reference::parse(&req.reference)
+            .map_err(|e| Error::invalid(format!("ref {:?} is not an image reference: {e}", req.reference)))?;
+        let platform = match &req.platform {
+            Some(p) => sandlot_oci::Platform::parse(p)
+                .map_err(|e| Error::invalid(format!("platform {p:?}: {e} (write it as os/arch, e.g. linux/amd64)")))?,
+            None => sandlot_oci::Platform::host(),
+        };
+        if req.public && !caller.admin {
+            return Err(Error::new(Kind::Forbidden, "only an admin key may publish an image to every tenant"));
+        }
+        let name = req.name.clone().unwrap_or_else(|| reference.familiar());
+        check_name(&name)?;
+        let auth =
+            req.auth.as_ref().map(|a| Credentials { username: a.username.clone(), password: a.password.clone() });
+        let _shared = images.gc.read().await;
+        let image = {
+            let (this, reference, tx) = (Arc::clone(self), reference.clone(), events.clone());
+            tokio::task::spawn_blocking(move || {
+                let images = this.images.as_ref().expect("checked above");
+                images.registry.pull(&reference, &platform, auth.as_ref(), &images.blobs, &mut |e| {
+                    let _ = tx.send(progress(e));
+                })
+            })
+            .await
+            .map_err(|e| Error::internal(format!("pull task: {e}")))?
+            .map_err(pull_error)?
+        };
+        let row = self.store_image(caller, &name, Some(reference.to_string()), image, req.public, &events).await?;
+        self.audit(
+            &caller.tenant,
+            None,
+            "image.pull",
+            &json!({"name": name, "ref": reference.to_string(), "digest": row.digest, "public": req.public}),
+        )?;
+        drop(_shared);
+        self.collect_images().await;
+        info(&row)
+    }
+
+    /// `POST /v1/images/import`: a `docker save` tarball, an OCI archive, or a root filesystem tar, read
+    /// from the file `archive` (the surface spools the request body there). Returns the images stored.
+    pub async fn import_image(
+        self: &Arc<Self>,
+        caller: &Caller,
+        archive: std::fs::File,
+        name: Option<String>,
+        public: bool,
+        events: UnboundedSender<PullEvent>,
+    ) -> Result<Vec<ImageInfo>> {
+        let images = self.images()?;
+        if public && !caller.admin {
+            return Err(Error::new(Kind::Forbidden, "only an admin key may publish an image to every tenant"));
+        }
+        if let Some(n) = &name {
+            check_name(n)?;
+        }
+        let _shared = images.gc.read().await;
+        let (blobs, max) = (Arc::clone(&images.blobs), images.max_import_bytes);
+        let imported =
+            tokio::task::spawn_blocking(move || sandlot_oci::import(std::io::BufReader::new(archive), &blobs, max))
+                .await
+                .map_err(|e| Error::internal(format!("import task: {e}")))?
+                .map_err(|e| Error::invalid(format!("import: {e}")))?;
+        if imported.len() > 1 && name.is_some() {
+            return Err(Error::invalid(format!(
+                "the archive holds {} images; leave `name` out to store each under its own",
+                imported.len()
+            )));
+        }
+        let mut out = Vec::new();
+        for im in imported {
+            let Some(n) = name.clone().or(im.name.clone()) else {
+                return Err(Error::invalid("the archive names no image: give one with `name` (--name)"));
+            };
+            check_name(&n)?;
+            let row = self.store_image(caller, &n, None, im.image, public, &events).await?;
+            self.audit(
+                &caller.tenant,
+                None,
+                "image.import",
+                &json!({"name": n, "digest": row.digest, "public": public}),
+            )?;
+            out.push(info(&row)?);
+        }
+        drop(_shared);
+        self.collect_images().await;
+        Ok(out)
+    }
+
+    /// Unpacks `image` into its root (once per config digest) and records it under `name`.
+    async fn store_image(
+        &self,
+        caller: &Caller,
+        name: &str,
+        reference: Option<String>,
+        image: Image,
+        public: bool,
+        events: &UnboundedSender<PullEvent>,
+    ) -> Result<ImageRow> {
+        let images = self.images()?;
+        let key = image.config_digest.to_string();
+        let layers: Vec<LayerBlob> = image
+            .layers
+            .iter()
+            .map(|l| LayerBlob { path: images.blobs.path(&l.digest), diff_id: l.diff_id.to_string() })
+            .collect();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let forward = {
+            let events = events.clone();
+            tokio::spawn(async move {
+                while let Some(e) = rx.recv().await {
+                    let _ = events.send(match e {
+                        PrepareEvent::Unpacking { index, .. } => PullEvent::Unpacking { index },
+                        PrepareEvent::Unpacked { index, report } => PullEvent::Unpacked {
+                            index,
+                            cached: report.is_none(),
+                            dropped: report.map(|r| r.dropped).unwrap_or_default(),
+                        },
+                    });
+                }
+            })
+        };
+        let prepared = self.engine.prepare_image(key.clone(), layers, tx).await;
+        let _ = forward.await;
+        prepared.map_err(|e| Error::invalid(format!("image {name:?} cannot be unpacked: {e}")))?;
+        let config = serde_json::to_string(&run_config(&image)).expect("serialisable");
+        self.store.put_image_root(&key, &config, now_ms())?;
+        let bytes =
+            image.layers.iter().map(|l| l.size).sum::<u64>() + images.blobs.size(&image.config_digest).unwrap_or(0);
+        let row = ImageRow {
+            tenant: if public { PUBLIC.to_string() } else { caller.tenant.clone() },
+            name: name.to_string(),
+            reference,
+            digest: image.manifest_digest.to_string(),
+            image_key: key,
+            image: serde_json::to_string(&image).expect("serialisable"),
+            bytes,
+            created_ms: now_ms(),
+        };
+        self.store.put_image(&row)?;
+        Ok(row)
+    }
+
+    /// Removes image roots, layer chains and blobs that nothing uses any more (see the module
+    /// documentation for what keeps what). Best effort: a failure is logged and retried next time.
+    pub async fn collect_images(&self) {
+        let Ok(images) = self.images() else { return };
+        let _exclusive = images.gc.write().await;
+        let result = async {
+            let roots = self.store.image_keys_in_use()?;
+            let mut chains = HashSet::new();
+            let mut blobs = HashSet::new();
+            for row in self.store.all_images()? {
+                let Ok(image) = serde_json::from_str::<Image>(&row.image) else { continue };
+                let diff_ids: Vec<String> = image.layers.iter().map(|l| l.diff_id.to_string()).collect();
+                chains.extend(chain_ids(&diff_ids));
+                blobs.insert(image.manifest_digest.clone());
+                blobs.insert(image.config_digest.clone());
+                blobs.extend(image.layers.iter().map(|l| l.digest.clone()));
+            }
+            self.store.forget_image_roots(&roots)?;
+            let gone = self.engine.remove_unused_images(roots, chains).await?;
+            let mut removed_blobs = 0;
+            for d in images.blobs.list().map_err(|e| Error::internal(format!("listing blobs: {e}")))? {
+                if !blobs.contains(&d) && images.blobs.remove(&d).is_ok() {
+                    removed_blobs += 1;
+                }
+            }
+            if !gone.is_empty() || removed_blobs > 0 {
+                tracing::info!("image collection removed {} trees and {removed_blobs} blobs", gone.len());
+            }
+            Ok::<(), Error>(())
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!("image collection: {e}");
+        }
+    }
+}
+
+fn progress(e: sandlot_oci::PullEvent) -> PullEvent {
+    match e {
+        sandlot_oci::PullEvent::Resolved { manifest, platform, layers } => PullEvent::Resolved {
+            digest: manifest.to_string(),
+            platform: match platform.variant {
+                Some(v) => format!("{}/{}/{v}", platform.os, platform.architecture),
+                None => format!("{}/{}", platform.os, platform.architecture),
+            },
+            layers: layers
+                .into_iter()
+                .map(|(d, size)| ImageLayer { digest: d.to_string(), size_bytes: size })
+                .collect(),
+        },
+        sandlot_oci::PullEvent::Layer { digest, done, total } => {
+            PullEvent::Download { digest: digest.to_string(), done, total }
+        }
+        sandlot_oci::PullEvent::LayerDone { digest, cached } => {
+            PullEvent::Downloaded { digest: digest.to_string(), cached }
+        }
+    }
+}

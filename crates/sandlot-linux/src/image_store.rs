@@ -1,0 +1,361 @@
+//! Unpacked images on the layers volume: one read-only btrfs subvolume per layer chain, and one per image
+//! root, each made once and shared by every sandbox that boots it.
+//!
+//! ```text
+//! <volume>/images/chains/<hex>   the tree of layers 1..n (OCI "ChainID" of n): a writable snapshot of
+//!                                chain n-1 with layer n applied, then made read-only
+//! <volume>/images/roots/<hex>    an image's root (named by its config digest): a snapshot of its top
+//!                                chain plus what sandlot adds (a `user` account, the egress CA)
+//! <volume>/images/tmp/…          work in progress; a crash leaves it for the next start to remove
+//! ```
+//!
+//! Two images that share their first layers share those chains, so a layer is unpacked once per
+//! distinct prefix, not once per image. A root is independent of the chains it came from once made
+//! (btrfs snapshots share extents, not lifetimes): a chain may go when no image needs it any more while
+//! sandboxes of a root made from it keep running. Sandboxes see a root through an idmapped mount
+//! ([`crate::idmap`]) as their overlay's lower layer, so a create copies nothing.
+//!
+//! Layers are hostile input ([`crate::unpack`]); every change to a tree after unpacking goes through
+//! [`crate::tree`], which follows no link the image planted.
+
+use std::collections::HashSet;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest as _, Sha256};
+
+use crate::tree;
+use crate::unpack::{self, UnpackLimits, Unpacked, IMAGE_IDS_BASE};
+use crate::volume;
+
+/// One layer to apply: its blob on the host (compressed or not) and the digest of its uncompressed tar.
+#[derive(Debug, Clone)]
+pub struct LayerBlob {
+    /// The blob's file.
+    pub path: PathBuf,
+    /// `sha256:<hex>` of the uncompressed tar (the image config's `rootfs.diff_ids` entry).
+    pub diff_id: String,
+}
+
+/// What sandlot adds to every image root.
+#[derive(Debug, Clone, Default)]
+pub struct RootExtras {
+    /// The daemon's egress CA (PEM), appended to the image's trust bundles.
+    pub ca_pem: Option<String>,
+}
+
+/// A progress report while an image root is made.
+#[derive(Debug, Clone)]
+pub enum PrepareEvent {
+    /// Layer `index` (bottom first) is being applied.
+    Unpacking {
+        /// Position in the image's layers.
+        index: usize,
+        /// Its diff id.
+        diff_id: String,
+    },
+    /// Layer `index` is applied (or was already, in a shared chain).
+    Unpacked {
+        /// Position in the image's layers.
+        index: usize,
+        /// What the unpacker did; `None` when the chain already existed.
+        report: Option<Unpacked>,
+    },
+}
+
+/// Where the chains and roots live.
+#[derive(Debug, Clone)]
+pub struct ImageStore {
+    dir: PathBuf,
+}
+
+/// The OCI ChainIDs of a stack of layers (bottom first): ChainID(1) = DiffID(1), ChainID(n) =
+/// sha256(ChainID(n-1) + " " + DiffID(n)).
+pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(diff_ids.len());
+    for d in diff_ids {
+        let next = match out.last() {
+            None => d.clone(),
+            Some(prev) => format!("sha256:{}", hex(&Sha256::digest(format!("{prev} {d}").as_bytes()))),
+        };
+        out.push(next);
+    }
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The 64 hex digits of a `sha256:` digest, refused if it is anything else (names become paths).
+fn digest_hex(d: &str) -> io::Result<&str> {
+    match d.strip_prefix("sha256:") {
+        Some(h) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) => Ok(h),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("not a sha256 digest: {d:?}"))),
+    }
+}
+
+impl ImageStore {
+    /// Opens (creating) the store under the layers volume's root and removes what a crash left half made.
+    pub fn open(volume_root: &Path) -> io::Result<ImageStore> {
+        let dir = volume_root.join("images");
+        for sub in ["chains", "roots", "tmp"] {
+            fs::create_dir_all(dir.join(sub))?;
+        }
+        let store = ImageStore { dir };
+        for ent in fs::read_dir(store.dir.join("tmp"))? {
+            let path = ent?.path();
+            if let Err(e) = volume::remove_subvolume(&path) {
+                tracing::warn!("removing the unfinished image tree {}: {e}", path.display());
+            }
+        }
+        Ok(store)
+    }
+
+    /// The root of image `key` (a config digest), whether or not it exists.
+    pub fn root(&self, key: &str) -> io::Result<PathBuf> {
+        Ok(self.dir.join("roots").join(digest_hex(key)?))
+    }
+
+    /// Whether image `key`'s root has been made.
+    pub fn has_root(&self, key: &str) -> bool {
+        self.root(key).is_ok_and(|p| p.is_dir())
+    }
+
+    fn chain(&self, chain_id: &str) -> io::Result<PathBuf> {
+        Ok(self.dir.join("chains").join(digest_hex(chain_id)?))
+    }
+
+    fn tmp(&self, what: &str) -> PathBuf {
+        use rand::Rng;
+        let n: u64 = rand::thread_rng().gen();
+        self.dir.join("tmp").join(format!("{what}-{n:016x}"))
+    }
+
+    /// Makes image `key`'s root from `layers` (bottom first), applying each layer whose chain does not
+    /// exist yet, and returns its path. Each layer's uncompressed bytes are checked against its diff id
+    /// as they are applied; a mismatch, or a layer the unpacker refuses, leaves nothing behind.
+    /// Blocking; seconds for a large image.
+    pub fn prepare(
+        &self,
+        key: &str,
+        layers: &[LayerBlob],
+        extras: &RootExtras,
+        limits: &UnpackLimits,
+        events: &mut dyn FnMut(PrepareEvent),
+    ) -> io::Result<PathBuf> {
+        let root = self.root(key)?;
+        if root.is_dir() {
+            return Ok(root);
+        }
+        let diff_ids: Vec<String> = layers.iter().map(|l| l.diff_id.clone()).collect();
+        let chains = chain_ids(&diff_ids);
+        let mut parent: Option<PathBuf> = None;
+        for (index, (layer, chain_id)) in layers.iter().zip(&chains).enumerate() {
+            let path = self.chain(chain_id)?;
+            if path.is_dir() {
+                events(PrepareEvent::Unpacked { index, report: None });
+            } else {
+                events(PrepareEvent::Unpacking { index, diff_id: layer.diff_id.clone() });
+                let report = self.make_chain(parent.as_deref(), &path, layer, limits)?;
+                events(PrepareEvent::Unpacked { index, report: Some(report) });
+            }
+            parent = Some(path);
+        }
+        let tmp = self.tmp("root");
+        match &parent {
+            Some(top) => volume::snapshot(top, &tmp, false)?,
+            None => volume::create_subvolume(&tmp)?,
+        }
+        let made = add_extras(&tmp, extras).and_then(|()| {
+            // Made read-only under its final name in one step: a root that exists is complete.
+            match volume::snapshot(&tmp, &root, true) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()), // a concurrent prepare won
+                r => r,
+            }
+        });
+        let _ = volume::remove_subvolume(&tmp);
+        made.map(|()| root)
+    }
+
+    fn make_chain(
+        &self,
+        parent: Option<&Path>,
+        path: &Path,
+        layer: &LayerBlob,
+        limits: &UnpackLimits,
+    ) -> io::Result<Unpacked> {
+        let tmp = self.tmp("chain");
+        match parent {
+            Some(p) => volume::snapshot(p, &tmp, false)?,
+            None => volume::create_subvolume(&tmp)?,
+        }
+        let applied = (|| {
+            let dir = tree::open_root(&tmp)?;
+            let blob = File::open(&layer.path)?;
+            let mut hashed = HashingReader {
+                inner: unpack::decompress(io::BufReader::with_capacity(1 << 20, blob))?,
+                hash: Sha256::new(),
+            };
+            let report = unpack::apply_layer(dir.as_fd(), &mut hashed, limits)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            // The tar may end before the stream does (padding): what follows counts towards the digest.
+            io::copy(&mut hashed, &mut io::sink())?;
+            let got = format!("sha256:{}", hex(&hashed.hash.finalize()));
+            if got != layer.diff_id {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "layer {} unpacks to {got}, not to the diff id {} its image names",
+                        layer.path.display(),
+                        layer.diff_id
+                    ),
+                ));
+            }
+            match volume::snapshot(&tmp, path, true) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                r => r?,
+            }
+            Ok(report)
+        })();
+        let _ = volume::remove_subvolume(&tmp);
+        applied
+    }
+
+    /// Removes roots not in `keep_roots` and chains not in `keep_chains`; returns what went (digests).
+    pub fn remove_unused(
+        &self,
+        keep_roots: &HashSet<String>,
+        keep_chains: &HashSet<String>,
+    ) -> io::Result<Vec<String>> {
+        let mut removed = Vec::new();
+        for (sub, keep) in [("roots", keep_roots), ("chains", keep_chains)] {
+            for ent in fs::read_dir(self.dir.join(sub))? {
+                let ent = ent?;
+                let name = format!("sha256:{}", ent.file_name().to_string_lossy());
+                if keep.contains(&name) {
+                    continue;
+                }
+                match volume::remove_subvolume(&ent.path()) {
+                    Ok(()) => removed.push(name),
+                    Err(e) => tracing::warn!("removing unused image tree {}: {e}", ent.path().display()),
+                }
+            }
+        }
+        Ok(removed)
+    }
+}
+
+struct HashingReader<R> {
+    inner: R,
+    hash: Sha256,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// The image's trust bundles, by distribution: Debian/Ubuntu/Alpine/Arch, then RHEL/Fedora's two names.
+const TRUST_BUNDLES: [&str; 3] = [
+    "etc/ssl/certs/ca-certificates.crt",
+    "etc/pki/tls/certs/ca-bundle.crt",
+    "etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+];
+
+/// What sandlot adds to an image root (written as the image's root, through [`crate::tree`]):
+/// `root` and `user` (uid 1000) accounts when the image lacks them, and the egress CA in every trust
+/// bundle the image has (or in Debian's place when it has none, which the sandbox's TLS variables name).
+fn add_extras(root: &Path, extras: &RootExtras) -> io::Result<()> {
+    let rootfd = tree::open_root(root)?;
+    let owner = IMAGE_IDS_BASE;
+    let etc = tree::make_dirs_beneath(rootfd.as_fd(), Path::new("etc"), owner, 0o755)?;
+    let passwd = tree::read_beneath(rootfd.as_fd(), Path::new("etc/passwd"), 4 << 20)?.unwrap_or_default();
+    let group = tree::read_beneath(rootfd.as_fd(), Path::new("etc/group"), 4 << 20)?.unwrap_or_default();
+    let passwd = with_accounts(
+        &passwd,
+        &[("root", "root:x:0:0:root:/root:/bin/sh"), ("user", "user:x:1000:1000:sandbox user:/home/user:/bin/sh")],
+    );
+    let group = with_accounts(&group, &[("root", "root:x:0:"), ("user", "user:x:1000:")]);
+    tree::replace_file(etc.as_fd(), "passwd", &passwd, owner, 0o644)?;
+    tree::replace_file(etc.as_fd(), "group", &group, owner, 0o644)?;
+    if let Some(ca) = &extras.ca_pem {
+        let mut wrote = false;
+        for bundle in TRUST_BUNDLES {
+            let rel = Path::new(bundle);
+            let Ok(dir) = tree::open_dir_beneath(rootfd.as_fd(), rel.parent().expect("has a parent")) else { continue };
+            // Read through whatever link the image has there (resolved inside the root), then replace
+            // the name with a plain file: the write never follows a link.
+            let Some(mut body) = tree::read_beneath(rootfd.as_fd(), rel, 16 << 20)? else { continue };
+            if !body.ends_with(b"\n") && !body.is_empty() {
+                body.push(b'\n');
+            }
+            body.extend_from_slice(ca.as_bytes());
+            let name = rel.file_name().expect("has a name").to_str().expect("ascii");
+            tree::replace_file(dir.as_fd(), name, &body, owner, 0o644)?;
+            wrote = true;
+        }
+        if !wrote {
+            let dir = tree::make_dirs_beneath(rootfd.as_fd(), Path::new("etc/ssl/certs"), owner, 0o755)?;
+            tree::replace_file(dir.as_fd(), "ca-certificates.crt", ca.as_bytes(), owner, 0o644)?;
+        }
+        let own = tree::make_dirs_beneath(rootfd.as_fd(), Path::new("etc/sandlot"), owner, 0o755)?;
+        tree::replace_file(own.as_fd(), "ca.pem", ca.as_bytes(), owner, 0o644)?;
+    }
+    Ok(())
+}
+
+/// `file` (an /etc/passwd or /etc/group) with a line for each `(name, line)` whose name it lacks.
+fn with_accounts(file: &[u8], accounts: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = file.to_vec();
+    for (name, line) in accounts {
+        let has = file.split(|b| *b == b'\n').any(|l| l.split(|b| *b == b':').next() == Some(name.as_bytes()));
+        if !has {
+            if !out.is_empty() && !out.ends_with(b"\n") {
+                out.push(b'\n');
+            }
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_ids_follow_the_oci_rule() {
+        let a = format!("sha256:{}", "a".repeat(64));
+        let b = format!("sha256:{}", "b".repeat(64));
+        let ids = chain_ids(&[a.clone(), b.clone()]);
+        assert_eq!(ids[0], a);
+        assert_eq!(ids[1], format!("sha256:{}", hex(&Sha256::digest(format!("{a} {b}").as_bytes()))));
+        assert_ne!(chain_ids(&[b.clone(), a.clone()])[1], ids[1]);
+    }
+
+    #[test]
+    fn accounts_are_added_only_when_missing() {
+        let passwd = b"root:x:0:0:root:/root:/bin/ash\nnode:x:1000:1000::/home/node:/bin/sh";
+        let out = String::from_utf8(with_accounts(
+            passwd,
+            &[("root", "root:x:0:0::/root:/bin/sh"), ("user", "user:x:1000:1000::/home/user:/bin/sh")],
+        ))
+        .unwrap();
+        assert_eq!(out, "root:x:0:0:root:/root:/bin/ash\nnode:x:1000:1000::/home/node:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n");
+        assert_eq!(with_accounts(b"", &[("user", "user:x:1000:")]), b"user:x:1000:\n");
+    }
+
+    #[test]
+    fn digests_that_are_not_sha256_never_become_paths() {
+        for bad in ["sha256:../../etc", "md5:abc", &format!("sha256:{}", "A".repeat(64)), "sha256:"] {
+            assert!(digest_hex(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The `images` table: images pulled, imported or built, by owner. The image itself (manifest and
+//! config digests, layers, config) is kept as the control layer's JSON, opaque here.
+
+use std::collections::HashSet;
+
+use rusqlite::{params, OptionalExtension};
+
+use crate::{Result, Store};
+
+/// The owner of images every tenant may use (published by an admin). Tenant names are never empty.
+pub const PUBLIC: &str = "";
+
+/// One stored image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRow {
+    /// Owning tenant, or [`PUBLIC`].
+    pub tenant: String,
+    /// The name it is used by (`python:3.12`, `registry:5000/team/base:1`, an import's name).
+    pub name: String,
+    /// The fully qualified reference it was pulled from; `None` for imports and builds.
+    pub reference: Option<String>,
+    /// Digest of its manifest.
+    pub digest: String,
+    /// Digest of its config: the key of its unpacked root.
+    pub image_key: String,
+    /// The control layer's JSON of the image.
+    pub image: String,
+    /// Bytes of its blobs (compressed layers and config).
+    pub bytes: u64,
+    /// When it was stored.
+    pub created_ms: i64,
+}
+
+const COLUMNS: &str = "SELECT tenant, name, reference, digest, image_key, image, bytes, created_ms FROM images";
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ImageRow> {
+    Ok(ImageRow {
+        tenant: r.get(0)?,
+        name: r.get(1)?,
+        reference: r.get(2)?,
+        digest: r.get(3)?,
+        image_key: r.get(4)?,
+        image: r.get(5)?,
+        bytes: r.get::<_, i64>(6)? as u64,
+        created_ms: r.get(7)?,
+    })
+}
+
+impl Store {
+    /// Stores `image`, replacing the owner's image of the same name (a tag pulled again).
+    pub fn put_image(&self, image: &ImageRow) -> Result<()> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO images(tenant, name, reference, digest, image_key, image, bytes, created_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                image.tenant,
+                image.name,
+                image.reference,
+                image.digest,
+                image.image_key,
+                image.image,
+                image.bytes as i64,
+                image.created_ms
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// `owner`'s image called `name` (exactly; the control layer tries the tenant, then [`PUBLIC`]).
+    pub fn get_image(&self, owner: &str, name: &str) -> Result<Option<ImageRow>> {
+        let sql = format!("{COLUMNS} WHERE tenant = ?1 AND name = ?2");
+        Ok(self.conn().query_row(&sql, params![owner, name], row).optional()?)
+    }
+
+    /// The images `tenant` may use: its own and the public ones, by name.
+    pub fn list_images(&self, tenant: &str) -> Result<Vec<ImageRow>> {
+        let sql = format!("{COLUMNS} WHERE tenant = ?1 OR tenant = ?2 ORDER BY name, tenant DESC");
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&sql)?;
+        let rows = stmt.query_map(params![tenant, PUBLIC], row)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Every stored image of every owner (garbage collection keeps what these use).
+    pub fn all_images(&self) -> Result<Vec<ImageRow>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(COLUMNS)?;
+        let rows = stmt.query_map([], row)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Removes `owner`'s image `name`; `false` if there was none.
+    pub fn delete_image(&self, owner: &str, name: &str) -> Result<bool> {
+        Ok(self.conn().execute("DELETE FROM images WHERE tenant = ?1 AND name = ?2", params![owner, name])? > 0)
+    }
+
+    /// Bytes of the images `tenant` owns.
+    pub fn image_usage(&self, tenant: &str) -> Result<(u64, u64)> {
+        let (n, bytes): (i64, i64) = self.conn().query_row(
+            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM images WHERE tenant = ?1",
+            params![tenant],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok((n as u64, bytes as u64))
+    }
+
+    /// Records how image root `key` runs (its config, the control layer's JSON): kept as long as
+    /// anything boots the root, even after every image naming it is deleted.
+    pub fn put_image_root(&self, key: &str, config: &str, at_ms: i64) -> Result<()> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO image_roots(image_key, config, created_ms) VALUES (?1, ?2, ?3)",
+            params![key, config, at_ms],
+        )?;
+        Ok(())
+    }
+
+    /// How image root `key` runs, if it is recorded.
+    pub fn image_root_config(&self, key: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row("SELECT config FROM image_roots WHERE image_key = ?1", params![key], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Forgets image roots not in `keep`; returns how many went.
+    pub fn forget_image_roots(&self, keep: &HashSet<String>) -> Result<usize> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT image_key FROM image_roots")?;
+        let all: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        let mut n = 0;
+        for key in all.iter().filter(|k| !keep.contains(*k)) {
+            n += conn.execute("DELETE FROM image_roots WHERE image_key = ?1", params![key])?;
+        }
+        Ok(n)
+    }
+
+    /// Image roots something still boots or may boot: stored images, sandboxes not deleted, and
+    /// snapshots not deleted (a snapshot's sandboxes boot the root it was taken over).
+    pub fn image_keys_in_use(&self) -> Result<HashSet<String>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT image_key FROM images
+             UNION SELECT image_key FROM sandboxes WHERE state != 'deleted' AND image_key IS NOT NULL
+             UNION SELECT image_key FROM snapshots WHERE deleted = 0 AND image_key IS NOT NULL",
+        )?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<rusqlite::Result<HashSet<_>>>()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(tenant: &str, name: &str, key: &str) -> ImageRow {
+        ImageRow {
+            tenant: tenant.into(),
+            name: name.into(),
+            reference: None,
+            digest: format!("sha256:{}", "d".repeat(64)),
+            image_key: key.into(),
+            image: "{}".into(),
+            bytes: 10,
+            created_ms: 1,
+        }
+    }
+
+    #[test]
+    fn images_are_per_owner_and_public_ones_are_listed_for_everyone() {
+        let store = Store::open_in_memory().unwrap();
+        store.put_image(&image("a", "py", "k1")).unwrap();
+        store.put_image(&image(PUBLIC, "base", "k2")).unwrap();
+        store.put_image(&image("b", "py", "k3")).unwrap();
+        assert_eq!(store.get_image("a", "py").unwrap().unwrap().image_key, "k1");
+        assert!(store.get_image("a", "base").unwrap().is_none());
+        let names: Vec<_> = store.list_images("a").unwrap().into_iter().map(|i| (i.tenant, i.name)).collect();
+        assert_eq!(names, vec![(PUBLIC.to_string(), "base".to_string()), ("a".into(), "py".into())]);
+        // Pulled again: replaced, not duplicated.
+        store.put_image(&image("a", "py", "k4")).unwrap();
+        assert_eq!(store.list_images("a").unwrap().len(), 2);
+        assert_eq!(store.image_usage("a").unwrap(), (1, 10));
+        assert!(store.delete_image("a", "py").unwrap());
+        assert!(!store.delete_image("a", "py").unwrap());
+        let keys = store.image_keys_in_use().unwrap();
+        assert_eq!(keys, HashSet::from(["k2".to_string(), "k3".to_string()]));
+    }
+
+    #[test]
+    fn a_root_config_outlives_its_images_until_forgotten() {
+        let store = Store::open_in_memory().unwrap();
+        store.put_image_root("k1", r#"{"env":["A=1"]}"#, 1).unwrap();
+        store.put_image_root("k2", "{}", 1).unwrap();
+        assert_eq!(store.image_root_config("k1").unwrap().as_deref(), Some(r#"{"env":["A=1"]}"#));
+        assert_eq!(store.forget_image_roots(&HashSet::from(["k2".to_string()])).unwrap(), 1);
+        assert_eq!(store.image_root_config("k1").unwrap(), None);
+        assert!(store.image_root_config("k2").unwrap().is_some());
+    }
+}

@@ -1,0 +1,164 @@
+//! Image routes: pull (progress as NDJSON when asked for), import (the archive as the body), list,
+//! inspect, delete.
+
+use std::convert::Infallible;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use futures_util::TryStreamExt;
+use sandlot_api::{ErrorDetail, ImageInfo, ImageList, PullEvent, PullImage, NDJSON};
+use sandlot_control::Caller;
+use serde::Deserialize;
+use tokio::io::AsyncWriteExt;
+
+use super::app::{channel_body, AppState};
+use super::error::ApiError;
+use super::extract::{ApiJson, ApiPath, ApiQuery, Auth};
+
+fn wants_ndjson(headers: &HeaderMap) -> bool {
+    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(NDJSON))
+}
+
+fn line(ev: &PullEvent) -> Result<Bytes, Infallible> {
+    let mut v = serde_json::to_vec(ev).expect("events serialise");
+    v.push(b'\n');
+    Ok(Bytes::from(v))
+}
+
+fn error_event(e: sandlot_control::Error) -> PullEvent {
+    PullEvent::Error {
+        error: ErrorDetail { code: e.code().into(), message: e.message.clone(), retryable: e.retryable() },
+    }
+}
+
+/// Runs `work` (a pull or an import) in a task of its own, so a client that goes away does not cut
+/// the work short; with NDJSON, its progress goes to the client as it comes, at the client's pace
+/// (progress lines a slow client has no room for are dropped; the last line never is).
+async fn stream_or_wait<F>(
+    ndjson: bool,
+    work: impl FnOnce(tokio::sync::mpsc::UnboundedSender<PullEvent>) -> F,
+) -> Result<Response, ApiError>
+where
+    F: std::future::Future<Output = sandlot_control::Result<Vec<ImageInfo>>> + Send + 'static,
+{
+    let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(work(events_tx));
+    if !ndjson {
+        drop(events_rx);
+        let mut images = task.await.map_err(|e| ApiError::from(sandlot_control::Error::internal(e.to_string())))??;
+        return Ok(match images.len() {
+            1 => Json(images.remove(0)).into_response(),
+            _ => Json(ImageList { images }).into_response(),
+        });
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    tokio::spawn(async move {
+        while let Some(ev) = events_rx.recv().await {
+            let _ = tx.try_send(line(&ev));
+        }
+        let last = match task.await {
+            Ok(Ok(images)) => images.into_iter().map(|i| PullEvent::Done { image: Box::new(i) }).collect(),
+            Ok(Err(e)) => vec![error_event(e)],
+            Err(e) => vec![error_event(sandlot_control::Error::internal(e.to_string()))],
+        };
+        for ev in last {
+            if tx.send(line(&ev)).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(([(header::CONTENT_TYPE, NDJSON)], channel_body(rx)).into_response())
+}
+
+pub async fn pull(
+    State(app): State<AppState>,
+    Auth(caller): Auth,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<PullImage>,
+) -> Result<Response, ApiError> {
+    let control = std::sync::Arc::clone(&app.control);
+    stream_or_wait(wants_ndjson(&headers), move |events| async move {
+        control.pull_image(&caller, req, events).await.map(|i| vec![i])
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportQuery {
+    name: Option<String>,
+    #[serde(default)]
+    public: bool,
+}
+
+pub async fn import(
+    State(app): State<AppState>,
+    Auth(caller): Auth,
+    ApiQuery(q): ApiQuery<ImportQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let spool = spool(&app, &caller, body).await?;
+    let control = std::sync::Arc::clone(&app.control);
+    stream_or_wait(wants_ndjson(&headers), move |events| async move {
+        control.import_image(&caller, spool, q.name, q.public, events).await
+    })
+    .await
+}
+
+/// Writes the request body to an unlinked file in the state directory (the archive may be read in any
+/// order, and memory is no place for gigabytes), refusing a body over the import limit.
+async fn spool(app: &AppState, caller: &Caller, body: Body) -> Result<std::fs::File, ApiError> {
+    let max = app.control.max_import_bytes();
+    let file = tempfile::tempfile_in(&app.spool_dir)
+        .map_err(|e| sandlot_control::Error::internal(format!("spooling the import: {e}")))?;
+    let mut out =
+        tokio::fs::File::from_std(file.try_clone().map_err(|e| sandlot_control::Error::internal(e.to_string()))?);
+    let mut stream = body.into_data_stream();
+    let mut written = 0u64;
+    while let Some(chunk) =
+        stream.try_next().await.map_err(|e| ApiError::invalid(format!("reading the archive: {e}")))?
+    {
+        written += chunk.len() as u64;
+        if written > max {
+            let _ = caller;
+            return Err(sandlot_control::Error::new(
+                sandlot_control::Kind::TooLarge,
+                format!("the archive is over the server's import limit of {} MiB (--max-import-mb)", max >> 20),
+            )
+            .into());
+        }
+        out.write_all(&chunk)
+            .await
+            .map_err(|e| sandlot_control::Error::internal(format!("spooling the import: {e}")))?;
+    }
+    out.flush().await.map_err(|e| sandlot_control::Error::internal(e.to_string()))?;
+    let mut file = file;
+    std::io::Seek::rewind(&mut file).map_err(|e| sandlot_control::Error::internal(e.to_string()))?;
+    Ok(file)
+}
+
+pub async fn list(State(app): State<AppState>, Auth(caller): Auth) -> Result<Json<ImageList>, ApiError> {
+    Ok(Json(app.control.list_images(&caller)?))
+}
+
+pub async fn get(
+    State(app): State<AppState>,
+    Auth(caller): Auth,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<ImageInfo>, ApiError> {
+    Ok(Json(app.control.get_image(&caller, &name)?))
+}
+
+pub async fn delete(
+    State(app): State<AppState>,
+    Auth(caller): Auth,
+    ApiPath(name): ApiPath<String>,
+) -> Result<StatusCode, ApiError> {
+    app.control.delete_image(&caller, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
