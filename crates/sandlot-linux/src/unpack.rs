@@ -47,22 +47,31 @@
 //! - **Device nodes** are dropped (sandboxes get `/dev` from sandlot) and recorded; **FIFOs** are
 //!   created; anything else (sockets, volume labels, unknown types) is dropped and recorded.
 //! - **mtimes** are set on the descriptor (`futimens`) or with `utimensat(AT_SYMLINK_NOFOLLOW)`;
-//!   directories get theirs at the end, since creating their children changes them again.
+//!   directories get theirs at the end, since creating their children changes them again. A
+//!   directory this layer writes into without an entry of its own keeps the time of the unpack (as
+//!   with Docker and containerd; umoci restores the old time).
 //! - **Whiteouts** (OCI image spec, layer.md): `DIR/.wh.NAME` removes `NAME` (any kind, recursively,
 //!   following no link) unless this layer itself wrote that path, and creates nothing; a missing name
 //!   is fine. `DIR/.wh..wh..opq` removes every child of `DIR` that this layer did not write, wherever
 //!   the marker stands among this layer's entries. What this layer wrote is tracked in a tree of path
 //!   components, one node per path (at most `max_entries` nodes), keyed by the entry's path as
 //!   written (a file written through a symlinked parent is kept under the symlink's path). Other
-//!   `.wh..wh.` names are ignored and recorded.
-//! - **Bounded resources.** No recursion on tree depth; at most a few descriptors open (the cached
-//!   parent of the current entry, one while creating); memory bounded by `max_entries` (the written
+//!   `.wh..wh.` names are ignored and recorded; `.wh..` and `.wh...` (the directory itself, its
+//!   parent) are refused. Each directory is emptied once per layer (by device and inode, however
+//!   many markers or symlinked aliases name it), so markers cannot make the work quadratic.
+//! - **Bounded resources.** No recursion on tree depth; a handful of descriptors open (the cached
+//!   parent of the current entry and a duplicate of it, two while creating missing parents, one for a
+//!   hard link's target directory; a removal walk adds at most 16); memory bounded by `max_entries` (the written
 //!   tree, names ≤ 255 bytes) and by a cap on what the tar crate reads into memory for one entry's
 //!   headers (PAX records, GNU long names, sparse maps: `2 × max_path_bytes + max_xattr_bytes` + 1 MiB),
 //!   enforced by counting those reads. zstd frames asking for a window over 128 MiB (zstd's own
 //!   default limit) are refused, since the decoder keeps a window's worth of output in memory.
 //! - **Names with newlines or invalid UTF-8** are legal on Linux and created as given; they are only
 //!   escaped (`\xNN`) when printed.
+//!
+//! A stream cut exactly at an entry boundary, without tar's two end-of-archive blocks, reads as a
+//! complete archive (Go's archive/tar, which most image tools use, reads it the same way); the
+//! caller checks the layer's digest, which such a cut cannot match. A cut anywhere else is an error.
 //!
 //! An error mid-layer leaves the tree partly applied. That is by design: the caller applies each
 //! layer into a fresh subvolume and deletes it when this fails.
