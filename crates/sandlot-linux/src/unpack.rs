@@ -113,6 +113,9 @@ const ZSTD_MAX_WINDOW: u64 = 1 << 27;
 /// headers themselves, other PAX records, a GNU sparse map (21 extents per 512 bytes, so ~43,000).
 const HEADER_SLACK: u64 = 1 << 20;
 
+/// Bytes of file data copied at a time.
+const COPY_CHUNK: usize = 128 << 10;
+
 /// Bounds on what one layer may make the daemon do.
 #[derive(Debug, Clone)]
 pub struct UnpackLimits {
@@ -514,6 +517,7 @@ pub fn apply_layer(root: BorrowedFd<'_>, tar: impl io::Read, limits: &UnpackLimi
         parent: None,
         data_read: false,
         cleaned: HashSet::new(),
+        copy_buf: Vec::new(),
     };
     loop {
         budget.left.set(Some(header_cap));
@@ -602,6 +606,8 @@ struct Layer<'r, 'l> {
     data_read: bool,
     /// Directories (device, inode) an opaque marker already emptied of lower entries.
     cleaned: HashSet<(u64, u64)>,
+    /// The copy buffer of [`Layer::make_file`], kept between files.
+    copy_buf: Vec<u8>,
 }
 
 /// A path split into components, checked.
@@ -1027,7 +1033,32 @@ impl Layer<'_, '_> {
         )
         .map_err(|e| self.refuse(path, "cannot create the file", Some(errno(e))))?;
         let mut file = File::from(own(fd));
-        let mut buf = vec![0u8; 128 << 10];
+        // One copy buffer for the whole layer (a layer of a million small files would otherwise
+        // allocate a million).
+        let mut buf = std::mem::take(&mut self.copy_buf);
+        buf.resize(COPY_CHUNK, 0);
+        let copied = self.copy(entry, path, &mut file, &mut buf, size);
+        self.copy_buf = buf;
+        copied?;
+        file.set_len(size).map_err(|e| self.refuse(path, "cannot set the file's size", Some(e)))?;
+        self.data_read = true;
+        self.out.bytes += size;
+        self.set_owner_mode(path, file.as_fd(), meta)?;
+        let t = TimeSpec::new(meta.mtime, 0);
+        nix::sys::stat::futimens(file.as_raw_fd(), &t, &t)
+            .map_err(|e| self.refuse(path, "cannot set the mtime", Some(errno(e))))?;
+        Ok(())
+    }
+
+    /// Copies exactly `size` bytes of the entry's data into `file`, leaving runs of zeros as holes.
+    fn copy<R: Read>(
+        &self,
+        entry: &mut tar::Entry<'_, R>,
+        path: &[u8],
+        file: &mut File,
+        buf: &mut [u8],
+        size: u64,
+    ) -> Result<(), UnpackError> {
         let mut left = size;
         while left > 0 {
             let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
@@ -1049,13 +1080,6 @@ impl Layer<'_, '_> {
             res.map_err(|e| self.refuse(path, "cannot write the file", Some(e)))?;
             left -= n as u64;
         }
-        file.set_len(size).map_err(|e| self.refuse(path, "cannot set the file's size", Some(e)))?;
-        self.data_read = true;
-        self.out.bytes += size;
-        self.set_owner_mode(path, file.as_fd(), meta)?;
-        let t = TimeSpec::new(meta.mtime, 0);
-        nix::sys::stat::futimens(file.as_raw_fd(), &t, &t)
-            .map_err(|e| self.refuse(path, "cannot set the mtime", Some(errno(e))))?;
         Ok(())
     }
 
