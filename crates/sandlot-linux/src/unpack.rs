@@ -2023,4 +2023,27 @@ mod tests {
         names.sort();
         assert_eq!(names, ["a", "b"]);
     }
+
+    #[test]
+    fn data_of_entries_that_are_not_files_is_skipped_against_max_bytes() {
+        let f = Fixture::new("otherdata");
+        let global = pax(&[("comment", b"git commit id")]);
+        let mut link = header(b"l", EntryType::Symlink, 600, 0o777);
+        link.as_old_mut().linkname[..6].copy_from_slice(b"target");
+        let layer = Layer::default()
+            .raw(header(b"pax_global_header", EntryType::XGlobalHeader, global.len() as u64, 0o644), &global)
+            .raw(link, &[5; 600])
+            .file(b"after", b"ok");
+        let u = f.apply(&layer.done()).unwrap();
+        assert_eq!(u.entries, 2, "the global header is no entry");
+        assert!(!f.exists("pax_global_header"));
+        assert_eq!(std::fs::read_link(f.at("l")).unwrap(), Path::new("target"));
+        assert_eq!(std::fs::read(f.at("after")).unwrap(), b"ok");
+        // The symlink's 600 bytes of data count against max_bytes.
+        let mut link = header(b"l2", EntryType::Symlink, 600, 0o777);
+        link.as_old_mut().linkname[..6].copy_from_slice(b"target");
+        let limits = UnpackLimits { max_bytes: 500, ..UnpackLimits::default() };
+        let err = refused(f.apply_with(&Layer::default().raw(link, &[5; 600]).done(), &limits));
+        assert!(err.to_string().contains("600 bytes of data would bring the layer over 500 bytes"), "{err}");
+    }
 }
