@@ -47,22 +47,31 @@
 //! - **Device nodes** are dropped (sandboxes get `/dev` from sandlot) and recorded; **FIFOs** are
 //!   created; anything else (sockets, volume labels, unknown types) is dropped and recorded.
 //! - **mtimes** are set on the descriptor (`futimens`) or with `utimensat(AT_SYMLINK_NOFOLLOW)`;
-//!   directories get theirs at the end, since creating their children changes them again.
+//!   directories get theirs at the end, since creating their children changes them again. A
+//!   directory this layer writes into without an entry of its own keeps the time of the unpack (as
+//!   with Docker and containerd; umoci restores the old time).
 //! - **Whiteouts** (OCI image spec, layer.md): `DIR/.wh.NAME` removes `NAME` (any kind, recursively,
 //!   following no link) unless this layer itself wrote that path, and creates nothing; a missing name
 //!   is fine. `DIR/.wh..wh..opq` removes every child of `DIR` that this layer did not write, wherever
 //!   the marker stands among this layer's entries. What this layer wrote is tracked in a tree of path
 //!   components, one node per path (at most `max_entries` nodes), keyed by the entry's path as
 //!   written (a file written through a symlinked parent is kept under the symlink's path). Other
-//!   `.wh..wh.` names are ignored and recorded.
-//! - **Bounded resources.** No recursion on tree depth; at most a few descriptors open (the cached
-//!   parent of the current entry, one while creating); memory bounded by `max_entries` (the written
+//!   `.wh..wh.` names are ignored and recorded; `.wh..` and `.wh...` (the directory itself, its
+//!   parent) are refused. Each directory is emptied once per layer (by device and inode, however
+//!   many markers or symlinked aliases name it), so markers cannot make the work quadratic.
+//! - **Bounded resources.** No recursion on tree depth; a handful of descriptors open (the cached
+//!   parent of the current entry and a duplicate of it, two while creating missing parents, one for a
+//!   hard link's target directory; a removal walk adds at most 16); memory bounded by `max_entries` (the written
 //!   tree, names ≤ 255 bytes) and by a cap on what the tar crate reads into memory for one entry's
 //!   headers (PAX records, GNU long names, sparse maps: `2 × max_path_bytes + max_xattr_bytes` + 1 MiB),
 //!   enforced by counting those reads. zstd frames asking for a window over 128 MiB (zstd's own
 //!   default limit) are refused, since the decoder keeps a window's worth of output in memory.
 //! - **Names with newlines or invalid UTF-8** are legal on Linux and created as given; they are only
 //!   escaped (`\xNN`) when printed.
+//!
+//! A stream cut exactly at an entry boundary, without tar's two end-of-archive blocks, reads as a
+//! complete archive (Go's archive/tar, which most image tools use, reads it the same way); the
+//! caller checks the layer's digest, which such a cut cannot match. A cut anywhere else is an error.
 //!
 //! An error mid-layer leaves the tree partly applied. That is by design: the caller applies each
 //! layer into a fresh subvolume and deletes it when this fails.
@@ -103,6 +112,9 @@ const ZSTD_MAX_WINDOW: u64 = 1 << 27;
 /// Header bytes the tar crate may read into memory for one entry beyond paths and xattrs: the 512-byte
 /// headers themselves, other PAX records, a GNU sparse map (21 extents per 512 bytes, so ~43,000).
 const HEADER_SLACK: u64 = 1 << 20;
+
+/// Bytes of file data copied at a time.
+const COPY_CHUNK: usize = 128 << 10;
 
 /// Bounds on what one layer may make the daemon do.
 #[derive(Debug, Clone)]
@@ -505,6 +517,7 @@ pub fn apply_layer(root: BorrowedFd<'_>, tar: impl io::Read, limits: &UnpackLimi
         parent: None,
         data_read: false,
         cleaned: HashSet::new(),
+        copy_buf: Vec::new(),
     };
     loop {
         budget.left.set(Some(header_cap));
@@ -593,6 +606,8 @@ struct Layer<'r, 'l> {
     data_read: bool,
     /// Directories (device, inode) an opaque marker already emptied of lower entries.
     cleaned: HashSet<(u64, u64)>,
+    /// The copy buffer of [`Layer::make_file`], kept between files.
+    copy_buf: Vec<u8>,
 }
 
 /// A path split into components, checked.
@@ -1018,7 +1033,32 @@ impl Layer<'_, '_> {
         )
         .map_err(|e| self.refuse(path, "cannot create the file", Some(errno(e))))?;
         let mut file = File::from(own(fd));
-        let mut buf = vec![0u8; 128 << 10];
+        // One copy buffer for the whole layer (a layer of a million small files would otherwise
+        // allocate a million).
+        let mut buf = std::mem::take(&mut self.copy_buf);
+        buf.resize(COPY_CHUNK, 0);
+        let copied = self.copy(entry, path, &mut file, &mut buf, size);
+        self.copy_buf = buf;
+        copied?;
+        file.set_len(size).map_err(|e| self.refuse(path, "cannot set the file's size", Some(e)))?;
+        self.data_read = true;
+        self.out.bytes += size;
+        self.set_owner_mode(path, file.as_fd(), meta)?;
+        let t = TimeSpec::new(meta.mtime, 0);
+        nix::sys::stat::futimens(file.as_raw_fd(), &t, &t)
+            .map_err(|e| self.refuse(path, "cannot set the mtime", Some(errno(e))))?;
+        Ok(())
+    }
+
+    /// Copies exactly `size` bytes of the entry's data into `file`, leaving runs of zeros as holes.
+    fn copy<R: Read>(
+        &self,
+        entry: &mut tar::Entry<'_, R>,
+        path: &[u8],
+        file: &mut File,
+        buf: &mut [u8],
+        size: u64,
+    ) -> Result<(), UnpackError> {
         let mut left = size;
         while left > 0 {
             let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
@@ -1040,13 +1080,6 @@ impl Layer<'_, '_> {
             res.map_err(|e| self.refuse(path, "cannot write the file", Some(e)))?;
             left -= n as u64;
         }
-        file.set_len(size).map_err(|e| self.refuse(path, "cannot set the file's size", Some(e)))?;
-        self.data_read = true;
-        self.out.bytes += size;
-        self.set_owner_mode(path, file.as_fd(), meta)?;
-        let t = TimeSpec::new(meta.mtime, 0);
-        nix::sys::stat::futimens(file.as_raw_fd(), &t, &t)
-            .map_err(|e| self.refuse(path, "cannot set the mtime", Some(errno(e))))?;
         Ok(())
     }
 
@@ -1989,5 +2022,28 @@ mod tests {
         let mut names: Vec<_> = std::fs::read_dir(f.at("d")).unwrap().map(|e| e.unwrap().file_name()).collect();
         names.sort();
         assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn data_of_entries_that_are_not_files_is_skipped_against_max_bytes() {
+        let f = Fixture::new("otherdata");
+        let global = pax(&[("comment", b"git commit id")]);
+        let mut link = header(b"l", EntryType::Symlink, 600, 0o777);
+        link.as_old_mut().linkname[..6].copy_from_slice(b"target");
+        let layer = Layer::default()
+            .raw(header(b"pax_global_header", EntryType::XGlobalHeader, global.len() as u64, 0o644), &global)
+            .raw(link, &[5; 600])
+            .file(b"after", b"ok");
+        let u = f.apply(&layer.done()).unwrap();
+        assert_eq!(u.entries, 2, "the global header is no entry");
+        assert!(!f.exists("pax_global_header"));
+        assert_eq!(std::fs::read_link(f.at("l")).unwrap(), Path::new("target"));
+        assert_eq!(std::fs::read(f.at("after")).unwrap(), b"ok");
+        // The symlink's 600 bytes of data count against max_bytes.
+        let mut link = header(b"l2", EntryType::Symlink, 600, 0o777);
+        link.as_old_mut().linkname[..6].copy_from_slice(b"target");
+        let limits = UnpackLimits { max_bytes: 500, ..UnpackLimits::default() };
+        let err = refused(f.apply_with(&Layer::default().raw(link, &[5; 600]).done(), &limits));
+        assert!(err.to_string().contains("600 bytes of data would bring the layer over 500 bytes"), "{err}");
     }
 }
