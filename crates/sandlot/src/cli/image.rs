@@ -66,7 +66,7 @@ impl ImageCmd {
 /// Arguments of `sandlot image pull`.
 #[derive(clap::Args, Debug)]
 pub struct PullArgs {
-    /// Image reference: NAME[:TAG][@DIGEST], e.g. python:3.12-slim or ghcr.io/org/app@sha256:...
+    /// Image reference: NAME, NAME:TAG or NAME@DIGEST (e.g. python:3.12-slim, ghcr.io/org/app:1).
     #[arg(value_name = "REF")]
     reference: String,
     /// Store it under this name instead of the reference.
