@@ -39,6 +39,11 @@ pub struct Images {
 }
 
 impl Images {
+    /// The blob store.
+    pub(crate) fn blobs(&self) -> &Arc<BlobStore> {
+        &self.blobs
+    }
+
     /// Images over the blob store at `blob_dir`, pulling with `registry`; imports may be at most
     /// `max_import_bytes`.
     pub fn new(registry: Registry, blob_dir: PathBuf, max_import_bytes: u64) -> std::io::Result<Images> {
@@ -125,7 +130,7 @@ impl Control {
         self.images.as_ref().map_or(0, |i| i.max_import_bytes)
     }
 
-    fn images(&self) -> Result<&Images> {
+    pub(crate) fn images(&self) -> Result<&Images> {
         self.images.as_ref().ok_or_else(|| Error::invalid("this server has no image store"))
     }
 
@@ -308,7 +313,7 @@ impl Control {
     }
 
     /// Unpacks `image` into its root (once per config digest) and records it under `name`.
-    async fn store_image(
+    pub(crate) async fn store_image(
         &self,
         caller: &Caller,
         name: &str,
@@ -322,7 +327,7 @@ impl Control {
         let layers: Vec<LayerBlob> = image
             .layers
             .iter()
-            .map(|l| LayerBlob { path: images.blobs.path(&l.digest), diff_id: l.diff_id.to_string() })
+            .map(|l| LayerBlob { path: images.blobs().path(&l.digest), diff_id: l.diff_id.to_string() })
             .collect();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let forward = {
