@@ -23,9 +23,10 @@ pub struct ExecRequest {
     /// Extra environment, over the sandbox's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
-    /// Who runs it (default `user`).
-    #[serde(default)]
-    pub user: User,
+    /// Who runs it: `user` (uid 1000) or `root`; by default the image's `USER` when it names one,
+    /// else `user`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<User>,
     /// Bytes fed to standard input, as UTF-8 text; standard input is closed after them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<String>,

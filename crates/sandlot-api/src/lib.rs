@@ -26,6 +26,7 @@ mod network;
 mod ports;
 mod sandbox;
 mod snapshot;
+mod usage;
 mod user;
 
 pub use audit::*;
@@ -39,4 +40,5 @@ pub use network::*;
 pub use ports::*;
 pub use sandbox::*;
 pub use snapshot::*;
+pub use usage::*;
 pub use user::*;

@@ -185,6 +185,11 @@ impl Client {
         Ok(list.entries)
     }
 
+    /// What the key's tenant holds (`GET /v1/usage`): sandboxes, snapshots, images and their bytes.
+    pub fn usage(&self) -> Result<sandlot_api::TenantUsage> {
+        json(self.send(self.request("GET", "/v1/usage"))?, "the usage")
+    }
+
     /// A request to `path_and_query` (starting with `/`) with the key set.
     pub(crate) fn request(&self, method: &str, path_and_query: &str) -> ureq::Request {
         self.agent.request(method, &format!("{}{}", self.base, path_and_query)).set("Authorization", &self.auth)

@@ -32,6 +32,8 @@ pub struct Config {
     pub max_snapshots_per_tenant: u64,
     /// Bytes one tenant's snapshots may be charged.
     pub snapshot_quota_bytes: u64,
+    /// Bytes one tenant's images may take (their blobs as stored).
+    pub image_quota_bytes: u64,
     /// Audit rows older than this many days are pruned.
     pub audit_retention_days: u64,
     /// How far running sandboxes' memory and disk limits may exceed the host's capacity.
@@ -114,6 +116,7 @@ pub(crate) fn test_config() -> Config {
         max_sandboxes: 256,
         max_snapshots_per_tenant: 64,
         snapshot_quota_bytes: 8 << 30,
+        image_quota_bytes: 20 << 30,
         audit_retention_days: 30,
         overcommit: 1.5,
         default_image: "host".into(),

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sandlot_api::{ExecRequest, ExecResult, ProcessList};
+use sandlot_api::{ExecRequest, ExecResult, ProcessList, User};
 use sandlot_engine::{ExecSpec, Process};
 use sandlot_store::SandboxRecord;
 use serde_json::json;
@@ -36,9 +36,9 @@ fn spec(
     max_timeout_s: u64,
     default_output: u64,
     rec: &SandboxRecord,
-    image: Option<&sandlot_api::ImageRunConfig>,
+    image: Option<&crate::images::RootConfig>,
     req: ExecRequest,
-) -> Result<ExecSpec> {
+) -> Result<(ExecSpec, String)> {
     let argv = match (req.argv, req.shell) {
         (Some(argv), None) => argv,
         (None, Some(shell)) => vec!["/bin/sh".into(), "-c".into(), shell],
@@ -67,9 +67,9 @@ fn spec(
             size + env_bytes
         )));
     }
-    let user = req.user;
+    let who = identity(req.user, image)?;
     // The image's WorkingDir is where its programs expect to start, as `docker run` does.
-    let cwd = req.cwd.or_else(|| image.and_then(|i| i.working_dir.clone())).unwrap_or_else(|| user.home().to_string());
+    let cwd = req.cwd.or_else(|| image.and_then(|i| i.run.working_dir.clone())).unwrap_or_else(|| who.home.clone());
     no_nul("cwd", &cwd)?;
     if !cwd.starts_with('/') {
         return Err(Error::invalid(format!("cwd must be an absolute path, got {cwd:?}")));
@@ -99,27 +99,57 @@ fn spec(
     let base = [
         ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
         ("LANG", "C.UTF-8"),
-        ("HOME", user.home()),
-        ("USER", user.name()),
-        ("LOGNAME", user.name()),
+        ("HOME", who.home.as_str()),
+        ("USER", who.name.as_str()),
+        ("LOGNAME", who.name.as_str()),
         ("SHELL", "/bin/bash"),
     ];
     let mut env: std::collections::BTreeMap<String, String> =
         base.into_iter().chain(sandlot_engine::linux::tls_env()).map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let image_env = image.map(|i| i.env.as_slice()).unwrap_or_default();
+    let image_env = image.map(|i| i.run.env.as_slice()).unwrap_or_default();
     env.extend(image_env.iter().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())));
     env.extend(rec.env.clone());
     env.extend(req.env);
-    Ok(ExecSpec {
-        argv,
-        env: env.into_iter().collect(),
-        cwd,
-        uid: user.uid(),
-        timeout_ms: timeout.map(|t| (t * 1000.0) as u64),
-        stdin,
-        keep_stdin: req.background,
-        max_output: max_output as usize,
-    })
+    Ok((
+        ExecSpec {
+            argv,
+            env: env.into_iter().collect(),
+            cwd,
+            uid: who.uid,
+            gid: who.gid,
+            timeout_ms: timeout.map(|t| (t * 1000.0) as u64),
+            stdin,
+            keep_stdin: req.background,
+            max_output: max_output as usize,
+        },
+        who.name,
+    ))
+}
+
+/// Who a command runs as.
+struct Identity {
+    uid: u32,
+    gid: Option<u32>,
+    name: String,
+    home: String,
+}
+
+/// The asked-for user; else the image's `USER` when it names one; else `user`.
+fn identity(asked: Option<User>, image: Option<&crate::images::RootConfig>) -> Result<Identity> {
+    let builtin = |u: User| Identity { uid: u.uid(), gid: None, name: u.name().into(), home: u.home().into() };
+    let Some(image) = image.filter(|i| i.run.user.is_some()) else {
+        return Ok(builtin(asked.unwrap_or_default()));
+    };
+    if let Some(u) = asked {
+        return Ok(builtin(u));
+    }
+    match &image.identity {
+        Some(id) => Ok(Identity { uid: id.uid, gid: Some(id.gid), name: id.name.clone(), home: id.home.clone() }),
+        None => Err(Error::invalid(format!(
+            "{}; give `user` (`user` or `root`) to run the command",
+            image.identity_error.as_deref().unwrap_or("the image's USER cannot be resolved")
+        ))),
+    }
 }
 
 /// The audit row of an exec as it starts: its command line (the first KiB, with length and digest if
@@ -184,12 +214,11 @@ impl Control {
     ) -> Result<Started> {
         let (rec, sb) = self.ensure_running(caller, id).await?;
         let background = req.background;
-        let user = req.user.name();
         let env_names: Vec<String> = req.env.keys().cloned().collect();
         let image = self.image_run_config(rec.image_key.as_deref())?;
-        let spec = spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, &rec, image.as_ref(), req)?;
+        let (spec, user) = spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, &rec, image.as_ref(), req)?;
         let proc = sb.spawn(spec).await?;
-        let row = audit_start(&proc, user, &env_names, background);
+        let row = audit_start(&proc, &user, &env_names, background);
         if background {
             self.audit_exec(&rec, "exec.start", &row);
             self.audit_when_done(rec, &proc, serde_json::Value::Null, true);

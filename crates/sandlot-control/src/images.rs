@@ -30,6 +30,20 @@ pub const HOST_IMAGE: &str = "host";
 /// Longest image name.
 const MAX_NAME: usize = 255;
 
+/// How an image root runs, as recorded in `image_roots` for as long as anything boots it.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RootConfig {
+    /// The image's config as the API shows it.
+    #[serde(flatten)]
+    pub run: ImageRunConfig,
+    /// Its `USER`, resolved in its own account files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<sandlot_engine::driver::ImageUser>,
+    /// Why `USER` could not be resolved (commands must then name `user` or `root`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_error: Option<String>,
+}
+
 /// The image side of the control layer: the registry client, the blob store and the collection lock.
 pub struct Images {
     registry: Registry,
@@ -61,6 +75,13 @@ fn pull_error(e: sandlot_oci::PullError) -> Error {
         _ => Kind::Invalid,
     };
     Error::new(kind, e.message)
+}
+
+fn check_publish(caller: &Caller, public: bool) -> Result<()> {
+    if public && !caller.admin {
+        return Err(Error::new(Kind::Forbidden, "only an admin key may publish an image to every tenant"));
+    }
+    Ok(())
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -163,12 +184,34 @@ impl Control {
     }
 
     /// How the image root `key` runs (`None` for `host` or a root without a recorded config).
-    pub(crate) fn image_run_config(&self, key: Option<&str>) -> Result<Option<ImageRunConfig>> {
+    pub(crate) fn image_run_config(&self, key: Option<&str>) -> Result<Option<RootConfig>> {
         let Some(key) = key else { return Ok(None) };
         match self.store.image_root_config(key)? {
             Some(json) => Ok(serde_json::from_str(&json).ok()),
             None => Ok(None),
         }
+    }
+
+    /// `GET /v1/usage` (the caller's tenant) or, for an admin, `GET /v1/tenants/{tenant}/usage`: what
+    /// the tenant holds and is charged.
+    pub fn usage(&self, caller: &Caller, tenant: Option<&str>) -> Result<sandlot_api::TenantUsage> {
+        let tenant = match tenant {
+            Some(t) if t != caller.tenant && !caller.admin => {
+                return Err(Error::new(Kind::Forbidden, "only an admin key may read another tenant's usage"))
+            }
+            Some(t) => t,
+            None => caller.tenant.as_str(),
+        };
+        let (snapshots, snapshot_bytes) = self.store.snapshot_usage(tenant)?;
+        let (images, image_bytes) = self.store.image_usage(tenant)?;
+        Ok(sandlot_api::TenantUsage {
+            tenant: tenant.to_string(),
+            sandboxes: self.store.list_sandboxes(tenant)?.len() as u64,
+            snapshots,
+            snapshot_bytes,
+            images,
+            image_bytes,
+        })
     }
 
     /// `GET /v1/images`: the caller's images, the public ones and `host`.
@@ -214,6 +257,34 @@ impl Control {
         Ok(())
     }
 
+    /// What a pull fetches and stores under which name, checked before anything is fetched.
+    fn pull_target(&self, caller: &Caller, req: &PullImage) -> Result<(Reference, sandlot_oci::Platform, String)> {
+        self.images()?;
+        let reference = Reference::parse(&req.reference)
+            .map_err(|e| Error::invalid(format!("ref {:?} is not an image reference: {e}", req.reference)))?;
+        let platform = match &req.platform {
+            Some(p) => sandlot_oci::Platform::parse(p)
+                .map_err(|e| Error::invalid(format!("platform {p:?}: {e} (write it as os/arch, e.g. linux/amd64)")))?,
+            None => sandlot_oci::Platform::host(),
+        };
+        check_publish(caller, req.public)?;
+        let name = req.name.clone().unwrap_or_else(|| reference.familiar());
+        check_name(&name)?;
+        Ok((reference, platform, name))
+    }
+
+    /// Refuses a pull the caller may not make, before a surface commits to a streamed answer.
+    pub fn check_pull(&self, caller: &Caller, req: &PullImage) -> Result<()> {
+        self.pull_target(caller, req).map(|_| ())
+    }
+
+    /// Refuses an import the caller may not make, before its archive is read.
+    pub fn check_import(&self, caller: &Caller, name: Option<&str>, public: bool) -> Result<()> {
+        self.images()?;
+        check_publish(caller, public)?;
+        name.map_or(Ok(()), check_name)
+    }
+
     /// `POST /v1/images/pull`: fetches the image, unpacks it and stores it under its name, sending
     /// progress on `events` as it goes.
     pub async fn pull_image(
@@ -223,18 +294,7 @@ impl Control {
         events: UnboundedSender<PullEvent>,
     ) -> Result<ImageInfo> {
         let images = self.images()?;
-        let reference = Reference::parse(&req.reference)
-            .map_err(|e| Error::invalid(format!("ref {:?} is not an image reference: {e}", req.reference)))?;
-        let platform = match &req.platform {
-            Some(p) => sandlot_oci::Platform::parse(p)
-                .map_err(|e| Error::invalid(format!("platform {p:?}: {e} (write it as os/arch, e.g. linux/amd64)")))?,
-            None => sandlot_oci::Platform::host(),
-        };
-        if req.public && !caller.admin {
-            return Err(Error::new(Kind::Forbidden, "only an admin key may publish an image to every tenant"));
-        }
-        let name = req.name.clone().unwrap_or_else(|| reference.familiar());
-        check_name(&name)?;
+        let (reference, platform, name) = self.pull_target(caller, &req)?;
         let auth =
             req.auth.as_ref().map(|a| Credentials { username: a.username.clone(), password: a.password.clone() });
         let _shared = images.gc.read().await;
@@ -250,14 +310,22 @@ impl Control {
             .map_err(|e| Error::internal(format!("pull task: {e}")))?
             .map_err(pull_error)?
         };
-        let row = self.store_image(caller, &name, Some(reference.to_string()), image, req.public, &events).await?;
+        let stored = self.store_image(caller, &name, Some(reference.to_string()), image, req.public, &events).await;
+        drop(_shared);
+        let row = match stored {
+            Ok(row) => row,
+            Err(e) => {
+                // A refused or failed image leaves blobs nothing names: collect them now.
+                self.collect_images().await;
+                return Err(e);
+            }
+        };
         self.audit(
             &caller.tenant,
             None,
             "image.pull",
             &json!({"name": name, "ref": reference.to_string(), "digest": row.digest, "public": req.public}),
         )?;
-        drop(_shared);
         self.collect_images().await;
         info(&row)
     }
@@ -273,43 +341,43 @@ impl Control {
         events: UnboundedSender<PullEvent>,
     ) -> Result<Vec<ImageInfo>> {
         let images = self.images()?;
-        if public && !caller.admin {
-            return Err(Error::new(Kind::Forbidden, "only an admin key may publish an image to every tenant"));
+        self.check_import(caller, name.as_deref(), public)?;
+        let shared = images.gc.read().await;
+        let stored = async {
+            let (blobs, max) = (Arc::clone(&images.blobs), images.max_import_bytes);
+            let imported =
+                tokio::task::spawn_blocking(move || sandlot_oci::import(std::io::BufReader::new(archive), &blobs, max))
+                    .await
+                    .map_err(|e| Error::internal(format!("import task: {e}")))?
+                    .map_err(|e| Error::invalid(format!("import: {e}")))?;
+            if imported.len() > 1 && name.is_some() {
+                return Err(Error::invalid(format!(
+                    "the archive holds {} images; leave `name` out to store each under its own",
+                    imported.len()
+                )));
+            }
+            let mut out = Vec::new();
+            for im in imported {
+                let Some(n) = name.clone().or(im.name.clone()) else {
+                    return Err(Error::invalid("the archive names no image: give one with `name` (--name)"));
+                };
+                check_name(&n)?;
+                let row = self.store_image(caller, &n, None, im.image, public, &events).await?;
+                self.audit(
+                    &caller.tenant,
+                    None,
+                    "image.import",
+                    &json!({"name": n, "digest": row.digest, "public": public}),
+                )?;
+                out.push(info(&row)?);
+            }
+            Ok::<_, Error>(out)
         }
-        if let Some(n) = &name {
-            check_name(n)?;
-        }
-        let _shared = images.gc.read().await;
-        let (blobs, max) = (Arc::clone(&images.blobs), images.max_import_bytes);
-        let imported =
-            tokio::task::spawn_blocking(move || sandlot_oci::import(std::io::BufReader::new(archive), &blobs, max))
-                .await
-                .map_err(|e| Error::internal(format!("import task: {e}")))?
-                .map_err(|e| Error::invalid(format!("import: {e}")))?;
-        if imported.len() > 1 && name.is_some() {
-            return Err(Error::invalid(format!(
-                "the archive holds {} images; leave `name` out to store each under its own",
-                imported.len()
-            )));
-        }
-        let mut out = Vec::new();
-        for im in imported {
-            let Some(n) = name.clone().or(im.name.clone()) else {
-                return Err(Error::invalid("the archive names no image: give one with `name` (--name)"));
-            };
-            check_name(&n)?;
-            let row = self.store_image(caller, &n, None, im.image, public, &events).await?;
-            self.audit(
-                &caller.tenant,
-                None,
-                "image.import",
-                &json!({"name": n, "digest": row.digest, "public": public}),
-            )?;
-            out.push(info(&row)?);
-        }
-        drop(_shared);
+        .await;
+        drop(shared);
+        // Whatever the outcome, blobs no image names (a refused or failed import's) go now.
         self.collect_images().await;
-        Ok(out)
+        stored
     }
 
     /// Unpacks `image` into its root (once per config digest) and records it under `name`.
@@ -323,6 +391,24 @@ impl Control {
         events: &UnboundedSender<PullEvent>,
     ) -> Result<ImageRow> {
         let images = self.images()?;
+        let bytes =
+            image.layers.iter().map(|l| l.size).sum::<u64>() + images.blobs().size(&image.config_digest).unwrap_or(0);
+        let owner = if public { PUBLIC.to_string() } else { caller.tenant.clone() };
+        // What the tenant already holds, less the image this one replaces; checked before unpacking,
+        // so a refused image takes no room on the layers volume (its blobs go with the next collection).
+        let (_, held) = self.store.image_usage(&owner)?;
+        let replaced = self.store.get_image(&owner, name)?.map_or(0, |r| r.bytes);
+        let quota = self.cfg.image_quota_bytes;
+        if !public && held - replaced.min(held) + bytes > quota {
+            return Err(Error::limit(format!(
+                "image {name:?} is {} MiB; tenant {}'s images already take {} MiB of {} MiB (--image-quota-mb): \
+                 delete images (sandlot image rm) and retry",
+                bytes.div_ceil(1 << 20),
+                caller.tenant,
+                held.div_ceil(1 << 20),
+                quota >> 20
+            )));
+        }
         let key = image.config_digest.to_string();
         let layers: Vec<LayerBlob> = image
             .layers
@@ -348,12 +434,18 @@ impl Control {
         let prepared = self.engine.prepare_image(key.clone(), layers, tx).await;
         let _ = forward.await;
         prepared.map_err(|e| Error::invalid(format!("image {name:?} cannot be unpacked: {e}")))?;
-        let config = serde_json::to_string(&run_config(&image)).expect("serialisable");
+        let run = run_config(&image);
+        let (identity, identity_error) = match &run.user {
+            Some(spec) => match self.engine.image_user(key.clone(), spec.clone()).await {
+                Ok(id) => (Some(id), None),
+                Err(e) => (None, Some(e.to_string())),
+            },
+            None => (None, None),
+        };
+        let config = serde_json::to_string(&RootConfig { run, identity, identity_error }).expect("serialisable");
         self.store.put_image_root(&key, &config, now_ms())?;
-        let bytes =
-            image.layers.iter().map(|l| l.size).sum::<u64>() + images.blobs.size(&image.config_digest).unwrap_or(0);
         let row = ImageRow {
-            tenant: if public { PUBLIC.to_string() } else { caller.tenant.clone() },
+            tenant: owner,
             name: name.to_string(),
             reference,
             digest: image.manifest_digest.to_string(),

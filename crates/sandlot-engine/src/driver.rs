@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
 use crate::{EngineError, LayerSource};
-pub use sandlot_linux::image_store::{chain_ids, LayerBlob, PrepareEvent};
+pub use sandlot_linux::image_store::{chain_ids, ImageUser, LayerBlob, PrepareEvent};
 
 /// What a sandbox may use of the host.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -110,6 +110,8 @@ pub trait Driver: Send + Sync + 'static {
         layers: &[LayerBlob],
         events: &mut dyn FnMut(PrepareEvent),
     ) -> Result<(), EngineError>;
+    /// Resolves an image's `USER` (`spec`) in image root `key`'s own account files.
+    fn image_user(&self, key: &str, spec: &str) -> Result<ImageUser, EngineError>;
     /// Removes image roots not in `keep_roots` and layer chains not in `keep_chains`; returns what went.
     fn remove_unused_images(&self, keep_roots: &HashSet<String>, keep_chains: &HashSet<String>) -> Vec<String>;
     /// Whether writable layers have an enforced size limit (and so persistence and snapshots work).

@@ -137,6 +137,12 @@ impl Driver for FakeDriver {
         Ok(())
     }
 
+    fn image_user(&self, _key: &str, spec: &str) -> Result<crate::driver::ImageUser, EngineError> {
+        // The fake host's images have no files: a numeric USER resolves as it would without a passwd.
+        let uid = spec.parse().map_err(|_| EngineError::Io(std::io::Error::other(format!("no user {spec:?}"))))?;
+        Ok(crate::driver::ImageUser { uid, gid: 0, name: spec.to_string(), home: "/".into() })
+    }
+
     fn remove_unused_images(&self, keep_roots: &HashSet<String>, keep_chains: &HashSet<String>) -> Vec<String> {
         let mut host = lock(&self.host);
         let mut gone: Vec<String> = host.images.iter().filter(|k| !keep_roots.contains(*k)).cloned().collect();

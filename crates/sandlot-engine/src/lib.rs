@@ -246,6 +246,12 @@ impl Engine {
         .await?
     }
 
+    /// Resolves image root `key`'s `USER` (`spec`) in its own account files.
+    pub async fn image_user(&self, key: String, spec: String) -> Result<driver::ImageUser, EngineError> {
+        let driver = Arc::clone(&self.driver);
+        tokio::task::spawn_blocking(move || driver.image_user(&key, &spec)).await?
+    }
+
     /// Removes image roots and layer chains that nothing keeps; returns the digests that went.
     pub async fn remove_unused_images(
         &self,

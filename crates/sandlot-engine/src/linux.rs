@@ -139,6 +139,11 @@ impl Driver for LinuxDriver {
         Ok(())
     }
 
+    fn image_user(&self, key: &str, spec: &str) -> Result<sandlot_linux::image_store::ImageUser, EngineError> {
+        let store = self.images.as_ref().ok_or(EngineError::NoLayersVolume("images"))?;
+        Ok(store.resolve_user(key, spec)?)
+    }
+
     fn remove_unused_images(&self, keep_roots: &HashSet<String>, keep_chains: &HashSet<String>) -> Vec<String> {
         let Some(store) = &self.images else { return Vec::new() };
         store.remove_unused(keep_roots, keep_chains).unwrap_or_else(|e| {

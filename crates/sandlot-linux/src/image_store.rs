@@ -65,6 +65,19 @@ pub enum PrepareEvent {
     },
 }
 
+/// Who an image's `USER` names, as its own `/etc/passwd` and `/etc/group` say.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageUser {
+    /// Uid inside the sandbox.
+    pub uid: u32,
+    /// Gid inside the sandbox.
+    pub gid: u32,
+    /// Login name (the uid as text when the image's passwd has none).
+    pub name: String,
+    /// Home directory (`/` when the image's passwd has none, as Docker does).
+    pub home: String,
+}
+
 /// Where the chains and roots live.
 #[derive(Debug, Clone)]
 pub struct ImageStore {
@@ -224,6 +237,15 @@ impl ImageStore {
         applied
     }
 
+    /// Resolves `spec` (`USER` of image `key`'s config: `name`, `uid`, `name:group`, `uid:gid`) in the
+    /// image's own account files.
+    pub fn resolve_user(&self, key: &str, spec: &str) -> io::Result<ImageUser> {
+        let root = tree::open_root(&self.root(key)?)?;
+        let passwd = tree::read_beneath(root.as_fd(), Path::new("etc/passwd"), 4 << 20)?.unwrap_or_default();
+        let group = tree::read_beneath(root.as_fd(), Path::new("etc/group"), 4 << 20)?.unwrap_or_default();
+        resolve_user(&passwd, &group, spec).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))
+    }
+
     /// Removes roots not in `keep_roots` and chains not in `keep_chains`; returns what went (digests).
     pub fn remove_unused(
         &self,
@@ -310,6 +332,44 @@ fn add_extras(root: &Path, extras: &RootExtras) -> io::Result<()> {
     Ok(())
 }
 
+/// `USER` resolved as Docker does: a name must be in passwd; a numeric uid need not be (then its gid
+/// is 0 and its home `/`); a group part, name or number, replaces the passwd entry's gid.
+fn resolve_user(passwd: &[u8], group: &[u8], spec: &str) -> Result<ImageUser, String> {
+    let (user, grp) = match spec.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (spec, None),
+    };
+    let lines = |file: &[u8]| -> Vec<Vec<String>> {
+        String::from_utf8_lossy(file).lines().map(|l| l.split(':').map(str::to_string).collect()).collect()
+    };
+    let users = lines(passwd);
+    let entry = users.iter().find(|f| f.len() >= 7 && (f[0] == user || (user.parse::<u32>().is_ok() && f[2] == user)));
+    let mut out = match (entry, user.parse::<u32>()) {
+        (Some(f), _) => ImageUser {
+            uid: f[2].parse().map_err(|_| format!("the image's /etc/passwd has a bad uid for {}", f[0]))?,
+            gid: f[3].parse().map_err(|_| format!("the image's /etc/passwd has a bad gid for {}", f[0]))?,
+            name: f[0].clone(),
+            home: if f[5].is_empty() { "/".into() } else { f[5].clone() },
+        },
+        (None, Ok(uid)) => ImageUser { uid, gid: 0, name: uid.to_string(), home: "/".into() },
+        (None, Err(_)) => return Err(format!("the image's USER {user:?} is not in its /etc/passwd")),
+    };
+    if let Some(g) = grp {
+        out.gid = match g.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => lines(group)
+                .iter()
+                .find(|f| f.len() >= 3 && f[0] == g)
+                .and_then(|f| f[2].parse().ok())
+                .ok_or_else(|| format!("the image's USER group {g:?} is not in its /etc/group"))?,
+        };
+    }
+    if out.uid >= crate::UID_RANGE || out.gid >= crate::UID_RANGE {
+        return Err(format!("the image's USER {spec:?} is outside the ids a sandbox has (0-65535)"));
+    }
+    Ok(out)
+}
+
 /// `file` (an /etc/passwd or /etc/group) with a line for each `(name, line)` whose name it lacks.
 fn with_accounts(file: &[u8], accounts: &[(&str, &str)]) -> Vec<u8> {
     let mut out = file.to_vec();
@@ -350,6 +410,25 @@ mod tests {
         .unwrap();
         assert_eq!(out, "root:x:0:0:root:/root:/bin/ash\nnode:x:1000:1000::/home/node:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n");
         assert_eq!(with_accounts(b"", &[("user", "user:x:1000:")]), b"user:x:1000:\n");
+    }
+
+    #[test]
+    fn image_users_resolve_as_docker_resolves_them() {
+        let passwd =
+            b"root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\napp:x:1001:50::/srv:/bin/sh\n";
+        let group = b"root:x:0:\nstaff:x:50:\n";
+        let r = |s: &str| resolve_user(passwd, group, s);
+        assert_eq!(
+            r("node").unwrap(),
+            ImageUser { uid: 1000, gid: 1000, name: "node".into(), home: "/home/node".into() }
+        );
+        assert_eq!(r("1001").unwrap(), ImageUser { uid: 1001, gid: 50, name: "app".into(), home: "/srv".into() });
+        assert_eq!(r("4242").unwrap(), ImageUser { uid: 4242, gid: 0, name: "4242".into(), home: "/".into() });
+        assert_eq!(r("node:staff").unwrap().gid, 50);
+        assert_eq!(r("node:7").unwrap().gid, 7);
+        assert!(r("ghost").unwrap_err().contains("not in its /etc/passwd"));
+        assert!(r("node:ghosts").unwrap_err().contains("/etc/group"));
+        assert!(r("70000").unwrap_err().contains("outside"));
     }
 
     #[test]

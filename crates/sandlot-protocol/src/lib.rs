@@ -119,8 +119,11 @@ pub struct Spawn {
     pub env: Vec<(String, String)>,
     /// Working directory.
     pub cwd: String,
-    /// Uid and gid inside the sandbox.
+    /// Uid inside the sandbox (and gid, unless `gid` says otherwise).
     pub uid: u32,
+    /// Gid inside the sandbox, when it differs from the uid (an image's `USER app:staff`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
     /// Wall-clock limit; the group is killed with SIGKILL when it passes.
     pub timeout_ms: Option<u64>,
     /// Keep standard input open for [`Request::Stdin`] (else it reads from /dev/null).

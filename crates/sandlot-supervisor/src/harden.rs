@@ -98,7 +98,7 @@ impl Hardening {
     ///
     /// # Safety
     /// Call only between fork and exec: it changes the process's credentials.
-    pub unsafe fn apply(&self, uid: u32, cwd: &CString) -> io::Result<()> {
+    pub unsafe fn apply(&self, uid: u32, gid: u32, cwd: &CString) -> io::Result<()> {
         let check = |rc: libc::c_long| if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) };
         let keep: &[u32] = if uid == 0 { &ROOT_CAPS } else { &[] };
         // SAFETY: raw syscalls on prepared data; this is a single-threaded child between fork and exec.
@@ -128,7 +128,7 @@ impl Hardening {
                 }
             }
             check(libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()))?;
-            check(libc::syscall(libc::SYS_setresgid, uid, uid, uid))?;
+            check(libc::syscall(libc::SYS_setresgid, gid, gid, gid))?;
             // From root to a non-zero uid the kernel clears permitted and effective capabilities.
             check(libc::syscall(libc::SYS_setresuid, uid, uid, uid))?;
             if uid == 0 {

@@ -253,10 +253,10 @@ impl Table {
             // Own process group, so a timeout or kill reaches everything the command started.
             .process_group(0);
         let hardening = Arc::clone(&self.hardening);
-        let uid = s.uid;
+        let (uid, gid) = (s.uid, s.gid.unwrap_or(s.uid));
         // SAFETY: `apply` only makes raw syscalls on data prepared before the fork.
         unsafe {
-            cmd.pre_exec(move || hardening.apply(uid, &cwd));
+            cmd.pre_exec(move || hardening.apply(uid, gid, &cwd));
         }
         let mut child = match cmd.spawn() {
             Ok(c) => c,

@@ -26,6 +26,8 @@ pub struct ExecSpec {
     pub cwd: String,
     /// Sandbox uid.
     pub uid: u32,
+    /// Sandbox gid (`None`: the same as the uid).
+    pub gid: Option<u32>,
     /// Wall-clock limit.
     pub timeout_ms: Option<u64>,
     /// Bytes for stdin, then EOF. `None` with `keep_stdin` leaves it open for later writes.
@@ -51,6 +53,7 @@ impl Sandbox {
             env: spec.env,
             cwd: spec.cwd,
             uid: spec.uid,
+            gid: spec.gid,
             timeout_ms: spec.timeout_ms,
             stdin: spec.stdin.is_some() || spec.keep_stdin,
         };

@@ -79,9 +79,9 @@ pub(super) struct CommandArgs {
     /// Environment variable for the command (repeatable).
     #[arg(long, short = 'e', value_name = "K=V", value_parser = parse_key_value)]
     pub(super) env: Vec<(String, String)>,
-    /// Who runs the command inside the sandbox.
-    #[arg(long, value_enum, default_value_t = UserArg::User)]
-    pub(super) user: UserArg,
+    /// Who runs the command inside the sandbox [default: the image's USER if it names one, else user].
+    #[arg(long, value_enum)]
+    pub(super) user: Option<UserArg>,
     /// Working directory inside the sandbox (default: the user's home).
     #[arg(long, value_name = "DIR")]
     pub(super) cwd: Option<String>,
@@ -114,7 +114,7 @@ impl CommandArgs {
             shell,
             cwd: self.cwd.clone(),
             env: self.env.iter().cloned().collect::<BTreeMap<_, _>>(),
-            user: self.user.into(),
+            user: self.user.map(Into::into),
             stdin,
             timeout_s: self.timeout,
             ..ExecRequest::default()
@@ -307,7 +307,7 @@ mod tests {
         let args = CommandArgs {
             timeout: Some(1.5),
             env: vec![("A".into(), "1".into())],
-            user: UserArg::Root,
+            user: Some(UserArg::Root),
             cwd: None,
             stdin: false,
             shell: true,
@@ -315,7 +315,7 @@ mod tests {
         let request = args.request(&["echo".into(), "a|b".into()]).unwrap();
         assert_eq!(request.shell.as_deref(), Some("echo a|b"));
         assert_eq!(request.argv, None);
-        assert_eq!(request.user, sandlot_client::api::User::Root);
+        assert_eq!(request.user, Some(sandlot_client::api::User::Root));
         assert_eq!(request.env.get("A").map(String::as_str), Some("1"));
     }
 }

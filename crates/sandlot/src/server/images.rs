@@ -11,7 +11,6 @@ use axum::Json;
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 use sandlot_api::{ErrorDetail, ImageInfo, ImageList, PullEvent, PullImage, NDJSON};
-use sandlot_control::Caller;
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
@@ -80,6 +79,8 @@ pub async fn pull(
     headers: HeaderMap,
     ApiJson(req): ApiJson<PullImage>,
 ) -> Result<Response, ApiError> {
+    // What can be refused before anything is fetched is an error status, not a line of a stream.
+    app.control.check_pull(&caller, &req)?;
     let control = std::sync::Arc::clone(&app.control);
     stream_or_wait(wants_ndjson(&headers), move |events| async move {
         control.pull_image(&caller, req, events).await.map(|i| vec![i])
@@ -102,7 +103,8 @@ pub async fn import(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let spool = spool(&app, &caller, body).await?;
+    app.control.check_import(&caller, q.name.as_deref(), q.public)?;
+    let spool = spool(&app, body).await?;
     let control = std::sync::Arc::clone(&app.control);
     stream_or_wait(wants_ndjson(&headers), move |events| async move {
         control.import_image(&caller, spool, q.name, q.public, events).await
@@ -112,7 +114,7 @@ pub async fn import(
 
 /// Writes the request body to an unlinked file in the state directory (the archive may be read in any
 /// order, and memory is no place for gigabytes), refusing a body over the import limit.
-async fn spool(app: &AppState, caller: &Caller, body: Body) -> Result<std::fs::File, ApiError> {
+async fn spool(app: &AppState, body: Body) -> Result<std::fs::File, ApiError> {
     let max = app.control.max_import_bytes();
     let file = tempfile::tempfile_in(&app.spool_dir)
         .map_err(|e| sandlot_control::Error::internal(format!("spooling the import: {e}")))?;
@@ -125,7 +127,6 @@ async fn spool(app: &AppState, caller: &Caller, body: Body) -> Result<std::fs::F
     {
         written += chunk.len() as u64;
         if written > max {
-            let _ = caller;
             return Err(sandlot_control::Error::new(
                 sandlot_control::Kind::TooLarge,
                 format!("the archive is over the server's import limit of {} MiB (--max-import-mb)", max >> 20),

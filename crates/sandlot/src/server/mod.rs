@@ -77,6 +77,11 @@ pub struct ServeArgs {
     /// referenced when it was taken (the most it can hold once the sandbox has changed every file).
     #[arg(long, default_value_t = 8192)]
     pub snapshot_quota_mb: u64,
+    /// Disk one tenant's images may take, in MiB (their blobs as stored; an image unpacks to about as
+    /// much again on the layers volume). A pull or import that would pass it is refused and its blobs
+    /// collected.
+    #[arg(long, default_value_t = 20_480)]
+    pub image_quota_mb: u64,
     /// Memory limit of a sandbox when the request names none, in MiB.
     #[arg(long, default_value_t = 512)]
     pub default_memory_mb: u64,
@@ -207,6 +212,7 @@ impl ServeArgs {
             max_sandboxes: self.max_sandboxes,
             max_snapshots_per_tenant: self.max_snapshots_per_tenant,
             snapshot_quota_bytes: self.snapshot_quota_mb << 20,
+            image_quota_bytes: self.image_quota_mb << 20,
             audit_retention_days: self.audit_retention_days,
             overcommit: self.overcommit,
             default_image: self.default_image.clone(),
@@ -493,6 +499,8 @@ fn router(app: AppState) -> Router {
         .route("/v1/keys/{id}", axum::routing::delete(keys::revoke))
         .route("/v1/tenants/{tenant}/network", get(tenants::get_network).put(tenants::set_network))
         .route("/v1/audit", get(tenants::audit))
+        .route("/v1/usage", get(tenants::usage))
+        .route("/v1/tenants/{tenant}/usage", get(tenants::tenant_usage))
         .route("/v1/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route("/v1/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::delete))
         .route("/v1/sandboxes/{id}/exec", post(exec::exec))

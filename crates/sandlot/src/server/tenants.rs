@@ -3,7 +3,7 @@
 
 use axum::extract::State;
 use axum::Json;
-use sandlot_api::{AuditList, TenantNetwork};
+use sandlot_api::{AuditList, TenantNetwork, TenantUsage};
 use serde::Deserialize;
 
 use super::app::AppState;
@@ -26,6 +26,20 @@ pub async fn set_network(
     ApiJson(req): ApiJson<TenantNetwork>,
 ) -> Result<Json<TenantNetwork>, ApiError> {
     Ok(Json(app.control.set_tenant_network(&caller, &tenant, req).await?))
+}
+
+/// What the caller's tenant holds: sandboxes, snapshots, images and their bytes.
+pub async fn usage(State(app): State<AppState>, Auth(caller): Auth) -> Result<Json<TenantUsage>, ApiError> {
+    Ok(Json(app.control.usage(&caller, None)?))
+}
+
+/// What `tenant` holds (an admin's key, or the tenant's own).
+pub async fn tenant_usage(
+    State(app): State<AppState>,
+    Auth(caller): Auth,
+    ApiPath(tenant): ApiPath<String>,
+) -> Result<Json<TenantUsage>, ApiError> {
+    Ok(Json(app.control.usage(&caller, Some(&tenant))?))
 }
 
 #[derive(Deserialize)]

@@ -112,7 +112,7 @@ fn cwd_defaults_to_home_and_is_honoured() {
     assert_eq!(sb.run(&["pwd"]).unwrap().stdout, "/home/user\n");
     let req = ExecRequest { cwd: Some("/tmp".into()), ..argv(&["pwd"]) };
     assert_eq!(sb.exec(&req).unwrap().stdout, "/tmp\n");
-    let req = ExecRequest { user: User::Root, ..argv(&["pwd"]) };
+    let req = ExecRequest { user: Some(User::Root), ..argv(&["pwd"]) };
     assert_eq!(sb.exec(&req).unwrap().stdout, "/root\n");
     let req = ExecRequest { cwd: Some("/no/such/dir".into()), ..argv(&["pwd"]) };
     let r = sb.exec(&req).unwrap();
@@ -128,7 +128,7 @@ fn user_is_uid_1000_and_root_is_uid_0() {
     let sb = server.sandbox();
     let r = sb.shell("id -u; id -g; id -un; echo $HOME").unwrap();
     assert_eq!(r.stdout, "1000\n1000\nuser\n/home/user\n");
-    let req = ExecRequest { user: User::Root, ..sh("id -u; id -g; id -un; echo $HOME") };
+    let req = ExecRequest { user: Some(User::Root), ..sh("id -u; id -g; id -un; echo $HOME") };
     let r = sb.exec(&req).unwrap();
     assert_eq!(r.stdout, "0\n0\nroot\n/root\n");
     sb.delete().unwrap();

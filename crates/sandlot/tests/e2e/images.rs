@@ -89,7 +89,7 @@ fn an_imported_root_filesystem_boots_with_its_own_files() {
         .unwrap();
     assert_eq!(r.exit_code, 0, "{r:?}");
     assert_eq!(r.stdout, "from the image\n1000\n0 755\n1\nown-usr\n", "{r:?}");
-    let root = ExecRequest { user: User::Root, ..sh("echo changed > /etc/motd && cat /etc/motd") };
+    let root = ExecRequest { user: Some(User::Root), ..sh("echo changed > /etc/motd && cat /etc/motd") };
     assert_eq!(sb.exec(&root).unwrap().stdout, "changed\n");
     let again = alice.create(&CreateSandbox { image: Some("tools:1".into()), ..Default::default() }).unwrap();
     assert_eq!(again.exec(&sh("cat /etc/motd")).unwrap().stdout, "from the image\n", "the image itself changed");
@@ -121,11 +121,15 @@ fn a_pulled_image_runs_with_its_config() {
     let ca = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(ca.path(), registry.ca_pem.as_deref().unwrap()).unwrap();
     let base = busybox_rootfs(&[], &[]);
-    let app = sandlot_oci::testing::tar_of(&[("app/hello.txt", b"hello from layer two\n")]);
+    // Layer two replaces the passwd of layer one, adding the account the image's USER names.
+    let passwd = b"root:x:0:0:root:/root:/bin/sh\napp:x:1001:50:app:/srv:/bin/sh\n";
+    let app = sandlot_oci::testing::tar_of(&[("app/hello.txt", b"hello from layer two\n"), ("etc/passwd", passwd)]);
     let image = TestImage {
         layers: vec![base, app],
         compression: Compression::Gzip,
-        config: serde_json::json!({"Env": ["GREETING=hi there", "PATH=/bin"], "WorkingDir": "/app", "Cmd": ["cat", "hello.txt"]}),
+        config: serde_json::json!({
+            "Env": ["GREETING=hi there", "PATH=/bin"], "WorkingDir": "/app", "User": "app", "Cmd": ["cat", "hello.txt"]
+        }),
     };
     registry.push("team/app", "1", &image).unwrap();
     let server = Server::builder().extra_ca(ca.path()).start();
@@ -154,19 +158,138 @@ fn a_pulled_image_runs_with_its_config() {
     assert_eq!(kinds.iter().filter(|k| *k == "unpacked").count(), 2, "{kinds:?}");
     let info = alice.image(&reference).unwrap();
     assert_eq!(info.layers.len(), 2);
+    let usage = alice.usage().unwrap();
+    assert_eq!((usage.tenant.as_str(), usage.images, usage.image_bytes), ("alice", 1, info.size_bytes));
+    assert!(info.size_bytes > 100_000, "{info:?}");
     assert_eq!(info.config.working_dir.as_deref(), Some("/app"));
 
     let sb = alice.create(&CreateSandbox { image: Some(reference.clone()), ..Default::default() }).unwrap();
-    let r = sb.exec(&sh("echo \"$GREETING\"; pwd; cat hello.txt")).unwrap();
-    assert_eq!(r.stdout, "hi there\n/app\nhello from layer two\n", "{r:?}");
+    let r = sb.exec(&sh("echo \"$GREETING\"; pwd; cat hello.txt; id -u; id -g; echo $HOME $USER")).unwrap();
+    assert_eq!(r.stdout, "hi there\n/app\nhello from layer two\n1001\n50\n/srv app\n", "{r:?}");
+    // Asked for by name, the built-in identities win over the image's USER.
+    let root = sb.exec(&ExecRequest { user: Some(User::Root), ..sh("id -u; echo $HOME") }).unwrap();
+    assert_eq!(root.stdout, "0\n/root\n");
+    let user = sb.exec(&ExecRequest { user: Some(User::User), ..sh("id -u") }).unwrap();
+    assert_eq!(user.stdout, "1000\n");
     let log = server.log_text();
     assert!(!log.contains("s3cret-pw"), "the password reached the server's log");
 
     // Deleted while a sandbox runs it: the sandbox keeps working; its blobs go once nothing uses them.
     alice.delete_image(&reference).unwrap();
     expect_error(alice.image(&reference), 404, "not_found");
+    assert_eq!(alice.usage().unwrap().images, 0);
     assert_eq!(sb.exec(&sh("cat hello.txt")).unwrap().stdout, "hello from layer two\n");
     let blobs = server.state_dir().join("blobs/sha256");
     assert_eq!(std::fs::read_dir(&blobs).unwrap().count(), 0, "blobs of a deleted image were kept");
+    sb.delete().unwrap();
+}
+
+/// An image without a shell runs argv commands (nothing of sandlot needs one inside); two images sharing
+/// their bottom layer store it once and unpack it once; an image an admin publishes is every tenant's,
+/// and `--default-image` boots it when a create names none.
+#[test]
+fn shared_layers_public_images_and_the_default_image() {
+    let registry = TestRegistry::start(TestRegistryOptions::default()).unwrap();
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = header(tar::EntryType::Regular, 0o755, busybox.len() as u64);
+    b.append_data(&mut h, "bin/busybox", &busybox[..]).unwrap();
+    let base = b.into_inner().unwrap();
+    let one = TestImage {
+        layers: vec![base.clone(), sandlot_oci::testing::tar_of(&[("one", b"1")])],
+        compression: Compression::Zstd,
+        config: serde_json::json!({"Cmd": ["/bin/busybox", "cat", "/one"]}),
+    };
+    let two = TestImage {
+        layers: vec![base, sandlot_oci::testing::tar_of(&[("two", b"2")])],
+        compression: Compression::Zstd,
+        config: serde_json::json!({}),
+    };
+    registry.push("shared/one", "1", &one).unwrap();
+    registry.push("shared/two", "1", &two).unwrap();
+    let host = registry.host();
+    let default = format!("{host}/shared/one:1");
+    let server = Server::start_with(&["--insecure-registry", &host, "--default-image", &default]);
+    let admin = server.client();
+    let pull = |client: &Client, name: &str, public: bool| {
+        let req = PullImage { reference: format!("{host}/{name}"), public, ..Default::default() };
+        client.pull_image(&req).unwrap().map(|e| e.unwrap()).collect::<Vec<_>>()
+    };
+    let first = pull(&admin, "shared/one:1", true);
+    let second = pull(&admin, "shared/two:1", false);
+    let cached = |events: &[sandlot_client::api::PullEvent]| -> Vec<bool> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                sandlot_client::api::PullEvent::Unpacked { cached, .. } => Some(*cached),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(cached(&first), [false, false]);
+    assert_eq!(cached(&second), [true, false], "the shared bottom layer was unpacked again");
+    let layers = |events: &[sandlot_client::api::PullEvent]| -> Vec<bool> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                sandlot_client::api::PullEvent::Downloaded { cached, .. } => Some(*cached),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(layers(&second).iter().filter(|c| **c).count(), 1, "the shared blob was fetched again");
+
+    // A tenant boots the public image by default, without a shell in it.
+    let alice = tenant(&server, "alice");
+    assert!(alice.images().unwrap().iter().any(|i| i.name == default && i.owner == ImageOwner::Public));
+    assert!(alice.images().unwrap().iter().all(|i| !i.name.ends_with("two:1")), "an admin's own image leaked");
+    let sb = alice.create(&CreateSandbox::default()).unwrap();
+    let info = alice.get(sb.id()).unwrap();
+    assert_eq!(info.image, default);
+    let r = sb.run(&["/bin/busybox", "cat", "/one"]).unwrap();
+    assert_eq!((r.exit_code, r.stdout.as_str()), (0, "1"), "{r:?}");
+    let no_shell = sb.exec(&sh("true")).unwrap();
+    assert_eq!(no_shell.exit_code, 127, "{no_shell:?}");
+    assert!(no_shell.stderr.contains("/bin/sh: command not found"), "{no_shell:?}");
+    // Only an admin may publish or delete a public image.
+    let req = PullImage { reference: format!("{host}/shared/two:1"), public: true, ..Default::default() };
+    expect_error(alice.pull_image(&req), 403, "forbidden");
+    expect_error(alice.delete_image(&default), 404, "not_found");
+    sb.delete().unwrap();
+}
+
+/// A daemon killed in the middle of a pull loses nothing it had acknowledged and keeps no half-made
+/// image: the pull is simply done again after the restart, reusing the layers that had arrived.
+#[test]
+fn a_pull_cut_short_by_kill9_is_retried_after_the_restart() {
+    let registry = TestRegistry::start(TestRegistryOptions::default()).unwrap();
+    // Big enough that the pull is still running when the daemon dies.
+    let big: Vec<u8> = (0..48u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let image = TestImage {
+        layers: vec![busybox_rootfs(&[], &[]), sandlot_oci::testing::tar_of(&[("big", &big)])],
+        compression: Compression::None,
+        config: serde_json::json!({}),
+    };
+    registry.push("big/app", "1", &image).unwrap();
+    let host = registry.host();
+    let server = Server::start_with(&["--insecure-registry", &host]);
+    let client = server.client();
+    let req = PullImage { reference: format!("{host}/big/app:1"), ..Default::default() };
+    let mut events = client.pull_image(&req).unwrap();
+    // Wait for the first download progress, then kill the daemon.
+    for ev in events.by_ref() {
+        if matches!(ev.unwrap(), sandlot_client::api::PullEvent::Download { .. }) {
+            break;
+        }
+    }
+    let mut server = server;
+    server.kill9();
+    let server = Server::restart_on(server);
+    let client = server.client();
+    expect_error(client.image(&req.reference), 404, "not_found");
+    let images = client.pull_image(&req).unwrap().wait().unwrap();
+    assert_eq!(images[0].layers.len(), 2);
+    let sb = client.create(&CreateSandbox { image: Some(req.reference.clone()), ..Default::default() }).unwrap();
+    assert_eq!(sb.exec(&sh("wc -c < /big")).unwrap().stdout.trim(), (48u32 << 20).to_string());
     sb.delete().unwrap();
 }

@@ -7,7 +7,7 @@ use sandlot_client::api::{ExecRequest, User};
 use crate::harness::{alive, expect_error, sh_ok, Server};
 
 fn as_root(command: &str) -> ExecRequest {
-    ExecRequest { user: User::Root, shell: Some(command.into()), ..Default::default() }
+    ExecRequest { user: Some(User::Root), shell: Some(command.into()), ..Default::default() }
 }
 
 /// Host processes are invisible: ps lists only the sandbox's own, and pid 1 is `sandlot __supervisor`.
@@ -194,8 +194,8 @@ fn sandbox_root_maps_to_a_private_host_uid_range() {
     assert!(ba >= 0x1000_0000 && bb >= 0x1000_0000, "{ba:#x} {bb:#x}");
     assert!(ba.abs_diff(bb) >= 65536, "overlapping ranges {ba:#x} {bb:#x}");
     // Seen from the host, every process of the sandbox runs as a uid of its range, never as root.
-    let pid =
-        a.spawn(&sandlot_client::api::ExecRequest { user: User::Root, ..crate::harness::argv(&["sleep", "300"]) });
+    let pid = a
+        .spawn(&sandlot_client::api::ExecRequest { user: Some(User::Root), ..crate::harness::argv(&["sleep", "300"]) });
     let pid = pid.unwrap();
     std::thread::sleep(Duration::from_millis(100));
     let host_pids = server.sandbox_pids(a.id());

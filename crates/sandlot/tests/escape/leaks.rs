@@ -105,7 +105,10 @@ s.detach()
     let secret = format!("sk-escape-{}", std::process::id());
     for i in 0..5 {
         let env = [("API_TOKEN".to_string(), format!("{secret}-{i}"))].into();
-        let r = exec(&sb, ExecRequest { shell: Some("true".into()), user: User::Root, env, ..ExecRequest::default() });
+        let r = exec(
+            &sb,
+            ExecRequest { shell: Some("true".into()), user: Some(User::Root), env, ..ExecRequest::default() },
+        );
         assert_eq!(r.exit_code, 0, "{r:?}");
     }
     sb.as_user(User::Root).write_file("/root/private.txt", format!("{secret}-file").as_bytes()).unwrap();

@@ -52,7 +52,7 @@ pub fn sh(sandbox: &Sandbox, user: User, command: &str) -> ExecResult {
 }
 
 fn request(user: User) -> ExecRequest {
-    ExecRequest { user, timeout_s: Some(60.0), ..ExecRequest::default() }
+    ExecRequest { user: Some(user), timeout_s: Some(60.0), ..ExecRequest::default() }
 }
 
 /// Runs `request` and panics with the server's error if the API refused it.

@@ -129,7 +129,7 @@ fn brokered_credential_reaches_upstream_and_never_the_sandbox() {
     let look = sb
         .as_user(sandlot_client::api::User::Root)
         .exec(&sandlot_client::api::ExecRequest {
-            user: sandlot_client::api::User::Root,
+            user: Some(sandlot_client::api::User::Root),
             // The pattern is assembled inside, so the command line (which is audited) does not hold it.
             ..sh(&format!(
                 "s={}; s=\"${{s}}{}\"; env | grep -c \"$s\"; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c \"$s\"; \
