@@ -293,3 +293,39 @@ fn a_pull_cut_short_by_kill9_is_retried_after_the_restart() {
     assert_eq!(sb.exec(&sh("wc -c < /big")).unwrap().stdout.trim(), (48u32 << 20).to_string());
     sb.delete().unwrap();
 }
+
+/// A blob that does not match its digest fails the pull (retryable: the registry may heal) and stores
+/// nothing; an image over the tenant's image quota is refused and its blobs are collected.
+#[test]
+fn corrupt_blobs_and_quotas_leave_nothing_behind() {
+    let registry = TestRegistry::start(TestRegistryOptions::default()).unwrap();
+    let image = TestImage {
+        layers: vec![busybox_rootfs(&[], &[])],
+        compression: Compression::Gzip,
+        config: serde_json::json!({}),
+    };
+    let digest = registry.push("q/app", "1", &image).unwrap();
+    registry.push("q/bad", "1", &image).unwrap();
+    let host = registry.host();
+    let server = Server::start_with(&["--insecure-registry", &host, "--image-quota-mb", "1"]);
+    let alice = tenant(&server, "alice");
+    let blobs = server.state_dir().join("blobs/sha256");
+    let stored = || std::fs::read_dir(&blobs).map(|d| d.count()).unwrap_or(0);
+
+    let req = PullImage { reference: format!("{host}/q/app:1"), ..Default::default() };
+    let err = alice.pull_image(&req).unwrap().wait().unwrap_err();
+    assert_eq!(err.code(), Some("limit_reached"), "{err}");
+    assert!(err.to_string().contains("--image-quota-mb"), "{err}");
+    assert_eq!(stored(), 0, "the refused image's blobs were kept");
+    assert!(alice.images().unwrap().iter().all(|i| i.name != req.reference));
+
+    // The same bytes under another tag: corrupt its layer in the registry's storage.
+    let (layers, _) = image.blobs(&sandlot_oci::Platform::host()).unwrap();
+    registry.corrupt_blob(&layers[0].1.digest).unwrap();
+    let admin = server.client();
+    let bad = PullImage { reference: format!("{host}/q/bad@{digest}"), ..Default::default() };
+    let err = admin.pull_image(&bad).unwrap().wait().unwrap_err();
+    assert_eq!(err.code(), Some("registry_unavailable"), "{err}");
+    assert!(err.is_retryable());
+    assert_eq!(stored(), 0, "a corrupt blob was stored");
+}
