@@ -329,3 +329,69 @@ fn corrupt_blobs_and_quotas_leave_nothing_behind() {
     assert!(err.is_retryable());
     assert_eq!(stored(), 0, "a corrupt blob was stored");
 }
+
+/// The CLI end to end: `image import -` from stdin, `image ls`, `image inspect`, `run --image` with no
+/// command (the image's entrypoint and cmd), `image pull` with plain progress lines off a terminal and
+/// the password from stdin, and `image rm`.
+#[test]
+fn the_image_cli_imports_pulls_lists_runs_and_removes() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let registry = TestRegistry::start(TestRegistryOptions {
+        tls: false,
+        basic_auth: Some(("ci".into(), "pw-from-stdin".into())),
+        token_auth: false,
+    })
+    .unwrap();
+    let image = TestImage {
+        layers: vec![busybox_rootfs(&[("greeting", b"hello from cmd\n")], &[])],
+        compression: Compression::Gzip,
+        config: serde_json::json!({"Entrypoint": ["/bin/busybox"], "Cmd": ["cat", "/greeting"]}),
+    };
+    registry.push("cli/app", "2", &image).unwrap();
+    let host = registry.host();
+    let server = Server::start_with(&["--insecure-registry", &host]);
+    let cli = |args: &[&str], stdin: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+            .args(args)
+            .env("SANDLOT_URL", server.url())
+            .env("SANDLOT_API_KEY", server.admin_key())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = cli(&["image", "import", "--name", "tools", "-"], &busybox_rootfs(&[], &[]));
+    assert_eq!((code, out.as_str()), (Some(0), "tools\n"), "{err}");
+    let reference = format!("{host}/cli/app:2");
+    let (code, out, err) =
+        cli(&["image", "pull", &reference, "--username", "ci", "--password-stdin"], b"pw-from-stdin\n");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, format!("{reference}\n"));
+    assert!(err.contains("sandlot: resolved sha256:") && err.contains("layer 1: unpacked"), "{err}");
+    assert!(!err.contains("pw-from-stdin"));
+    let (code, out, _) = cli(&["image", "ls"], b"");
+    assert_eq!(code, Some(0));
+    assert!(out.lines().any(|l| l.starts_with("tools ")) && out.lines().any(|l| l.starts_with(&reference)), "{out}");
+    let (_, out, _) = cli(&["image", "inspect", &reference], b"");
+    let inspected: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(inspected["config"]["cmd"], serde_json::json!(["cat", "/greeting"]));
+    let (code, out, err) = cli(&["run", "--image", &reference], b"");
+    assert_eq!((code, out.as_str()), (Some(0), "hello from cmd\n"), "{err}");
+    let (code, _, err) = cli(&["run", "--image", "tools"], b"");
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no entrypoint or default command"), "{err}");
+    let (code, _, _) = cli(&["image", "rm", "tools"], b"");
+    assert_eq!(code, Some(0));
+    let (code, _, err) = cli(&["image", "inspect", "tools"], b"");
+    assert_eq!(code, Some(1));
+    assert!(err.contains("not found"), "{err}");
+}
