@@ -298,11 +298,21 @@ impl Control {
         let auth =
             req.auth.as_ref().map(|a| Credentials { username: a.username.clone(), password: a.password.clone() });
         let _shared = images.gc.read().await;
+        // Stored layers this tenant may use without fetching them: those of its own and the public
+        // images. Any other is fetched again, so a registry naming a digest gains nothing by it.
+        let reusable: HashSet<sandlot_oci::Digest> = self
+            .store
+            .list_images(&caller.tenant)?
+            .iter()
+            .filter_map(|r| serde_json::from_str::<Image>(&r.image).ok())
+            .flat_map(|i| i.layers.into_iter().map(|l| l.digest))
+            .collect();
         let image = {
             let (this, reference, tx) = (Arc::clone(self), reference.clone(), events.clone());
             tokio::task::spawn_blocking(move || {
                 let images = this.images.as_ref().expect("checked above");
-                images.registry.pull(&reference, &platform, auth.as_ref(), &images.blobs, &mut |e| {
+                let reuse = |d: &sandlot_oci::Digest| reusable.contains(d);
+                images.registry.pull(&reference, &platform, auth.as_ref(), &images.blobs, &reuse, &mut |e| {
                     let _ = tx.send(progress(e));
                 })
             })

@@ -114,7 +114,7 @@ impl ImageStore {
     /// Opens (creating) the store under the layers volume's root and removes what a crash left half made.
     pub fn open(volume_root: &Path) -> io::Result<ImageStore> {
         let dir = volume_root.join("images");
-        for sub in ["chains", "roots", "tmp"] {
+        for sub in ["chains", "roots", "tmp", "diffs"] {
             fs::create_dir_all(dir.join(sub))?;
         }
         let store = ImageStore { dir };
@@ -161,6 +161,13 @@ impl ImageStore {
     ) -> io::Result<PathBuf> {
         let root = self.root(key)?;
         if root.is_dir() {
+            // The root (and its chains) may have been made for another tenant's image: this image's own
+            // blobs must be shown to hold the same layers, or naming a config digest would be enough to
+            // boot someone else's files.
+            for (index, layer) in layers.iter().enumerate() {
+                self.check_diff_id(layer)?;
+                events(PrepareEvent::Unpacked { index, report: None });
+            }
             return Ok(root);
         }
         let diff_ids: Vec<String> = layers.iter().map(|l| l.diff_id.clone()).collect();
@@ -169,6 +176,9 @@ impl ImageStore {
         for (index, (layer, chain_id)) in layers.iter().zip(&chains).enumerate() {
             let path = self.chain(chain_id)?;
             if path.is_dir() {
+                // As for an existing root: the chain says what the layer holds only if this image's
+                // blob decompresses to the diff id it was made from.
+                self.check_diff_id(layer)?;
                 events(PrepareEvent::Unpacked { index, report: None });
             } else {
                 events(PrepareEvent::Unpacking { index, diff_id: layer.diff_id.clone() });
@@ -191,6 +201,45 @@ impl ImageStore {
         });
         let _ = volume::remove_subvolume(&tmp);
         made.map(|()| root)
+    }
+
+    /// Where the fact "this blob decompresses to that diff id" is kept once shown (content-derived, so
+    /// it never goes stale): `diffs/<blob hex>`.
+    fn diff_marker(&self, layer: &LayerBlob) -> io::Result<PathBuf> {
+        let name = layer.path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        digest_hex(&format!("sha256:{name}"))?;
+        Ok(self.dir.join("diffs").join(name))
+    }
+
+    /// Checks that `layer`'s blob decompresses to its diff id: from the marker a previous check or
+    /// unpack left, else by decompressing and hashing it (no unpack).
+    fn check_diff_id(&self, layer: &LayerBlob) -> io::Result<()> {
+        let marker = self.diff_marker(layer)?;
+        let got = match fs::read_to_string(&marker) {
+            Ok(d) => d,
+            Err(_) => {
+                let blob = File::open(&layer.path)?;
+                let mut hashed = HashingReader {
+                    inner: unpack::decompress(io::BufReader::with_capacity(1 << 20, blob))?,
+                    hash: Sha256::new(),
+                };
+                io::copy(&mut hashed, &mut io::sink())?;
+                let got = format!("sha256:{}", hex(&hashed.hash.finalize()));
+                write_marker(&marker, &got)?;
+                got
+            }
+        };
+        if got != layer.diff_id {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "layer {} unpacks to {got}, not to the diff id {} its image names",
+                    layer.path.display(),
+                    layer.diff_id
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn make_chain(
@@ -217,6 +266,7 @@ impl ImageStore {
             // The tar may end before the stream does (padding): what follows counts towards the digest.
             io::copy(&mut hashed, &mut io::sink())?;
             let got = format!("sha256:{}", hex(&hashed.hash.finalize()));
+            write_marker(&self.diff_marker(layer)?, &got)?;
             if got != layer.diff_id {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -268,6 +318,13 @@ impl ImageStore {
         }
         Ok(removed)
     }
+}
+
+/// Writes a diff marker atomically (a crash leaves it whole or absent).
+fn write_marker(path: &Path, diff_id: &str) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, diff_id)?;
+    fs::rename(&tmp, path)
 }
 
 struct HashingReader<R> {

@@ -363,8 +363,9 @@ fn store_layer(
     let what = format!("layer {}", truncate(name));
     let named = expected.map(|d| d.digest.clone()).or_else(|| digest_in_name(name));
     let (r, _) = src.open(name)?;
+    // Always from the archive, even when the store has a blob of that digest: an archive that names a
+    // digest without holding its bytes must not get another tenant's layer.
     let (digest, size) = match &named {
-        Some(d) if store.contains(d) => (d.clone(), store.size(d)?),
         Some(d) => (d.clone(), store.put_verified(r, d, max_bytes, &mut |_| {}).map_err(|e| store_error(e, &what))?),
         None => store.put(r, max_bytes).map_err(|e| store_error(e, &what))?,
     };

@@ -222,12 +222,18 @@ impl Registry {
     /// and every layer blob not already in `store` (each verified against its digest, two at a time), and returns the
     /// Image. `auth` (given per pull) overrides the configured credentials. The image's
     /// `manifest_digest` is the platform manifest's, also when the reference named an index.
+    ///
+    /// A layer already in `store` is used as it is only when `reuse` says so: a blob someone else
+    /// fetched proves nothing about what this registry holds (a hostile registry may name another
+    /// tenant's private layer by its digest), so any other is fetched and verified again.
+    #[allow(clippy::too_many_arguments)]
     pub fn pull(
         &self,
         reference: &Reference,
         platform: &Platform,
         auth: Option<&Credentials>,
         store: &BlobStore,
+        reuse: &(dyn Fn(&Digest) -> bool + Sync),
         events: &mut (dyn FnMut(PullEvent) + Send),
     ) -> Result<Image, PullError> {
         let creds = auth
@@ -236,7 +242,7 @@ impl Registry {
             .cloned();
         let password = creds.as_ref().map(|c| c.password.clone());
         let mut session = Session::new(self, reference, creds);
-        session.pull(platform, store, events).map_err(|mut e| {
+        session.pull(platform, store, reuse, events).map_err(|mut e| {
             // A last defence: no message may carry the password, whatever a server echoed.
             if let Some(p) = password.filter(|p| p.len() >= 3) {
                 e.message = e.message.replace(&p, "<redacted>");
@@ -280,6 +286,7 @@ impl<'a> Session<'a> {
         &mut self,
         platform: &Platform,
         store: &BlobStore,
+        reuse: &(dyn Fn(&Digest) -> bool + Sync),
         events: &mut (dyn FnMut(PullEvent) + Send),
     ) -> Result<Image, PullError> {
         let wanted = self.reference.api_reference();
@@ -321,7 +328,7 @@ impl<'a> Session<'a> {
             platform: image.platform.clone(),
             layers: manifest.layers.iter().map(|l| (l.digest.clone(), l.size)).collect(),
         });
-        self.layers(&manifest, store, events)?;
+        self.layers(&manifest, store, reuse, events)?;
         for (bytes, digest) in [(&manifest_bytes, &manifest_digest), (&config_bytes, &manifest.config.digest)] {
             store
                 .put_verified(&bytes[..], digest, bytes.len() as u64, &mut |_| {})
@@ -355,6 +362,7 @@ impl<'a> Session<'a> {
         &mut self,
         manifest: &Manifest,
         store: &BlobStore,
+        reuse: &(dyn Fn(&Digest) -> bool + Sync),
         events: &mut (dyn FnMut(PullEvent) + Send),
     ) -> Result<(), PullError> {
         let mut todo: Vec<&Descriptor> = Vec::new();
@@ -362,7 +370,7 @@ impl<'a> Session<'a> {
             if todo.iter().any(|l| l.digest == layer.digest) {
                 continue;
             }
-            if store.contains(&layer.digest) {
+            if store.contains(&layer.digest) && reuse(&layer.digest) {
                 events(PullEvent::LayerDone { digest: layer.digest.clone(), cached: true });
             } else {
                 todo.push(layer);

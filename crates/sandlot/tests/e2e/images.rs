@@ -395,3 +395,159 @@ fn the_image_cli_imports_pulls_lists_runs_and_removes() {
     assert_eq!(code, Some(1));
     assert!(err.contains("not found"), "{err}");
 }
+
+/// A registry that serves a manifest and config it wrote and answers 404 for everything else, so the
+/// layers it names can only come from what the server already stores.
+struct HostileRegistry {
+    addr: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HostileRegistry {
+    fn start(blobs: Vec<(sandlot_oci::Digest, Vec<u8>)>, manifest: Vec<u8>) -> HostileRegistry {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                let Ok((conn, _)) = listener.accept() else {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    continue;
+                };
+                conn.set_nonblocking(false).unwrap();
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).map_or(true, |n| n == 0) || h == "\r\n" {
+                        break;
+                    }
+                }
+                let found = if path == "/v2/" {
+                    Some(("application/json", b"{}".to_vec()))
+                } else if path.ends_with("/manifests/1") {
+                    Some(("application/vnd.oci.image.manifest.v1+json", manifest.clone()))
+                } else {
+                    blobs
+                        .iter()
+                        .find(|(d, _)| path.ends_with(&d.to_string()))
+                        .map(|(_, b)| ("application/octet-stream", b.clone()))
+                };
+                let mut conn = conn;
+                let _ = match found {
+                    Some((ct, body)) => write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nDocker-Content-Digest: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        sandlot_oci::Digest::of(&body),
+                        body.len()
+                    )
+                    .and_then(|()| conn.write_all(&body)),
+                    None => conn.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+                };
+            }
+        });
+        HostileRegistry { addr, stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for HostileRegistry {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Knowing the digests of another tenant's private layers gains nothing. A hostile registry that
+/// names alice's layer without serving it gets a 404 pull (the layer is fetched again, not taken from
+/// the store); one that serves its own bytes under a config naming alice's diff ids is refused when its
+/// blob does not unpack to them (the unpacked tree alice's image made is not reused on its word).
+#[test]
+fn a_hostile_registry_cannot_borrow_another_tenants_layers() {
+    let registry = TestRegistry::start(TestRegistryOptions {
+        tls: false,
+        basic_auth: Some(("alice".into(), "alice-pw".into())),
+        token_auth: false,
+    })
+    .unwrap();
+    let private = TestImage {
+        layers: vec![busybox_rootfs(&[("secret", b"alice's secret\n")], &[])],
+        compression: Compression::Gzip,
+        config: serde_json::json!({}),
+    };
+    registry.push("alice/private", "1", &private).unwrap();
+    let (layers, _) = private.blobs(&sandlot_oci::Platform::host()).unwrap();
+    let (layer_digest, diff_id) = (layers[0].1.digest.clone(), sandlot_oci::Digest::of(&private.layers[0]));
+
+    // Bob's registry: a config naming alice's diff id; layer 1 is alice's blob digest (not served),
+    // in a second image bob's own bytes.
+    let config = |diff: &sandlot_oci::Digest| {
+        serde_json::to_vec(&serde_json::json!({
+            "architecture": "amd64", "os": "linux", "config": {},
+            "rootfs": {"type": "layers", "diff_ids": [diff.to_string()]}
+        }))
+        .unwrap()
+    };
+    let manifest = |config: &[u8], layer: &sandlot_oci::Digest, size: usize| {
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                       "digest": sandlot_oci::Digest::of(config).to_string(), "size": config.len()},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                        "digest": layer.to_string(), "size": size}]
+        }))
+        .unwrap()
+    };
+    let cfg = config(&diff_id);
+    let named_only = HostileRegistry::start(
+        vec![(sandlot_oci::Digest::of(&cfg), cfg.clone())],
+        manifest(&cfg, &layer_digest, layers[0].0.len()),
+    );
+    let own =
+        sandlot_oci::testing::compress(&sandlot_oci::testing::tar_of(&[("x", b"bob")]), Compression::Gzip).unwrap();
+    let own_digest = sandlot_oci::Digest::of(&own);
+    let own_bytes = HostileRegistry::start(
+        vec![(sandlot_oci::Digest::of(&cfg), cfg.clone()), (own_digest.clone(), own.clone())],
+        manifest(&cfg, &own_digest, own.len()),
+    );
+    let (h1, h2) = (named_only.addr.to_string(), own_bytes.addr.to_string());
+    let server = Server::start_with(&[
+        "--insecure-registry",
+        &registry.host(),
+        "--insecure-registry",
+        &h1,
+        "--insecure-registry",
+        &h2,
+    ]);
+    let alice = tenant(&server, "alice");
+    let auth = Some(RegistryAuth { username: "alice".into(), password: "alice-pw".into() });
+    let req = PullImage { reference: format!("{}/alice/private:1", registry.host()), auth, ..Default::default() };
+    alice.pull_image(&req).unwrap().wait().unwrap();
+
+    let bob = tenant(&server, "bob");
+    let err = bob
+        .pull_image(&PullImage { reference: format!("{h1}/bob/x:1"), ..Default::default() })
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    assert_eq!(err.code(), Some("not_found"), "{err}");
+    let err = bob
+        .pull_image(&PullImage { reference: format!("{h2}/bob/x:1"), ..Default::default() })
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    assert!(err.to_string().contains("not to the diff id"), "{err}");
+    assert!(bob.images().unwrap().iter().all(|i| i.name == "host"), "bob got an image");
+    // Alice pulling her own image again reuses her stored layer.
+    let again: Vec<_> = alice.pull_image(&req).unwrap().map(|e| e.unwrap()).collect();
+    assert!(again.iter().any(|e| matches!(e, sandlot_client::api::PullEvent::Downloaded { cached: true, .. })));
+}
