@@ -73,6 +73,11 @@ pub struct RegistryOptions {
     pub credentials: HashMap<String, Credentials>,
     /// The `User-Agent` header.
     pub user_agent: String,
+    /// `HOST:PORT`s the client may reach although they resolve to loopback, private, link-local or
+    /// other non-public addresses (hosts in `insecure` may too). Any other such address is refused:
+    /// the daemon's client goes where a tenant's reference says, and must not become the tenant's way
+    /// into the host's own services, an internal network or a cloud metadata endpoint.
+    pub private: Vec<String>,
 }
 
 /// Progress of a pull, for the NDJSON stream and the CLI's bars.
@@ -206,8 +211,15 @@ impl Registry {
             .map_err(|e| tls_err(format!("TLS setup: {e}")))?
             .with_root_certificates(roots)
             .with_no_client_auth();
+        let mut allowed: Vec<String> =
+            opts.private.iter().chain(&opts.insecure).map(|h| h.to_ascii_lowercase()).collect();
+        allowed.sort();
+        allowed.dedup();
         let agent = ureq::AgentBuilder::new()
             .tls_connector(Arc::new(RustlsConnector(Arc::new(config))))
+            // Addresses are checked where they are resolved, for the connection that uses them: no
+            // window between a check and the connect for DNS to answer differently.
+            .resolver(PublicOnly { allowed })
             // Redirects are followed by hand so Authorization never leaves the registry's host.
             .redirects(0)
             .timeout_connect(Duration::from_secs(30))
@@ -709,6 +721,75 @@ impl Registry {
     }
 }
 
+/// Resolves as the system does, keeping only public addresses unless the `HOST:PORT` is allowed.
+struct PublicOnly {
+    allowed: Vec<String>,
+}
+
+impl ureq::Resolver for PublicOnly {
+    fn resolve(&self, netloc: &str) -> io::Result<Vec<std::net::SocketAddr>> {
+        use std::net::ToSocketAddrs;
+        let addrs: Vec<std::net::SocketAddr> = netloc.to_socket_addrs()?.collect();
+        if self.allowed.binary_search(&netloc.to_ascii_lowercase()).is_ok() {
+            return Ok(addrs);
+        }
+        let public: Vec<_> = addrs.iter().copied().filter(|a| is_public(a.ip())).collect();
+        if public.is_empty() && !addrs.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{netloc} resolves to {} (not a public address); an admin can allow this registry with \
+                     --allow-private-registry {netloc}",
+                    addrs[0].ip()
+                ),
+            ));
+        }
+        Ok(public)
+    }
+}
+
+/// Whether `ip` is a public unicast address: not loopback, private (RFC 1918, ULA), link-local (cloud
+/// metadata lives there), shared (CGNAT), reserved, documentation, benchmarking, multicast or
+/// unspecified; IPv4 inside IPv6 (mapped, NAT64) is judged as IPv4.
+pub fn is_public(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            !(v4.is_unspecified()
+                || v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || o[0] == 0
+                || (o[0] == 100 && (o[1] & 0xc0) == 64)
+                || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+                || (o[0] == 198 && (o[1] & 0xfe) == 18)
+                || o[0] >= 240)
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let s = v6.segments();
+            if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
+                let v4 = std::net::Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+                return is_public(IpAddr::V4(v4));
+            }
+            !(v6.is_unspecified()
+                || v6.is_loopback()
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] & 0xffc0) == 0xfec0
+                || (s[0] == 0x2001 && s[1] == 0x0db8)
+                || s[..6] == [0, 0, 0, 0, 0, 0])
+        }
+    }
+}
+
 /// Classifies a transport failure: TLS (untrusted certificate, or a plain-HTTP server) or network.
 fn transport_error(t: &ureq::Transport, host: &str) -> PullError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(t);
@@ -726,6 +807,17 @@ fn transport_error(t: &ureq::Transport, host: &str) -> PullError {
             Some(e) => return PullError::new(PullErrorKind::Tls, format!("TLS with registry {host} failed: {e}; if it uses a private CA, is --extra-ca set?")),
             None => source = e.source(),
         }
+    }
+    // A refused address is the admin's decision to make, not a network failure to retry.
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(t);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<io::Error>().filter(|io| io.kind() == io::ErrorKind::PermissionDenied) {
+            return PullError::new(
+                PullErrorKind::Denied,
+                format!("registry {host} is not reachable from this server: {io}"),
+            );
+        }
+        source = e.source();
     }
     PullError::new(PullErrorKind::Network, format!("cannot reach registry {host}: {t}"))
 }
@@ -905,6 +997,45 @@ impl ureq::ReadWrite for TlsStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_public_addresses_count_as_public() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "198.18.0.1",
+            "192.0.2.1",
+            "240.0.0.1",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "2001:db8::1",
+            "::",
+        ] {
+            assert!(!is_public(private.parse().unwrap()), "{private}");
+        }
+        for public in ["1.1.1.1", "8.8.8.8", "2606:4700::1111", "::ffff:1.1.1.1"] {
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    #[test]
+    fn private_addresses_are_refused_unless_listed() {
+        use ureq::Resolver as _;
+        let guard = PublicOnly { allowed: vec!["127.0.0.1:5000".into()] };
+        let err = guard.resolve("127.0.0.1:5001").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
+        assert!(err.to_string().contains("--allow-private-registry 127.0.0.1:5001"), "{err}");
+        assert_eq!(guard.resolve("127.0.0.1:5000").unwrap().len(), 1);
+        assert!(guard.resolve("localhost:5001").is_err());
+    }
 
     #[test]
     fn credentials_debug_is_redacted_everywhere() {

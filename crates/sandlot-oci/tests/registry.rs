@@ -24,6 +24,7 @@ fn client_for(reg: &TestRegistry) -> Registry {
         insecure: if reg.ca_pem.is_some() { vec![] } else { vec![reg.host()] },
         credentials: HashMap::new(),
         user_agent: "sandlot-oci-test".into(),
+        private: vec![reg.host()],
     })
     .unwrap()
 }
@@ -270,7 +271,7 @@ fn tls_with_the_extra_root_works_and_without_it_names_extra_ca() {
     let r = reference(&reg, "secure/app:1");
     pull(&client_for(&reg), &r, &amd64(), None, &store).unwrap();
 
-    let untrusting = Registry::new(RegistryOptions::default()).unwrap();
+    let untrusting = Registry::new(RegistryOptions { private: vec![reg.host()], ..Default::default() }).unwrap();
     let dir2 = tempfile::tempdir().unwrap();
     let err = pull(&untrusting, &r, &amd64(), None, &BlobStore::open(dir2.path()).unwrap()).unwrap_err();
     assert_eq!(err.kind, PullErrorKind::Tls, "{err}");
@@ -284,7 +285,13 @@ fn plain_http_is_refused_unless_listed_as_insecure() {
     let dir = tempfile::tempdir().unwrap();
     let store = BlobStore::open(dir.path()).unwrap();
     let r = reference(&reg, "plain/app:1");
+    // A loopback registry nobody listed is not reached at all.
     let err = pull(&Registry::new(RegistryOptions::default()).unwrap(), &r, &amd64(), None, &store).unwrap_err();
+    assert_eq!(err.kind, PullErrorKind::Denied, "{err}");
+    assert!(err.message.contains(&format!("--allow-private-registry {}", reg.host())), "{err}");
+    // Allowed as a private registry, it is still HTTPS only.
+    let private = RegistryOptions { private: vec![reg.host()], ..Default::default() };
+    let err = pull(&Registry::new(private).unwrap(), &r, &amd64(), None, &store).unwrap_err();
     assert_eq!(err.kind, PullErrorKind::InsecureRefused, "{err}");
     assert!(err.message.contains(&format!("--insecure-registry {}", reg.host())), "{err}");
     pull(&client_for(&reg), &r, &amd64(), None, &store).unwrap();

@@ -120,6 +120,12 @@ pub struct ServeArgs {
     /// HTTPS only; `--extra-ca` certificates are trusted for registries too.
     #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
     pub insecure_registry: Vec<String>,
+    /// Allow pulls from this registry although it resolves to a loopback, private or link-local address,
+    /// `HOST:PORT` (repeatable; `--insecure-registry` hosts are allowed too). Others on such addresses
+    /// are refused, so a tenant's image reference cannot make the server reach internal services or a
+    /// cloud metadata endpoint.
+    #[arg(long = "allow-private-registry", value_name = "HOST:PORT")]
+    pub allow_private_registry: Vec<String>,
     /// JSON file of credentials the server uses for registries, `{"HOST": {"username": "..",
     /// "password": ".."}}` (a pull's own `auth` wins). Keep it readable by root only: it is never logged
     /// or returned.
@@ -327,6 +333,7 @@ fn image_store(args: &ServeArgs, state_dir: &std::path::Path) -> anyhow::Result<
         insecure: args.insecure_registry.clone(),
         credentials,
         user_agent: concat!("sandlot/", env!("CARGO_PKG_VERSION")).into(),
+        private: args.allow_private_registry.clone(),
     })
     .map_err(|e| anyhow::anyhow!("the registry client: {e}"))?;
     let blobs = state_dir.join("blobs");

@@ -132,7 +132,7 @@ fn a_pulled_image_runs_with_its_config() {
         }),
     };
     registry.push("team/app", "1", &image).unwrap();
-    let server = Server::builder().extra_ca(ca.path()).start();
+    let server = Server::builder().extra_ca(ca.path()).args(&["--allow-private-registry", &registry.host()]).start();
     let alice = tenant(&server, "alice");
     let reference = format!("{}/team/app:1", registry.host());
 
@@ -311,6 +311,14 @@ fn corrupt_blobs_and_quotas_leave_nothing_behind() {
     let alice = tenant(&server, "alice");
     let blobs = server.state_dir().join("blobs/sha256");
     let stored = || std::fs::read_dir(&blobs).map(|d| d.count()).unwrap_or(0);
+
+    // The same registry under a name the admin did not list: a loopback address the server refuses to
+    // reach for a tenant (no connection is made; nothing reaches the registry's log).
+    let port = registry.addr.port();
+    let other = PullImage { reference: format!("localhost:{port}/q/app:1"), ..Default::default() };
+    let err = alice.pull_image(&other).unwrap().wait().unwrap_err();
+    assert_eq!(err.code(), Some("registry_denied"), "{err}");
+    assert!(err.to_string().contains(&format!("--allow-private-registry localhost:{port}")), "{err}");
 
     let req = PullImage { reference: format!("{host}/q/app:1"), ..Default::default() };
     let err = alice.pull_image(&req).unwrap().wait().unwrap_err();
