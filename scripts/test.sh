@@ -6,6 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 [ "$(id -u)" = 0 ] || { echo "test.sh: run as root (sudo $0)" >&2; exit 1; }
+# The Debian 12 image the images_debian e2e tests import (built with mmdebstrap once per machine; two
+# statements, so that set -e stops here when it cannot be built).
+SANDLOT_DEBIAN_IMAGE=$(scripts/debian-image.sh)
+export SANDLOT_DEBIAN_IMAGE
 
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings

@@ -7,6 +7,9 @@
 //! - [`exec`]: running commands, their output, exit codes, environment and streaming.
 //! - [`processes`]: background processes, stdin, signals, logs, zombie reaping.
 //! - [`files`]: the file API, tar transfer, and path tricks planted by sandbox code.
+//! - [`images`]: importing and pulling images, booting them, their config, tenants, collection.
+//! - [`images_debian`]: a real Debian 12 image (mmdebstrap, `SANDLOT_DEBIAN_IMAGE`): its own python,
+//!   accounts, trust store and pip, shared by its sandboxes without a copy.
 //! - [`isolation`]: what a sandbox cannot see or reach of the host and of other sandboxes.
 //! - [`limits`]: memory, CPU, processes, disk, command and sandbox time limits.
 //! - [`network`]: egress policy, DNS, SNI/Host binding, always-denied ranges, credential brokering,
@@ -26,6 +29,7 @@ mod doctor;
 mod exec;
 mod files;
 mod images;
+mod images_debian;
 mod isolation;
 mod lifecycle;
 mod limits;

@@ -12,10 +12,13 @@ use sandlot_client::api::{Mode, NetworkSpec};
 use super::{assert_no_dial_bug, net, server, with_net, SECRET};
 use crate::harness::{sh, Server};
 
-struct TlsUpstream {
+/// An HTTPS server on 127.0.0.1 (see [`tls_upstream`]), stopped when dropped.
+pub(crate) struct TlsUpstream {
     child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
+    /// Its port.
+    pub(crate) port: u16,
+    /// Holds `ca.pem`, the test CA its certificate is signed by.
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Drop for TlsUpstream {
@@ -27,7 +30,7 @@ impl Drop for TlsUpstream {
 
 /// An HTTPS server for `host` (certificate from a test CA) that answers 200 `authorized` only when
 /// the request carries `Authorization: Bearer SECRET`, 401 otherwise, and never echoes headers.
-fn tls_upstream(host: &str) -> TlsUpstream {
+pub(crate) fn tls_upstream(host: &str) -> TlsUpstream {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let run = |args: &[&str]| {

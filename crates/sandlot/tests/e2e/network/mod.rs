@@ -19,8 +19,11 @@ mod policy;
 mod previews;
 mod ranges;
 
+pub(crate) use broker::tls_upstream;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
+use std::process::Command;
 use std::time::Duration;
 
 use sandlot_client::api::{CreateSandbox, NetworkSpec};
@@ -28,7 +31,8 @@ use sandlot_client::{Client, Sandbox};
 
 use crate::harness::Server;
 
-const SECRET: &str = "sk-test-4f1b9c2e7d3a";
+/// The credential the brokering tests inject (and look for where it must never be).
+pub(crate) const SECRET: &str = "sk-test-4f1b9c2e7d3a";
 
 /// A plain HTTP server on 127.0.0.1 answering every request with `body`.
 fn http_server(body: &'static str) -> u16 {
@@ -89,4 +93,73 @@ fn assert_no_dial_bug(srv: &Server) {
         "a non-loopback address was dialled:\n{}",
         srv.log_text()
     );
+}
+
+/// A pure-Python wheel, as a package index serves it.
+pub(crate) struct Wheel {
+    /// The distribution's name as pip is asked for it (`sandlot-probe`).
+    project: String,
+    /// `<project with _>-1.0-py3-none-any.whl`.
+    file_name: String,
+    /// The zip.
+    bytes: Vec<u8>,
+}
+
+/// A wheel of distribution `project`, version 1.0, holding one module `module` whose `__init__.py` is
+/// `init_py`, with the METADATA, WHEEL and RECORD files pip checks; zipped by the host's python3.
+pub(crate) fn wheel(project: &str, module: &str, init_py: &str) -> Wheel {
+    let script = r#"
+import io, sys, zipfile
+project, module, init_py = sys.argv[1:4]
+dist = project.replace("-", "_") + "-1.0.dist-info"
+b = io.BytesIO()
+with zipfile.ZipFile(b, "w") as z:
+    files = {
+        module + "/__init__.py": init_py,
+        dist + "/METADATA": "Metadata-Version: 2.1\nName: " + project + "\nVersion: 1.0\n",
+        dist + "/WHEEL": "Wheel-Version: 1.0\nGenerator: sandlot-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    for name, body in files.items():
+        z.writestr(name, body)
+    z.writestr(dist + "/RECORD", "".join(f"{n},,\n" for n in files) + dist + "/RECORD,,\n")
+sys.stdout.buffer.write(b.getvalue())
+"#;
+    let out = Command::new("python3").args(["-c", script, project, module, init_py]).output().unwrap();
+    assert!(out.status.success(), "building the {project} wheel: {out:?}");
+    let file_name = format!("{}-1.0-py3-none-any.whl", project.replace('-', "_"));
+    Wheel { project: project.to_string(), file_name, bytes: out.stdout }
+}
+
+/// A package index (PEP 503 "simple") on 127.0.0.1 serving `wheel` alone; returns its port.
+pub(crate) fn package_index(wheel: Wheel) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut first = String::new();
+            let _ = r.read_line(&mut first);
+            let mut line = String::new();
+            while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line != "\r\n" {
+                line.clear();
+            }
+            let path = first.split_whitespace().nth(1).unwrap_or("/").to_string();
+            let name = &wheel.file_name;
+            let (status, ctype, body): (&str, &str, Vec<u8>) = if path.ends_with(".whl") {
+                ("200 OK", "application/octet-stream", wheel.bytes.clone())
+            } else if path.starts_with(&format!("/simple/{}", wheel.project)) {
+                let html = format!("<!DOCTYPE html><html><body><a href=\"/files/{name}\">{name}</a></body></html>");
+                ("200 OK", "text/html", html.into_bytes())
+            } else {
+                ("404 Not Found", "text/plain", b"not found".to_vec())
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(&body);
+        }
+    });
+    port
 }

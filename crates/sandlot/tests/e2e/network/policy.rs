@@ -3,14 +3,14 @@
 //! an address was resolved for, runtime changes, the CLI, `--resolve` from the config file, an IPv6
 //! upstream, and a real client (pip) end to end.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sandlot_client::api::ExecRequest;
 
-use super::{assert_no_dial_bug, audit_actions, http_server, http_server_on, net, server, with_net, SECRET};
+use super::{
+    assert_no_dial_bug, audit_actions, http_server, http_server_on, net, package_index, server, wheel, with_net, SECRET,
+};
 use crate::harness::sh;
 
 /// Deny by default: curl, Python and a raw socket fail fast, and names do not resolve.
@@ -163,67 +163,11 @@ fn runtime_policy_update_takes_effect() {
     let _ = client;
 }
 
-/// A wheel with one module, `sandlot_probe`, whose `VALUE` is 42.
-fn probe_wheel() -> Vec<u8> {
-    let script = r#"
-import io, sys, zipfile
-b = io.BytesIO()
-with zipfile.ZipFile(b, "w") as z:
-    files = {
-        "sandlot_probe/__init__.py": "VALUE = 42\n",
-        "sandlot_probe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: sandlot-probe\nVersion: 1.0\n",
-        "sandlot_probe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: sandlot-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    for name, body in files.items():
-        z.writestr(name, body)
-    z.writestr("sandlot_probe-1.0.dist-info/RECORD", "".join(f"{n},,\n" for n in files) + "sandlot_probe-1.0.dist-info/RECORD,,\n")
-sys.stdout.buffer.write(b.getvalue())
-"#;
-    let out = Command::new("python3").arg("-c").arg(script).output().unwrap();
-    assert!(out.status.success(), "{out:?}");
-    out.stdout
-}
-
-/// A package index (PEP 503 "simple") on loopback serving the probe wheel.
-fn package_index() -> u16 {
-    let wheel = probe_wheel();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut s in l.incoming().flatten() {
-            let mut r = BufReader::new(s.try_clone().unwrap());
-            let mut first = String::new();
-            let _ = r.read_line(&mut first);
-            let mut line = String::new();
-            while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line != "\r\n" {
-                line.clear();
-            }
-            let path = first.split_whitespace().nth(1).unwrap_or("/").to_string();
-            let name = "sandlot_probe-1.0-py3-none-any.whl";
-            let (status, ctype, body): (&str, &str, Vec<u8>) = if path.ends_with(".whl") {
-                ("200 OK", "application/octet-stream", wheel.clone())
-            } else if path.starts_with("/simple/sandlot-probe") {
-                let html = format!("<!DOCTYPE html><html><body><a href=\"/files/{name}\">{name}</a></body></html>");
-                ("200 OK", "text/html", html.into_bytes())
-            } else {
-                ("404 Not Found", "text/plain", b"not found".to_vec())
-            };
-            let _ = write!(
-                s,
-                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = s.write_all(&body);
-        }
-    });
-    port
-}
-
 /// A real client end to end: pip installs a package from an index allowlisted by name, and the same
 /// pip cannot reach an index that is not on the list.
 #[test]
 fn pip_installs_from_an_allowlisted_index() {
-    let port = package_index();
+    let port = package_index(wheel("sandlot-probe", "sandlot_probe", "VALUE = 42\n"));
     let srv = server(&["pypi.test=127.0.0.1", "other-index.test=127.0.0.1"], &[]);
     let sb = with_net(&srv.client(), net(r#"{"mode":"allowlist","allow":["pypi.test"]}"#));
     let pip = |host: &str| {
