@@ -48,7 +48,7 @@ fn debian(network: Option<NetworkSpec>) -> CreateSandbox {
 /// Runs `script` with `/bin/sh -c` as `user`, asserting exit 0; returns stdout.
 #[track_caller]
 fn run_as(sb: &Sandbox, user: User, script: &str) -> String {
-    let r = sb.exec(&ExecRequest { user, timeout_s: Some(120.0), ..sh(script) }).unwrap();
+    let r = sb.exec(&ExecRequest { user: Some(user), timeout_s: Some(120.0), ..sh(script) }).unwrap();
     assert_eq!((r.status.as_str(), r.exit_code), ("exited", 0), "{script}: {r:?}");
     r.stdout
 }
