@@ -100,7 +100,8 @@ pub struct ImageInfo {
     pub platform: Option<String>,
     /// Who may use it.
     pub owner: ImageOwner,
-    /// Bytes of its blobs as stored (compressed layers and config).
+    /// Bytes it is charged: its blobs as stored (compressed layers and config) plus the files its
+    /// layers unpacked to when it was stored (0 for layers another image had unpacked already).
     pub size_bytes: u64,
     /// Its layers, bottom first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -15,6 +15,7 @@ pub struct TenantUsage {
     pub snapshot_bytes: u64,
     /// Images the tenant owns (public ones are the admin's).
     pub images: u64,
-    /// Bytes of those images' blobs as stored (blobs shared with other images count for each).
+    /// Bytes those images are charged: their blobs as stored plus the files their layers unpacked to
+    /// (what one image shares with another counts for each).
     pub image_bytes: u64,
 }

@@ -10,7 +10,7 @@
 //! A pull or import holds the collection lock shared, a collection holds it exclusively, so a
 //! collection never removes what a pull has fetched but not yet recorded.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -50,6 +50,36 @@ pub struct Images {
     blobs: Arc<BlobStore>,
     gc: tokio::sync::RwLock<()>,
     max_import_bytes: u64,
+    credentials: HashMap<String, ConfiguredCredentials>,
+    /// One pull or import per tenant at a time, by tenant (entries go when their last user does).
+    turns: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Pulls and imports the server runs at once.
+    running: tokio::sync::Semaphore,
+    /// Images unpacking at once (each takes a core and, for its tree, memory).
+    unpacking: tokio::sync::Semaphore,
+}
+
+/// Pulls and imports of all tenants together that run at once (each holds a blocking thread, two
+/// download threads and, while it unpacks, a core).
+pub const MAX_CONCURRENT_PULLS: usize = 4;
+
+/// Images that unpack at once, all tenants together.
+pub const MAX_CONCURRENT_UNPACKS: usize = 2;
+
+/// Credentials the admin configured for a registry, and who may pull with them.
+#[derive(Clone)]
+pub struct ConfiguredCredentials {
+    /// The credentials.
+    pub credentials: Credentials,
+    /// Tenants whose pulls use them (besides admin keys, which always do). Empty: admin keys only,
+    /// so a tenant cannot pull a private repository by naming the admin's registry.
+    pub tenants: Vec<String>,
+}
+
+/// A tenant's turn at pulling or importing, and a place among the server's concurrent ones.
+pub(crate) struct Turn<'a> {
+    _tenant: tokio::sync::OwnedMutexGuard<()>,
+    _slot: tokio::sync::SemaphorePermit<'a>,
 }
 
 impl Images {
@@ -60,9 +90,42 @@ impl Images {
 
     /// Images over the blob store at `blob_dir`, pulling with `registry`; imports may be at most
     /// `max_import_bytes`.
-    pub fn new(registry: Registry, blob_dir: PathBuf, max_import_bytes: u64) -> std::io::Result<Images> {
+    pub fn new(
+        registry: Registry,
+        blob_dir: PathBuf,
+        max_import_bytes: u64,
+        credentials: HashMap<String, ConfiguredCredentials>,
+    ) -> std::io::Result<Images> {
         let blobs = Arc::new(BlobStore::open(&blob_dir)?);
-        Ok(Images { registry, blobs, gc: Default::default(), max_import_bytes })
+        Ok(Images {
+            registry,
+            blobs,
+            gc: Default::default(),
+            max_import_bytes,
+            credentials,
+            turns: Default::default(),
+            running: tokio::sync::Semaphore::new(MAX_CONCURRENT_PULLS),
+            unpacking: tokio::sync::Semaphore::new(MAX_CONCURRENT_UNPACKS),
+        })
+    }
+
+    /// Waits for `tenant`'s turn and a free place among the server's pulls and imports.
+    pub(crate) async fn turn(&self, tenant: &str) -> Turn<'_> {
+        let lock = {
+            let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+            // Forget the locks nobody holds or waits for, so the map does not grow with tenants.
+            turns.retain(|_, l| Arc::strong_count(l) > 1);
+            Arc::clone(turns.entry(tenant.to_string()).or_default())
+        };
+        let tenant = lock.lock_owned().await;
+        let slot = self.running.acquire().await.expect("the semaphore is never closed");
+        Turn { _tenant: tenant, _slot: slot }
+    }
+
+    /// The admin's configured credentials for `reference`'s registry, if `caller` may use them.
+    fn configured_credentials(&self, caller: &Caller, reference: &Reference) -> Option<Credentials> {
+        let entry = self.credentials.get(&reference.registry).or_else(|| self.credentials.get(reference.api_host()))?;
+        (caller.admin || entry.tenants.contains(&caller.tenant)).then(|| entry.credentials.clone())
     }
 }
 
@@ -72,6 +135,12 @@ fn pull_error(e: sandlot_oci::PullError) -> Error {
         PullErrorKind::Unauthorized | PullErrorKind::Denied => Kind::RegistryDenied,
         PullErrorKind::Tls | PullErrorKind::Network | PullErrorKind::Corrupt => Kind::RegistryUnavailable,
         PullErrorKind::TooLarge => Kind::TooLarge,
+        PullErrorKind::OverBudget => {
+            return Error::limit(format!(
+                "{}: that is past the tenant's image quota (--image-quota-mb); delete images (sandlot image rm) and retry",
+                e.message
+            ))
+        }
         _ => Kind::Invalid,
     };
     Error::new(kind, e.message)
@@ -286,7 +355,9 @@ impl Control {
     }
 
     /// `POST /v1/images/pull`: fetches the image, unpacks it and stores it under its name, sending
-    /// progress on `events` as it goes.
+    /// progress on `events` as it goes. A tenant's pulls and imports run one at a time (its quota is
+    /// checked against what it holds, with nothing of its own in flight), and the server runs at most
+    /// [`MAX_CONCURRENT_PULLS`] of them at once; every outcome is audited.
     pub async fn pull_image(
         self: &Arc<Self>,
         caller: &Caller,
@@ -295,8 +366,34 @@ impl Control {
     ) -> Result<ImageInfo> {
         let images = self.images()?;
         let (reference, platform, name) = self.pull_target(caller, &req)?;
-        let auth =
-            req.auth.as_ref().map(|a| Credentials { username: a.username.clone(), password: a.password.clone() });
+        let _turn = images.turn(&caller.tenant).await;
+        let result = self.pull_locked(caller, &req, &reference, platform, &name, &events).await;
+        let mut row = json!({"name": name, "ref": reference.to_string(), "public": req.public});
+        match &result {
+            Ok(info) => row["digest"] = json!(info.digest),
+            Err(e) => row["error"] = json!(e.code()),
+        }
+        self.audit(&caller.tenant, None, "image.pull", &row)?;
+        // A refused or failed pull leaves blobs nothing names; a replacing one, trees: collect them.
+        self.collect_images().await;
+        result
+    }
+
+    async fn pull_locked(
+        self: &Arc<Self>,
+        caller: &Caller,
+        req: &PullImage,
+        reference: &Reference,
+        platform: sandlot_oci::Platform,
+        name: &str,
+        events: &UnboundedSender<PullEvent>,
+    ) -> Result<ImageInfo> {
+        let images = self.images()?;
+        let auth = match &req.auth {
+            Some(a) => Some(Credentials { username: a.username.clone(), password: a.password.clone() }),
+            None => images.configured_credentials(caller, reference),
+        };
+        let budget = self.image_budget(caller, name, req.public)?;
         let _shared = images.gc.read().await;
         // Stored layers this tenant may use without fetching them: those of its own and the public
         // images. Any other is fetched again, so a registry naming a digest gains nothing by it.
@@ -312,7 +409,7 @@ impl Control {
             tokio::task::spawn_blocking(move || {
                 let images = this.images.as_ref().expect("checked above");
                 let reuse = |d: &sandlot_oci::Digest| reusable.contains(d);
-                images.registry.pull(&reference, &platform, auth.as_ref(), &images.blobs, &reuse, &mut |e| {
+                images.registry.pull(&reference, &platform, auth.as_ref(), &images.blobs, &reuse, budget, &mut |e| {
                     let _ = tx.send(progress(e));
                 })
             })
@@ -320,24 +417,30 @@ impl Control {
             .map_err(|e| Error::internal(format!("pull task: {e}")))?
             .map_err(pull_error)?
         };
-        let stored = self.store_image(caller, &name, Some(reference.to_string()), image, req.public, &events).await;
-        drop(_shared);
-        let row = match stored {
-            Ok(row) => row,
-            Err(e) => {
-                // A refused or failed image leaves blobs nothing names: collect them now.
-                self.collect_images().await;
-                return Err(e);
-            }
-        };
-        self.audit(
-            &caller.tenant,
-            None,
-            "image.pull",
-            &json!({"name": name, "ref": reference.to_string(), "digest": row.digest, "public": req.public}),
-        )?;
-        self.collect_images().await;
+        let row = self.store_image(caller, name, Some(reference.to_string()), image, req.public, events).await?;
         info(&row)
+    }
+
+    /// Bytes a new image called `name` may take: the tenant's quota less what its other images hold
+    /// (the image it replaces is not counted). Public images are the admin's and not limited here.
+    fn image_budget(&self, caller: &Caller, name: &str, public: bool) -> Result<u64> {
+        if public {
+            return Ok(u64::MAX);
+        }
+        let (_, held) = self.store.image_usage(&caller.tenant)?;
+        let replaced = self.store.get_image(&caller.tenant, name)?.map_or(0, |r| r.bytes);
+        let held = held.saturating_sub(replaced);
+        let quota = self.cfg.image_quota_bytes;
+        if held >= quota {
+            return Err(Error::limit(format!(
+                "tenant {}'s images already take {} MiB of {} MiB (--image-quota-mb): delete images \
+                 (sandlot image rm) and retry",
+                caller.tenant,
+                held.div_ceil(1 << 20),
+                quota >> 20
+            )));
+        }
+        Ok(quota - held)
     }
 
     /// `POST /v1/images/import`: a `docker save` tarball, an OCI archive, or a root filesystem tar, read
@@ -352,9 +455,11 @@ impl Control {
     ) -> Result<Vec<ImageInfo>> {
         let images = self.images()?;
         self.check_import(caller, name.as_deref(), public)?;
+        let _turn = images.turn(&caller.tenant).await;
+        let budget = self.image_budget(caller, name.as_deref().unwrap_or(""), public)?;
         let shared = images.gc.read().await;
         let stored = async {
-            let (blobs, max) = (Arc::clone(&images.blobs), images.max_import_bytes);
+            let (blobs, max) = (Arc::clone(&images.blobs), images.max_import_bytes.min(budget));
             let imported =
                 tokio::task::spawn_blocking(move || sandlot_oci::import(std::io::BufReader::new(archive), &blobs, max))
                     .await
@@ -401,7 +506,7 @@ impl Control {
         events: &UnboundedSender<PullEvent>,
     ) -> Result<ImageRow> {
         let images = self.images()?;
-        let bytes =
+        let blob_bytes =
             image.layers.iter().map(|l| l.size).sum::<u64>() + images.blobs().size(&image.config_digest).unwrap_or(0);
         let owner = if public { PUBLIC.to_string() } else { caller.tenant.clone() };
         // What the tenant already holds, less the image this one replaces; checked before unpacking,
@@ -409,11 +514,12 @@ impl Control {
         let (_, held) = self.store.image_usage(&owner)?;
         let replaced = self.store.get_image(&owner, name)?.map_or(0, |r| r.bytes);
         let quota = self.cfg.image_quota_bytes;
-        if !public && held - replaced.min(held) + bytes > quota {
+        let free = quota.saturating_sub(held - replaced.min(held));
+        if !public && blob_bytes > free {
             return Err(Error::limit(format!(
                 "image {name:?} is {} MiB; tenant {}'s images already take {} MiB of {} MiB (--image-quota-mb): \
                  delete images (sandlot image rm) and retry",
-                bytes.div_ceil(1 << 20),
+                blob_bytes.div_ceil(1 << 20),
                 caller.tenant,
                 held.div_ceil(1 << 20),
                 quota >> 20
@@ -441,9 +547,20 @@ impl Control {
                 }
             })
         };
-        let prepared = self.engine.prepare_image(key.clone(), layers, tx).await;
+        // What the layers unpack to is charged too (a small compressed layer can be a big tree on the
+        // layers volume), so the unpacking may write at most the rest of the quota.
+        let unpack_budget = if public { u64::MAX } else { free - blob_bytes };
+        let prepared = {
+            let _core = images.unpacking.acquire().await.expect("the semaphore is never closed");
+            self.engine.prepare_image(key.clone(), layers, unpack_budget, tx).await
+        };
         let _ = forward.await;
-        prepared.map_err(|e| Error::invalid(format!("image {name:?} cannot be unpacked: {e}")))?;
+        let unpacked = prepared.map_err(|e| {
+            let over = !public && e.to_string().contains("max_bytes");
+            let hint = if over { " (over the tenant's --image-quota-mb once unpacked)" } else { "" };
+            Error::invalid(format!("image {name:?} cannot be unpacked{hint}: {e}"))
+        })?;
+        let bytes = blob_bytes + unpacked;
         let run = run_config(&image);
         let (identity, identity_error) = match &run.user {
             Some(spec) => match self.engine.image_user(key.clone(), spec.clone()).await {
@@ -486,7 +603,8 @@ impl Control {
                 blobs.extend(image.layers.iter().map(|l| l.digest.clone()));
             }
             self.store.forget_image_roots(&roots)?;
-            let gone = self.engine.remove_unused_images(roots, chains).await?;
+            let blob_names: HashSet<String> = blobs.iter().map(|d| d.to_string()).collect();
+            let gone = self.engine.remove_unused_images(roots, chains, blob_names).await?;
             let mut removed_blobs = 0;
             for d in images.blobs.list().map_err(|e| Error::internal(format!("listing blobs: {e}")))? {
                 if !blobs.contains(&d) && images.blobs.remove(&d).is_ok() {

@@ -35,7 +35,7 @@ fn harness_with(cfg: Config, host: Host) -> Harness {
         256 << 20,
     );
     let registry = sandlot_oci::Registry::new(sandlot_oci::RegistryOptions::default()).unwrap();
-    let images = crate::images::Images::new(registry, dir.path().join("blobs"), 1 << 30).unwrap();
+    let images = crate::images::Images::new(registry, dir.path().join("blobs"), 1 << 30, Default::default()).unwrap();
     let control = Control::new(engine, store, cfg, host, Some(images));
     let caller = |t: &str| Caller { tenant: t.into(), admin: false };
     Harness { control, driver, alice: caller("alice"), bob: caller("bob"), _dir: dir }

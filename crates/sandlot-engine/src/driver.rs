@@ -103,17 +103,25 @@ pub trait Driver: Send + Sync + 'static {
     /// Whether `image` (`host` or an image root's key) can be launched.
     fn has_image(&self, image: &str) -> bool;
     /// Makes the root of image `key` (its config digest) from its layers, bottom first, unless it
-    /// exists; reports each layer as it is applied. Blocking.
+    /// exists; reports each layer as it is applied. The layers it unpacks may write at most
+    /// `max_bytes` of files together; returns what they wrote. Blocking.
     fn prepare_image(
         &self,
         key: &str,
         layers: &[LayerBlob],
+        max_bytes: u64,
         events: &mut dyn FnMut(PrepareEvent),
-    ) -> Result<(), EngineError>;
+    ) -> Result<u64, EngineError>;
     /// Resolves an image's `USER` (`spec`) in image root `key`'s own account files.
     fn image_user(&self, key: &str, spec: &str) -> Result<ImageUser, EngineError>;
-    /// Removes image roots not in `keep_roots` and layer chains not in `keep_chains`; returns what went.
-    fn remove_unused_images(&self, keep_roots: &HashSet<String>, keep_chains: &HashSet<String>) -> Vec<String>;
+    /// Removes image roots not in `keep_roots`, layer chains not in `keep_chains` and what it knows of
+    /// blobs not in `keep_blobs`; returns the roots and chains that went.
+    fn remove_unused_images(
+        &self,
+        keep_roots: &HashSet<String>,
+        keep_chains: &HashSet<String>,
+        keep_blobs: &HashSet<String>,
+    ) -> Vec<String>;
     /// Whether writable layers have an enforced size limit (and so persistence and snapshots work).
     fn disk_limits(&self) -> bool;
     /// Prepares the sandbox's layer, cgroup and uid range and starts its pid 1. On failure nothing it

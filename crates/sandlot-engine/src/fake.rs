@@ -125,8 +125,9 @@ impl Driver for FakeDriver {
         &self,
         key: &str,
         layers: &[crate::driver::LayerBlob],
+        _max_bytes: u64,
         events: &mut dyn FnMut(crate::driver::PrepareEvent),
-    ) -> Result<(), EngineError> {
+    ) -> Result<u64, EngineError> {
         self.record(Call::PrepareImage(key.to_string(), layers.len()));
         let chains = crate::driver::chain_ids(&layers.iter().map(|l| l.diff_id.clone()).collect::<Vec<_>>());
         for (index, chain) in chains.into_iter().enumerate() {
@@ -134,7 +135,7 @@ impl Driver for FakeDriver {
             events(crate::driver::PrepareEvent::Unpacked { index, report: fresh.then(Default::default) });
         }
         lock(&self.host).images.insert(key.to_string());
-        Ok(())
+        Ok(0)
     }
 
     fn image_user(&self, _key: &str, spec: &str) -> Result<crate::driver::ImageUser, EngineError> {
@@ -143,7 +144,13 @@ impl Driver for FakeDriver {
         Ok(crate::driver::ImageUser { uid, gid: 0, name: spec.to_string(), home: "/".into() })
     }
 
-    fn remove_unused_images(&self, keep_roots: &HashSet<String>, keep_chains: &HashSet<String>) -> Vec<String> {
+    fn remove_unused_images(
+        &self,
+        keep_roots: &HashSet<String>,
+        keep_chains: &HashSet<String>,
+        keep_blobs: &HashSet<String>,
+    ) -> Vec<String> {
+        let _ = keep_blobs;
         let mut host = lock(&self.host);
         let mut gone: Vec<String> = host.images.iter().filter(|k| !keep_roots.contains(*k)).cloned().collect();
         gone.extend(host.chains.iter().filter(|k| !keep_chains.contains(*k)).cloned());

@@ -235,11 +235,12 @@ impl Engine {
         &self,
         key: String,
         layers: Vec<driver::LayerBlob>,
+        max_bytes: u64,
         events: tokio::sync::mpsc::UnboundedSender<driver::PrepareEvent>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<u64, EngineError> {
         let driver = Arc::clone(&self.driver);
         tokio::task::spawn_blocking(move || {
-            driver.prepare_image(&key, &layers, &mut |e| {
+            driver.prepare_image(&key, &layers, max_bytes, &mut |e| {
                 let _ = events.send(e);
             })
         })
@@ -257,9 +258,11 @@ impl Engine {
         &self,
         keep_roots: HashSet<String>,
         keep_chains: HashSet<String>,
+        keep_blobs: HashSet<String>,
     ) -> Result<Vec<String>, EngineError> {
         let driver = Arc::clone(&self.driver);
-        Ok(tokio::task::spawn_blocking(move || driver.remove_unused_images(&keep_roots, &keep_chains)).await?)
+        Ok(tokio::task::spawn_blocking(move || driver.remove_unused_images(&keep_roots, &keep_chains, &keep_blobs))
+            .await?)
     }
 
     /// Removes cgroups and layers of sandboxes not in `keep` (sandboxes the store says still exist).

@@ -131,12 +131,15 @@ impl Driver for LinuxDriver {
         &self,
         key: &str,
         layers: &[LayerBlob],
+        max_bytes: u64,
         events: &mut dyn FnMut(PrepareEvent),
-    ) -> Result<(), EngineError> {
+    ) -> Result<u64, EngineError> {
         let store = self.images.as_ref().ok_or(EngineError::NoLayersVolume("images"))?;
         let extras = RootExtras { ca_pem: self.cfg.ca_pem.clone() };
-        store.prepare(key, layers, &extras, &sandlot_linux::unpack::UnpackLimits::default(), events)?;
-        Ok(())
+        let defaults = sandlot_linux::unpack::UnpackLimits::default();
+        let limits = sandlot_linux::unpack::UnpackLimits { max_bytes: max_bytes.min(defaults.max_bytes), ..defaults };
+        let (_, unpacked) = store.prepare(key, layers, &extras, &limits, events)?;
+        Ok(unpacked)
     }
 
     fn image_user(&self, key: &str, spec: &str) -> Result<sandlot_linux::image_store::ImageUser, EngineError> {
@@ -144,9 +147,14 @@ impl Driver for LinuxDriver {
         Ok(store.resolve_user(key, spec)?)
     }
 
-    fn remove_unused_images(&self, keep_roots: &HashSet<String>, keep_chains: &HashSet<String>) -> Vec<String> {
+    fn remove_unused_images(
+        &self,
+        keep_roots: &HashSet<String>,
+        keep_chains: &HashSet<String>,
+        keep_blobs: &HashSet<String>,
+    ) -> Vec<String> {
         let Some(store) = &self.images else { return Vec::new() };
-        store.remove_unused(keep_roots, keep_chains).unwrap_or_else(|e| {
+        store.remove_unused(keep_roots, keep_chains, keep_blobs).unwrap_or_else(|e| {
             tracing::warn!("removing unused images: {e}");
             Vec::new()
         })

@@ -117,7 +117,9 @@ pub fn image_tree(dir: &Path, base: u32) -> io::Result<OwnedFd> {
     }
     let tree = own(fd as RawFd);
     let attr = MountAttr {
-        attr_set: libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NODEV,
+        // nosuid: commands run with no_new_privs anyway; this keeps an image's set-id files inert even if
+        // that ever changed.
+        attr_set: libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID,
         attr_clr: 0,
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,

@@ -118,6 +118,12 @@ impl ImageStore {
             fs::create_dir_all(dir.join(sub))?;
         }
         let store = ImageStore { dir };
+        for ent in fs::read_dir(store.dir.join("diffs"))? {
+            let path = ent?.path();
+            if path.extension().is_some_and(|e| e == "tmp") {
+                let _ = fs::remove_file(&path);
+            }
+        }
         for ent in fs::read_dir(store.dir.join("tmp"))? {
             let path = ent?.path();
             if let Err(e) = volume::remove_subvolume(&path) {
@@ -150,7 +156,9 @@ impl ImageStore {
     /// Makes image `key`'s root from `layers` (bottom first), applying each layer whose chain does not
     /// exist yet, and returns its path. Each layer's uncompressed bytes are checked against its diff id
     /// as they are applied; a mismatch, or a layer the unpacker refuses, leaves nothing behind.
-    /// Blocking; seconds for a large image.
+    /// `limits.max_bytes` bounds the file bytes of all the layers this call unpacks together (what the
+    /// image may add to the layers volume); returns the root and those bytes. Blocking; seconds for a
+    /// large image.
     pub fn prepare(
         &self,
         key: &str,
@@ -158,8 +166,9 @@ impl ImageStore {
         extras: &RootExtras,
         limits: &UnpackLimits,
         events: &mut dyn FnMut(PrepareEvent),
-    ) -> io::Result<PathBuf> {
+    ) -> io::Result<(PathBuf, u64)> {
         let root = self.root(key)?;
+        let mut unpacked = 0u64;
         if root.is_dir() {
             // The root (and its chains) may have been made for another tenant's image: this image's own
             // blobs must be shown to hold the same layers, or naming a config digest would be enough to
@@ -168,7 +177,7 @@ impl ImageStore {
                 self.check_diff_id(layer)?;
                 events(PrepareEvent::Unpacked { index, report: None });
             }
-            return Ok(root);
+            return Ok((root, 0));
         }
         let diff_ids: Vec<String> = layers.iter().map(|l| l.diff_id.clone()).collect();
         let chains = chain_ids(&diff_ids);
@@ -182,7 +191,9 @@ impl ImageStore {
                 events(PrepareEvent::Unpacked { index, report: None });
             } else {
                 events(PrepareEvent::Unpacking { index, diff_id: layer.diff_id.clone() });
-                let report = self.make_chain(parent.as_deref(), &path, layer, limits)?;
+                let remaining = UnpackLimits { max_bytes: limits.max_bytes.saturating_sub(unpacked), ..limits.clone() };
+                let report = self.make_chain(parent.as_deref(), &path, layer, &remaining)?;
+                unpacked += report.bytes;
                 events(PrepareEvent::Unpacked { index, report: Some(report) });
             }
             parent = Some(path);
@@ -200,7 +211,7 @@ impl ImageStore {
             }
         });
         let _ = volume::remove_subvolume(&tmp);
-        made.map(|()| root)
+        made.map(|()| (root, unpacked))
     }
 
     /// Where the fact "this blob decompresses to that diff id" is kept once shown (content-derived, so
@@ -216,8 +227,10 @@ impl ImageStore {
     fn check_diff_id(&self, layer: &LayerBlob) -> io::Result<()> {
         let marker = self.diff_marker(layer)?;
         let got = match fs::read_to_string(&marker) {
-            Ok(d) => d,
-            Err(_) => {
+            Ok(d) if d == layer.diff_id => d,
+            // A marker that disagrees is trusted only after the blob is hashed again: a torn marker
+            // must not fail an image for good.
+            _ => {
                 let blob = File::open(&layer.path)?;
                 let mut hashed = HashingReader {
                     inner: unpack::decompress(io::BufReader::with_capacity(1 << 20, blob))?,
@@ -296,12 +309,20 @@ impl ImageStore {
         resolve_user(&passwd, &group, spec).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))
     }
 
-    /// Removes roots not in `keep_roots` and chains not in `keep_chains`; returns what went (digests).
+    /// Removes roots not in `keep_roots`, chains not in `keep_chains` and the diff markers of blobs
+    /// not in `keep_blobs`; returns the roots and chains that went (digests).
     pub fn remove_unused(
         &self,
         keep_roots: &HashSet<String>,
         keep_chains: &HashSet<String>,
+        keep_blobs: &HashSet<String>,
     ) -> io::Result<Vec<String>> {
+        for ent in fs::read_dir(self.dir.join("diffs"))? {
+            let ent = ent?;
+            if !keep_blobs.contains(&format!("sha256:{}", ent.file_name().to_string_lossy())) {
+                let _ = fs::remove_file(ent.path());
+            }
+        }
         let mut removed = Vec::new();
         for (sub, keep) in [("roots", keep_roots), ("chains", keep_chains)] {
             for ent in fs::read_dir(self.dir.join(sub))? {
@@ -320,11 +341,15 @@ impl ImageStore {
     }
 }
 
-/// Writes a diff marker atomically (a crash leaves it whole or absent).
+/// Writes a diff marker atomically and durably (a crash leaves it whole or absent).
 fn write_marker(path: &Path, diff_id: &str) -> io::Result<()> {
+    use std::io::Write;
     let tmp = path.with_extension("tmp");
-    fs::write(&tmp, diff_id)?;
-    fs::rename(&tmp, path)
+    let mut f = File::create(&tmp)?;
+    f.write_all(diff_id.as_bytes())?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)?;
+    File::open(path.parent().expect("markers live in a directory"))?.sync_all()
 }
 
 struct HashingReader<R> {

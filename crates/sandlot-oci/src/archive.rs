@@ -156,9 +156,80 @@ struct TarSource {
     overflowed: bool,
 }
 
+/// Largest metadata member (GNU long name or link, PAX header) an archive may carry: the tar crate reads
+/// each of them whole into memory, so without this one member could make the daemon allocate gigabytes.
+const MAX_HEADER_MEMBER: u64 = 1 << 20;
+/// Most GNU sparse extension blocks one entry may chain (each one the tar crate keeps in memory).
+const MAX_SPARSE_BLOCKS: u64 = 4096;
+
+/// Walks the archive's 512-byte headers (seeking over data) before the tar crate reads it, refusing
+/// metadata members over [`MAX_HEADER_MEMBER`] and sparse chains over [`MAX_SPARSE_BLOCKS`].
+fn check_headers(file: &mut File) -> Result<(), ImportError> {
+    use std::io::{Seek, SeekFrom};
+    let len = file.metadata()?.len();
+    let mut at = 0u64;
+    let mut block = [0u8; 512];
+    while at + 512 <= len {
+        file.seek(SeekFrom::Start(at))?;
+        file.read_exact(&mut block)?;
+        if block.iter().all(|b| *b == 0) {
+            break;
+        }
+        let size = octal_or_binary(&block[124..136])
+            .ok_or_else(|| ImportError::Format(format!("the archive has an unreadable size field at byte {at}")))?;
+        let kind = block[156];
+        if matches!(kind, b'L' | b'K' | b'x' | b'g') && size > MAX_HEADER_MEMBER {
+            return Err(ImportError::Format(format!(
+                "the archive has a {size}-byte metadata member (type {:?}) at byte {at}; at most {MAX_HEADER_MEMBER} are read",
+                kind as char
+            )));
+        }
+        at += 512;
+        if kind == b'S' && block[482] != 0 {
+            // GNU sparse: extension blocks follow the header, each flagging whether another comes.
+            let mut n = 0;
+            loop {
+                n += 1;
+                if n > MAX_SPARSE_BLOCKS {
+                    return Err(ImportError::Format(format!(
+                        "the archive has a sparse entry with over {MAX_SPARSE_BLOCKS} extension blocks"
+                    )));
+                }
+                file.seek(SeekFrom::Start(at))?;
+                file.read_exact(&mut block)?;
+                at += 512;
+                if block[504] == 0 {
+                    break;
+                }
+            }
+        }
+        at = at
+            .checked_add(size.div_ceil(512) * 512)
+            .ok_or_else(|| ImportError::Format("the archive has an entry size past 2^64".into()))?;
+    }
+    Ok(())
+}
+
+/// A tar numeric field: octal text, or base-256 when its top bit is set.
+fn octal_or_binary(field: &[u8]) -> Option<u64> {
+    if field[0] & 0x80 != 0 {
+        let mut v: u64 = u64::from(field[0] & 0x7f);
+        for b in &field[1..] {
+            v = v.checked_mul(256)?.checked_add(u64::from(*b))?;
+        }
+        return Some(v);
+    }
+    let text = std::str::from_utf8(field).ok()?.trim_matches(|c: char| c == '\0' || c == ' ');
+    if text.is_empty() {
+        return Some(0);
+    }
+    u64::from_str_radix(text, 8).ok()
+}
+
 impl TarSource {
     fn index(path: &Path) -> Result<TarSource, ImportError> {
         let not_tar = |e: io::Error| ImportError::Format(format!("the input is not a (gzip/zstd) tar archive: {e}"));
+        check_headers(&mut File::open(path)?)?;
         let mut archive = tar::Archive::new(File::open(path)?);
         let mut members = HashMap::new();
         let mut overflowed = false;
@@ -457,4 +528,32 @@ fn import_rootfs(spooled: Spooled<'_>, store: &BlobStore) -> Result<Vec<Imported
         annotations: Default::default(),
     };
     Ok(vec![finish(store, config_desc, vec![layer], parsed, None)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_long_name_member_is_refused_before_the_tar_crate_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.tar");
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::GNULongName);
+        header.set_size(16 << 30);
+        header.set_cksum();
+        let mut bytes = header.as_bytes().to_vec();
+        bytes.extend_from_slice(&[b'A'; 512]);
+        std::fs::write(&path, &bytes).unwrap();
+        let err = check_headers(&mut File::open(&path).unwrap()).unwrap_err().to_string();
+        assert!(err.contains("metadata member"), "{err}");
+        // An ordinary archive with a long name passes.
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(3);
+        h.set_mode(0o644);
+        b.append_data(&mut h, "x".repeat(300), &b"abc"[..]).unwrap();
+        std::fs::write(&path, b.into_inner().unwrap()).unwrap();
+        check_headers(&mut File::open(&path).unwrap()).unwrap();
+    }
 }

@@ -357,6 +357,14 @@ pub fn parse_config(bytes: &[u8]) -> Result<ConfigFile, ManifestError> {
 
 /// Puts a manifest and its config together into an [`Image`], checking one diff_id per layer.
 pub fn image(manifest_digest: Digest, manifest: &Manifest, config: ConfigFile) -> Result<Image, ManifestError> {
+    // Every path that makes an image comes here (imports too, whose manifests are not parsed): one
+    // limit on layers, each of which costs a subvolume to unpack.
+    if manifest.layers.len() > MAX_LAYERS {
+        return Err(ManifestError::Invalid(format!(
+            "image has {} layers, over the limit of {MAX_LAYERS}",
+            manifest.layers.len()
+        )));
+    }
     if config.diff_ids.len() != manifest.layers.len() {
         return Err(ManifestError::Invalid(format!(
             "the manifest lists {} layers but the config's rootfs.diff_ids has {}; the image is inconsistent",

@@ -142,6 +142,8 @@ pub enum PullErrorKind {
     NoMatchingPlatform,
     /// Over a size cap.
     TooLarge,
+    /// The image's layers declare more bytes than the pull was allowed to store (`max_bytes`).
+    OverBudget,
 }
 
 impl PullError {
@@ -237,7 +239,9 @@ impl Registry {
     ///
     /// A layer already in `store` is used as it is only when `reuse` says so: a blob someone else
     /// fetched proves nothing about what this registry holds (a hostile registry may name another
-    /// tenant's private layer by its digest), so any other is fetched and verified again.
+    /// tenant's private layer by its digest), so any other is fetched and verified again. An image
+    /// whose layers declare more than `max_bytes` together is refused before any is fetched (and no
+    /// layer is ever stored past its declared size).
     #[allow(clippy::too_many_arguments)]
     pub fn pull(
         &self,
@@ -246,6 +250,7 @@ impl Registry {
         auth: Option<&Credentials>,
         store: &BlobStore,
         reuse: &(dyn Fn(&Digest) -> bool + Sync),
+        max_bytes: u64,
         events: &mut (dyn FnMut(PullEvent) + Send),
     ) -> Result<Image, PullError> {
         let creds = auth
@@ -253,11 +258,16 @@ impl Registry {
             .or_else(|| self.opts.credentials.get(reference.api_host()))
             .cloned();
         let password = creds.as_ref().map(|c| c.password.clone());
+        // The `user:password` form a Basic header carries, in case a server echoes the header.
+        let basic = creds.as_ref().map(|c| basic_header(c).trim_start_matches("Basic ").to_string());
         let mut session = Session::new(self, reference, creds);
-        session.pull(platform, store, reuse, events).map_err(|mut e| {
+        session.pull(platform, store, reuse, max_bytes, events).map_err(|mut e| {
             // A last defence: no message may carry the password, whatever a server echoed.
             if let Some(p) = password.filter(|p| p.len() >= 3) {
                 e.message = e.message.replace(&p, "<redacted>");
+            }
+            if let Some(basic) = &basic {
+                e.message = e.message.replace(basic, "<redacted>");
             }
             e
         })
@@ -299,6 +309,7 @@ impl<'a> Session<'a> {
         platform: &Platform,
         store: &BlobStore,
         reuse: &(dyn Fn(&Digest) -> bool + Sync),
+        max_bytes: u64,
         events: &mut (dyn FnMut(PullEvent) + Send),
     ) -> Result<Image, PullError> {
         let wanted = self.reference.api_reference();
@@ -333,6 +344,18 @@ impl<'a> Session<'a> {
                 }
             }
         };
+        let declared = manifest.layers.iter().fold(0u64, |sum, l| sum.saturating_add(l.size));
+        if declared > max_bytes {
+            return Err(PullError::new(
+                PullErrorKind::OverBudget,
+                format!(
+                    "{} declares {} MiB of layers, more than the {} MiB this pull may store",
+                    self.reference.familiar(),
+                    declared.div_ceil(1 << 20),
+                    max_bytes >> 20
+                ),
+            ));
+        }
         let config_bytes = self.config(&manifest.config)?;
         let image = manifest::image(manifest_digest.clone(), &manifest, manifest::parse_config(&config_bytes)?)?;
         events(PullEvent::Resolved {
@@ -435,7 +458,8 @@ impl<'a> Session<'a> {
             .put_verified(resp.into_reader(), &layer.digest, layer.size, &mut progress)
             .map_err(|e| self.store_error(e, &layer.digest))?;
         if size != layer.size {
-            store.remove(&layer.digest).map_err(|e| self.store_error(StoreError::Write(e), &layer.digest))?;
+            // The bytes match their digest, so the blob stays: it may be another image's, and a wrong
+            // size in this manifest must not delete what everyone shares.
             return Err(PullError::new(
                 PullErrorKind::Corrupt,
                 format!(
@@ -737,10 +761,10 @@ impl ureq::Resolver for PublicOnly {
         if public.is_empty() && !addrs.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
+                // The address itself stays out of the message: it would let a tenant read internal DNS.
                 format!(
-                    "{netloc} resolves to {} (not a public address); an admin can allow this registry with \
-                     --allow-private-registry {netloc}",
-                    addrs[0].ip()
+                    "{netloc} resolves to no public address; an admin can allow this registry with \
+                     --allow-private-registry {netloc}"
                 ),
             ));
         }
@@ -785,6 +809,10 @@ pub fn is_public(ip: std::net::IpAddr) -> bool {
                 || (s[0] & 0xffc0) == 0xfe80
                 || (s[0] & 0xffc0) == 0xfec0
                 || (s[0] == 0x2001 && s[1] == 0x0db8)
+                // 6to4 and the local-use NAT64 prefix embed IPv4 addresses; the discard prefix routes nowhere.
+                || s[0] == 0x2002
+                || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1)
+                || (s[0] == 0x100 && s[1..4] == [0, 0, 0])
                 || s[..6] == [0, 0, 0, 0, 0, 0])
         }
     }
@@ -1016,6 +1044,9 @@ mod tests {
             "fd00::1",
             "::ffff:127.0.0.1",
             "64:ff9b::a9fe:a9fe",
+            "2002:a9fe:a9fe::1",
+            "64:ff9b:1::1",
+            "100::1",
             "2001:db8::1",
             "::",
         ] {

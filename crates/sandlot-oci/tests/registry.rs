@@ -47,7 +47,7 @@ fn pull(
     store: &BlobStore,
 ) -> Result<Pulled, sandlot_oci::PullError> {
     let mut events = Vec::new();
-    let image = client.pull(r, platform, auth, store, &|_| true, &mut |e| events.push(e))?;
+    let image = client.pull(r, platform, auth, store, &|_| true, u64::MAX, &mut |e| events.push(e))?;
     Ok(Pulled { image, events })
 }
 

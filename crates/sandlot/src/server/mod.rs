@@ -77,9 +77,9 @@ pub struct ServeArgs {
     /// referenced when it was taken (the most it can hold once the sandbox has changed every file).
     #[arg(long, default_value_t = 8192)]
     pub snapshot_quota_mb: u64,
-    /// Disk one tenant's images may take, in MiB (their blobs as stored; an image unpacks to about as
-    /// much again on the layers volume). A pull or import that would pass it is refused and its blobs
-    /// collected.
+    /// Disk one tenant's images may take, in MiB: their blobs as stored plus the files their layers
+    /// unpack to. A pull whose layers declare more is refused before anything is fetched; an import or
+    /// an unpacking that would pass it is refused and what it stored is collected.
     #[arg(long, default_value_t = 20_480)]
     pub image_quota_mb: u64,
     /// Memory limit of a sandbox when the request names none, in MiB.
@@ -127,8 +127,9 @@ pub struct ServeArgs {
     #[arg(long = "allow-private-registry", value_name = "HOST:PORT")]
     pub allow_private_registry: Vec<String>,
     /// JSON file of credentials the server uses for registries, `{"HOST": {"username": "..",
-    /// "password": ".."}}` (a pull's own `auth` wins). Keep it readable by root only: it is never logged
-    /// or returned.
+    /// "password": "..", "tenants": ["alice"]}}`: used by pulls of admin keys and of the tenants listed
+    /// (none: admin keys only, so no tenant pulls a private repository by naming the registry); a pull's
+    /// own `auth` wins. Keep it readable by root only: it is never logged or returned.
     #[arg(long, value_name = "FILE")]
     pub registry_auth_file: Option<PathBuf>,
     /// The image a create that names none boots: `host` (the host's /usr, no download) or an image
@@ -316,28 +317,35 @@ fn image_store(args: &ServeArgs, state_dir: &std::path::Path) -> anyhow::Result<
         struct Entry {
             username: String,
             password: String,
+            #[serde(default)]
+            tenants: Vec<String>,
         }
         let text = std::fs::read_to_string(f).with_context(|| format!("--registry-auth-file {}", f.display()))?;
         let entries: std::collections::HashMap<String, Entry> = serde_json::from_str(&text).with_context(|| {
             format!(
-                "--registry-auth-file {}: expected {{\"HOST\": {{\"username\": .., \"password\": ..}}}}",
+                "--registry-auth-file {}: expected {{\"HOST\": {{\"username\": .., \"password\": .., \"tenants\": [..]}}}}",
                 f.display()
             )
         })?;
         for (host, e) in entries {
-            credentials.insert(host, sandlot_oci::Credentials { username: e.username, password: e.password });
+            let credentials_of = sandlot_oci::Credentials { username: e.username, password: e.password };
+            credentials.insert(
+                host,
+                sandlot_control::images::ConfiguredCredentials { credentials: credentials_of, tenants: e.tenants },
+            );
         }
     }
     let registry = sandlot_oci::Registry::new(sandlot_oci::RegistryOptions {
         extra_roots_pem,
         insecure: args.insecure_registry.clone(),
-        credentials,
+        // Which pulls may use the configured credentials is the control layer's decision.
+        credentials: Default::default(),
         user_agent: concat!("sandlot/", env!("CARGO_PKG_VERSION")).into(),
         private: args.allow_private_registry.clone(),
     })
     .map_err(|e| anyhow::anyhow!("the registry client: {e}"))?;
     let blobs = state_dir.join("blobs");
-    sandlot_control::images::Images::new(registry, blobs.clone(), args.max_import_mb << 20)
+    sandlot_control::images::Images::new(registry, blobs.clone(), args.max_import_mb << 20, credentials)
         .with_context(|| format!("opening the blob store {}", blobs.display()))
 }
 
@@ -393,6 +401,8 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
     let images = image_store(&args, &state_dir)?;
     let control = Control::new(Arc::clone(&engine), store, control_cfg, host, Some(images));
     control.recover().await?;
+    // Blobs and trees a crash left unnamed (a pull cut short) go before anything new is stored.
+    control.collect_images().await;
 
     let app = Arc::new(App {
         control: Arc::clone(&control),

@@ -331,7 +331,8 @@ fn corrupt_blobs_and_quotas_leave_nothing_behind() {
     let (layers, _) = image.blobs(&sandlot_oci::Platform::host()).unwrap();
     registry.corrupt_blob(&layers[0].1.digest).unwrap();
     let admin = server.client();
-    let bad = PullImage { reference: format!("{host}/q/bad@{digest}"), ..Default::default() };
+    // Published by the admin, so the quota (1 MiB here) does not stop it before the blob is read.
+    let bad = PullImage { reference: format!("{host}/q/bad@{digest}"), public: true, ..Default::default() };
     let err = admin.pull_image(&bad).unwrap().wait().unwrap_err();
     assert_eq!(err.code(), Some("registry_unavailable"), "{err}");
     assert!(err.is_retryable());
