@@ -135,12 +135,10 @@ fn pull_error(e: sandlot_oci::PullError) -> Error {
         PullErrorKind::Unauthorized | PullErrorKind::Denied => Kind::RegistryDenied,
         PullErrorKind::Tls | PullErrorKind::Network | PullErrorKind::Corrupt => Kind::RegistryUnavailable,
         PullErrorKind::TooLarge => Kind::TooLarge,
-        PullErrorKind::OverBudget => {
-            return Error::limit(format!(
-                "{}: that is past the tenant's image quota (--image-quota-mb); delete images (sandlot image rm) and retry",
-                e.message
-            ))
-        }
+        PullErrorKind::OverBudget => return Error::limit(format!(
+            "{}: that is past the tenant's image quota (--image-quota-mb); delete images (sandlot image rm) and retry",
+            e.message
+        )),
         _ => Kind::Invalid,
     };
     Error::new(kind, e.message)
@@ -374,8 +372,9 @@ impl Control {
             Err(e) => row["error"] = json!(e.code()),
         }
         self.audit(&caller.tenant, None, "image.pull", &row)?;
-        // A refused or failed pull leaves blobs nothing names; a replacing one, trees: collect them.
-        self.collect_images().await;
+        // A refused or failed pull leaves blobs nothing names; a replacing one, trees: collect them,
+        // without making the answer wait for other tenants' pulls to let the collection in.
+        self.collect_in_background();
         result
     }
 
@@ -490,8 +489,8 @@ impl Control {
         }
         .await;
         drop(shared);
-        // Whatever the outcome, blobs no image names (a refused or failed import's) go now.
-        self.collect_images().await;
+        // Whatever the outcome, blobs no image names (a refused or failed import's) go.
+        self.collect_in_background();
         stored
     }
 
@@ -570,7 +569,7 @@ impl Control {
             None => (None, None),
         };
         let config = serde_json::to_string(&RootConfig { run, identity, identity_error }).expect("serialisable");
-        self.store.put_image_root(&key, &config, now_ms())?;
+        self.store.put_image_root(&key, &config, bytes, now_ms())?;
         let row = ImageRow {
             tenant: owner,
             name: name.to_string(),
@@ -583,6 +582,12 @@ impl Control {
         };
         self.store.put_image(&row)?;
         Ok(row)
+    }
+
+    /// Runs [`Control::collect_images`] on a task of its own.
+    fn collect_in_background(self: &Arc<Self>) {
+        let this = Arc::clone(self);
+        tokio::spawn(async move { this.collect_images().await });
     }
 
     /// Removes image roots, layer chains and blobs that nothing uses any more (see the module

@@ -78,6 +78,9 @@ pub struct RegistryOptions {
     /// the daemon's client goes where a tenant's reference says, and must not become the tenant's way
     /// into the host's own services, an internal network or a cloud metadata endpoint.
     pub private: Vec<String>,
+    /// Longest a whole pull may take (`None`: no limit beyond the per-read timeouts). A registry that
+    /// trickles bytes would otherwise hold its pull, and what waits on it, for as long as it likes.
+    pub pull_timeout: Option<Duration>,
 }
 
 /// Progress of a pull, for the NDJSON stream and the CLI's bars.
@@ -287,6 +290,8 @@ struct Session<'a> {
     /// The `Authorization` value that last worked for the registry host.
     authorization: Option<String>,
     tokens: HashMap<String, String>,
+    /// When the pull must be over.
+    deadline: Option<Instant>,
 }
 
 impl<'a> Session<'a> {
@@ -301,6 +306,7 @@ impl<'a> Session<'a> {
             creds,
             authorization: None,
             tokens: HashMap::new(),
+            deadline: registry.opts.pull_timeout.map(|t| Instant::now() + t),
         }
     }
 
@@ -454,8 +460,9 @@ impl<'a> Session<'a> {
                 emit(PullEvent::Layer { digest: digest.clone(), done, total });
             }
         };
+        let reader = Deadline { inner: resp.into_reader(), at: self.deadline };
         let size = store
-            .put_verified(resp.into_reader(), &layer.digest, layer.size, &mut progress)
+            .put_verified(reader, &layer.digest, layer.size, &mut progress)
             .map_err(|e| self.store_error(e, &layer.digest))?;
         if size != layer.size {
             // The bytes match their digest, so the blob stays: it may be another image's, and a wrong
@@ -742,6 +749,24 @@ impl Registry {
             Ok(resp) | Err(ureq::Error::Status(_, resp)) => Ok(resp),
             Err(ureq::Error::Transport(t)) => Err(transport_error(&t, url_host(url))),
         }
+    }
+}
+
+/// A body that fails with `TimedOut` once the pull's deadline has passed.
+struct Deadline<R> {
+    inner: R,
+    at: Option<Instant>,
+}
+
+impl<R: Read> Read for Deadline<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.at.is_some_and(|at| Instant::now() > at) {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the pull took longer than the server allows (--pull-timeout-s)",
+            ));
+        }
+        self.inner.read(buf)
     }
 }
 

@@ -205,6 +205,7 @@ impl TestRegistry {
             credentials: HashMap::new(),
             user_agent: "sandlot-test".into(),
             private: vec![addr.to_string()],
+            pull_timeout: None,
         })
         .map_err(|e| io::Error::other(e.message))?;
         let registry = TestRegistry { addr, ca_pem, dir, child, token_server, client, basic_auth: opts.basic_auth };

@@ -25,6 +25,7 @@ fn client_for(reg: &TestRegistry) -> Registry {
         credentials: HashMap::new(),
         user_agent: "sandlot-oci-test".into(),
         private: vec![reg.host()],
+        pull_timeout: None,
     })
     .unwrap()
 }

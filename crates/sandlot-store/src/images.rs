@@ -94,22 +94,34 @@ impl Store {
         Ok(self.conn().execute("DELETE FROM images WHERE tenant = ?1 AND name = ?2", params![owner, name])? > 0)
     }
 
-    /// Bytes of the images `tenant` owns.
+    /// How many images `tenant` owns, and the bytes it is charged for images: those it owns, plus the
+    /// roots its sandboxes and snapshots keep that none of its own or the public images name (an image
+    /// deleted while a snapshot pins its files still takes their room).
     pub fn image_usage(&self, tenant: &str) -> Result<(u64, u64)> {
         let (n, bytes): (i64, i64) = self.conn().query_row(
             "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM images WHERE tenant = ?1",
             params![tenant],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
-        Ok((n as u64, bytes as u64))
+        let pinned: i64 = self.conn().query_row(
+            "SELECT COALESCE(SUM(bytes), 0) FROM image_roots WHERE image_key IN (
+                 SELECT image_key FROM sandboxes WHERE tenant = ?1 AND state != 'deleted' AND image_key IS NOT NULL
+                 UNION SELECT image_key FROM snapshots WHERE tenant = ?1 AND deleted = 0 AND image_key IS NOT NULL)
+             AND image_key NOT IN (SELECT image_key FROM images WHERE tenant = ?1 OR tenant = ?2)",
+            params![tenant, PUBLIC],
+            |r| r.get(0),
+        )?;
+        Ok((n as u64, (bytes + pinned) as u64))
     }
 
     /// Records how image root `key` runs (its config, the control layer's JSON): kept as long as
     /// anything boots the root, even after every image naming it is deleted.
-    pub fn put_image_root(&self, key: &str, config: &str, at_ms: i64) -> Result<()> {
+    /// `bytes` is what the root is charged to a tenant that keeps it without an image naming it.
+    pub fn put_image_root(&self, key: &str, config: &str, bytes: u64, at_ms: i64) -> Result<()> {
         self.conn().execute(
-            "INSERT OR REPLACE INTO image_roots(image_key, config, created_ms) VALUES (?1, ?2, ?3)",
-            params![key, config, at_ms],
+            "INSERT INTO image_roots(image_key, config, created_ms, bytes) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(image_key) DO UPDATE SET config = ?2, bytes = max(bytes, ?4)",
+            params![key, config, at_ms, bytes as i64],
         )?;
         Ok(())
     }
@@ -186,10 +198,26 @@ mod tests {
     }
 
     #[test]
+    fn a_root_a_sandbox_keeps_is_charged_once_no_image_of_the_tenant_names_it() {
+        let store = Store::open_in_memory().unwrap();
+        store.create_key("a", false).unwrap();
+        let rec = crate::sandboxes::tests::record("sb_1", "a");
+        let key = rec.image_key.clone().unwrap();
+        store.insert_sandbox(&rec).unwrap();
+        store.put_image_root(&key, "{}", 500, 1).unwrap();
+        store.put_image(&image("a", "py", &key)).unwrap();
+        assert_eq!(store.image_usage("a").unwrap(), (1, 10), "charged as the image while it exists");
+        store.delete_image("a", "py").unwrap();
+        assert_eq!(store.image_usage("a").unwrap(), (0, 500), "the pinned root is charged");
+        store.put_image(&image(PUBLIC, "base", &key)).unwrap();
+        assert_eq!(store.image_usage("a").unwrap(), (0, 0), "a public image's root is the admin's");
+    }
+
+    #[test]
     fn a_root_config_outlives_its_images_until_forgotten() {
         let store = Store::open_in_memory().unwrap();
-        store.put_image_root("k1", r#"{"env":["A=1"]}"#, 1).unwrap();
-        store.put_image_root("k2", "{}", 1).unwrap();
+        store.put_image_root("k1", r#"{"env":["A=1"]}"#, 10, 1).unwrap();
+        store.put_image_root("k2", "{}", 10, 1).unwrap();
         assert_eq!(store.image_root_config("k1").unwrap().as_deref(), Some(r#"{"env":["A=1"]}"#));
         assert_eq!(store.forget_image_roots(&HashSet::from(["k2".to_string()])).unwrap(), 1);
         assert_eq!(store.image_root_config("k1").unwrap(), None);

@@ -73,7 +73,8 @@ CREATE TABLE IF NOT EXISTS images (
 CREATE TABLE IF NOT EXISTS image_roots (
     image_key   TEXT PRIMARY KEY,
     config      TEXT NOT NULL,
-    created_ms  INTEGER NOT NULL
+    created_ms  INTEGER NOT NULL,
+    bytes       INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS audit (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -104,6 +105,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("snapshots", "bytes", "INTEGER NOT NULL DEFAULT 0"),
     ("sandboxes", "image_key", "TEXT"),
     ("snapshots", "image_key", "TEXT"),
+    ("image_roots", "bytes", "INTEGER NOT NULL DEFAULT 0"),
     ("api_keys", "expires_ms", "INTEGER"),
     ("api_keys", "revoked_ms", "INTEGER"),
     ("api_keys", "last_used_ms", "INTEGER"),

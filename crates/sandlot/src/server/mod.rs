@@ -136,6 +136,9 @@ pub struct ServeArgs {
     /// every tenant may use (pulled or imported with `public`).
     #[arg(long, default_value = "host")]
     pub default_image: String,
+    /// Longest one image pull may take, in seconds; a registry that trickles its bytes is cut off.
+    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    pub pull_timeout_s: u64,
     /// Largest image archive `sandlot image import` takes, in MiB.
     #[arg(long, default_value_t = 16_384)]
     pub max_import_mb: u64,
@@ -342,6 +345,7 @@ fn image_store(args: &ServeArgs, state_dir: &std::path::Path) -> anyhow::Result<
         credentials: Default::default(),
         user_agent: concat!("sandlot/", env!("CARGO_PKG_VERSION")).into(),
         private: args.allow_private_registry.clone(),
+        pull_timeout: Some(Duration::from_secs(args.pull_timeout_s)),
     })
     .map_err(|e| anyhow::anyhow!("the registry client: {e}"))?;
     let blobs = state_dir.join("blobs");
