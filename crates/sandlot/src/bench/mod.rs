@@ -2,16 +2,21 @@
 //!
 //! Measured: create→first output (create a sandbox, stream `echo`, stop at the first stdout byte) at
 //! concurrency 1 and 16; exec round trip in a running sandbox; delete. The baseline is `bwrap` (Debian's
-//! bubblewrap) starting a namespace sandbox over the host /usr and running the same `echo`.
+//! bubblewrap) starting a namespace sandbox over the host /usr and running the same `echo`. Image pulls
+//! are measured beside `skopeo copy` + `umoci unpack` from the bench's own registry.
 //!
-//! One module per group of `--only`: [`start`], [`exec`], [`lifecycle`], [`network`], [`baseline`];
-//! [`report`] turns samples into figures and prints them.
+//! One module per group of `--only`: [`start`], [`exec`], [`lifecycle`], [`network`], [`images`]
+//! (with its [`registry`] and [`source_image`]), [`baseline`]; [`report`] turns samples into figures
+//! and prints them.
 
 mod baseline;
 mod exec;
+mod images;
 mod lifecycle;
 mod network;
+mod registry;
 mod report;
+mod source_image;
 mod start;
 
 use std::path::PathBuf;
@@ -46,14 +51,18 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Measure only these groups, comma separated: start, exec, lifecycle, network, baseline.
-    #[arg(long, value_delimiter = ',', value_parser = ["start", "exec", "lifecycle", "network", "baseline"])]
+    /// Measure only these groups, comma separated: start, exec, lifecycle, network, images, baseline.
+    #[arg(long, value_delimiter = ',', value_parser = ["start", "exec", "lifecycle", "network", "images", "baseline"])]
     only: Vec<String>,
 }
 
 impl BenchArgs {
     fn wants(&self, group: &str) -> bool {
         self.only.is_empty() || self.only.iter().any(|g| g == group)
+    }
+
+    fn named(&self, group: &str) -> bool {
+        self.only.iter().any(|g| g == group)
     }
 }
 
@@ -74,7 +83,9 @@ impl Drop for PrivateServer {
     }
 }
 
-fn start_private_server() -> anyhow::Result<(PrivateServer, Client)> {
+/// Starts `sandlot serve` on a free loopback port; `registry` (`127.0.0.1:PORT`) is a plain-HTTP
+/// registry it may pull from.
+fn start_private_server(registry: Option<&str>) -> anyhow::Result<(PrivateServer, Client)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let dir = std::env::temp_dir().join(format!("sandlot-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -87,6 +98,7 @@ fn start_private_server() -> anyhow::Result<(PrivateServer, Client)> {
         .args(["--resolve", "bench.test=127.0.0.1", "--resolve", "tls.bench.test=127.0.0.1"])
         .args(["--resolve", "pass.bench.test=127.0.0.1", "--extra-ca"])
         .arg(&tls.ca_file)
+        .args(registry.iter().flat_map(|r| ["--insecure-registry", r]))
         .env("SANDLOT_LOG", "warn")
         .stdin(Stdio::null())
         .spawn()
@@ -138,13 +150,29 @@ pub(super) fn parallel(
 
 /// Runs the benchmark and prints the figures.
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
+    // The image figures' registry comes first: the private server is told to pull from it over HTTP.
+    let registry = match (&args.url, args.wants("images")) {
+        (None, true) => match images::check_tools().and_then(|()| registry::BenchRegistry::start()) {
+            Ok(r) => Some(r),
+            Err(e) if args.named("images") => return Err(e),
+            Err(e) => {
+                eprintln!("image figures skipped: {e:#}");
+                None
+            }
+        },
+        (Some(_), true) => {
+            eprintln!("image figures skipped: they need the private server (no --url), which may pull from the bench's plain-HTTP registry");
+            None
+        }
+        (_, false) => None,
+    };
     let (server, client) = match &args.url {
         Some(url) => {
             let key = args.api_key.clone().context("--url needs --api-key or SANDLOT_API_KEY")?;
             (None, Client::new(url.clone(), key))
         }
         None => {
-            let (s, c) = start_private_server()?;
+            let (s, c) = start_private_server(registry.as_ref().map(|r| r.host()).as_deref())?;
             (Some(s), c)
         }
     };
@@ -168,6 +196,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             Some(server) => figures.extend(network::figures(&client, server, n.min(30))?),
             None => eprintln!("network figures skipped: they need the private server (no --url)"),
         }
+    }
+    if let Some(registry) = &registry {
+        figures.extend(images::figures(&client, registry, n)?);
     }
     if args.wants("baseline") {
         figures.extend(baseline::figures(&args.concurrency, n)?);

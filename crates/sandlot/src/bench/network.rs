@@ -217,7 +217,16 @@ pub(super) fn figures(client: &Client, server: &PrivateServer, n: usize) -> anyh
         ("host via a splice relay: 256 MiB MB/s", &speed.2),
     ] {
         let m = mbps(v);
-        figs.push(Figure { name: name.into(), concurrency: 1, samples: v.len(), p50_ms: m, p99_ms: m, mean_ms: m });
+        figs.push(Figure {
+            name: name.into(),
+            concurrency: 1,
+            samples: v.len(),
+            p50_ms: m,
+            p90_ms: m,
+            p99_ms: m,
+            mean_ms: m,
+            vs: None,
+        });
     }
     Ok(figs)
 }

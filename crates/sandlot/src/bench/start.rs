@@ -23,10 +23,17 @@ fn echo_request() -> ExecRequest {
     ExecRequest { argv: Some(vec!["/bin/echo".into(), "ready".into()]), ..Default::default() }
 }
 
-/// Create a sandbox, stream `echo ready`, stop the clock at the first stdout event; delete untimed.
+/// [`create_to_first_output_from`] the default image (`host`).
 pub(super) fn create_to_first_output(client: &Client) -> anyhow::Result<Duration> {
+    create_to_first_output_from(client, None)
+}
+
+/// Create a sandbox of `image` (`None`: the server's default), stream `echo ready`, stop the clock at
+/// the first stdout event; delete untimed.
+pub(super) fn create_to_first_output_from(client: &Client, image: Option<&str>) -> anyhow::Result<Duration> {
+    let spec = CreateSandbox { image: image.map(str::to_owned), ..Default::default() };
     let t0 = Instant::now();
-    let sb = client.create(&CreateSandbox::default())?;
+    let sb = client.create(&spec)?;
     let mut first = None;
     for ev in sb.exec_stream(&echo_request())? {
         if let ExecEvent::Stdout { .. } = ev? {
