@@ -374,6 +374,24 @@ impl Engine {
         tokio::task::spawn_blocking(move || driver.delete_snapshot(&snap)).await?
     }
 
+    /// Writes the writable layer `from` names to `out` as an OCI layer tar; hands `out` back with
+    /// what was written.
+    pub async fn export_layer(
+        &self,
+        from: driver::ExportFrom,
+        mut out: std::fs::File,
+    ) -> Result<(std::fs::File, driver::Exported), EngineError> {
+        let driver = Arc::clone(&self.driver);
+        tokio::task::spawn_blocking(move || {
+            let mut buf = io::BufWriter::with_capacity(1 << 20, &mut out);
+            let report = driver.export_layer(&from, &mut buf)?;
+            io::Write::flush(&mut buf)?;
+            drop(buf);
+            Ok((out, report))
+        })
+        .await?
+    }
+
     /// Removes snapshots not in `keep` (start-up garbage collection).
     pub async fn sweep_snapshots(&self, keep: HashSet<String>) -> Result<Vec<String>, EngineError> {
         let driver = Arc::clone(&self.driver);
