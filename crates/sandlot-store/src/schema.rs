@@ -73,7 +73,15 @@ CREATE TABLE IF NOT EXISTS images (
 CREATE TABLE IF NOT EXISTS image_roots (
     image_key   TEXT PRIMARY KEY,
     config      TEXT NOT NULL,
-    created_ms  INTEGER NOT NULL
+    created_ms  INTEGER NOT NULL,
+    image       TEXT
+);
+CREATE TABLE IF NOT EXISTS build_cache (
+    tenant      TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    result      TEXT NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, key)
 );
 CREATE TABLE IF NOT EXISTS audit (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -104,6 +112,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("snapshots", "bytes", "INTEGER NOT NULL DEFAULT 0"),
     ("sandboxes", "image_key", "TEXT"),
     ("snapshots", "image_key", "TEXT"),
+    ("image_roots", "image", "TEXT"),
     ("api_keys", "expires_ms", "INTEGER"),
     ("api_keys", "revoked_ms", "INTEGER"),
     ("api_keys", "last_used_ms", "INTEGER"),
