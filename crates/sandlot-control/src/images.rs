@@ -44,6 +44,12 @@ impl Images {
         &self.blobs
     }
 
+    /// The collection lock, held shared by whatever makes trees or blobs a collection must not take
+    /// before they are recorded (a pull, an import, a build).
+    pub(crate) fn collection_lock(&self) -> &tokio::sync::RwLock<()> {
+        &self.gc
+    }
+
     /// Images over the blob store at `blob_dir`, pulling with `registry`; imports may be at most
     /// `max_import_bytes`.
     pub fn new(registry: Registry, blob_dir: PathBuf, max_import_bytes: u64) -> std::io::Result<Images> {
@@ -63,7 +69,7 @@ fn pull_error(e: sandlot_oci::PullError) -> Error {
     Error::new(kind, e.message)
 }
 
-fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME || name.chars().any(|c| c.is_control() || c.is_whitespace()) {
         return Err(Error::invalid(format!(
             "image name {name:?} must be 1-{MAX_NAME} characters without spaces or control characters"
@@ -88,7 +94,7 @@ fn run_config(image: &Image) -> ImageRunConfig {
     }
 }
 
-fn info(row: &ImageRow) -> Result<ImageInfo> {
+pub(crate) fn info(row: &ImageRow) -> Result<ImageInfo> {
     let image: Image = serde_json::from_str(&row.image)
         .map_err(|e| Error::internal(format!("stored image {} is unreadable: {e}", row.name)))?;
     let p = &image.platform;
@@ -135,7 +141,7 @@ impl Control {
     }
 
     /// The caller's image `name`, else the public one of that name.
-    fn image_row(&self, caller: &Caller, name: &str) -> Result<Option<ImageRow>> {
+    pub(crate) fn image_row(&self, caller: &Caller, name: &str) -> Result<Option<ImageRow>> {
         if let Some(row) = self.store.get_image(&caller.tenant, name)? {
             return Ok(Some(row));
         }
@@ -349,7 +355,8 @@ impl Control {
         let _ = forward.await;
         prepared.map_err(|e| Error::invalid(format!("image {name:?} cannot be unpacked: {e}")))?;
         let config = serde_json::to_string(&run_config(&image)).expect("serialisable");
-        self.store.put_image_root(&key, &config, now_ms())?;
+        let image_json = serde_json::to_string(&image).expect("serialisable");
+        self.store.put_image_root(&key, &config, &image_json, now_ms())?;
         let bytes =
             image.layers.iter().map(|l| l.size).sum::<u64>() + images.blobs.size(&image.config_digest).unwrap_or(0);
         let row = ImageRow {
