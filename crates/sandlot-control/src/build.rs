@@ -112,8 +112,10 @@ fn empty_image() -> Image {
 /// A pipe: a blocking writer on one end, the blob store reading the other, so a layer is hashed and
 /// stored as it is made, never held whole in memory or in a second file.
 fn pipe() -> Result<(File, File)> {
-    let (r, w): (OwnedFd, OwnedFd) =
-        nix::unistd::pipe().map_err(|e| Error::internal(format!("making a pipe for a layer: {e}")))?;
+    // Close-on-exec: a child the daemon spawns meanwhile (a btrfs command) must not keep the write
+    // end open, or the reader would wait for an end of file that never comes.
+    let (r, w): (OwnedFd, OwnedFd) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| Error::internal(format!("making a pipe for a layer: {e}")))?;
     Ok((File::from(r), File::from(w)))
 }
 
@@ -303,7 +305,8 @@ impl Control {
                     vars.set_base(&base.config.env, base.config.working_dir.as_deref());
                     state = Some(State { image: base, key: chain(&[&key]) });
                 }
-                step(true);
+                // Nothing to build: "cached" unless the build was asked to take nothing from the cache.
+                step(!req.no_cache);
                 continue;
             };
             st.key = chain(&[&st.key, &normalised]);
@@ -642,7 +645,7 @@ impl Control {
         let (blobs, max) = (Arc::clone(images.blobs()), self.max_import_bytes());
         let store = tokio::task::spawn_blocking(move || blobs.put(r, max));
         let (exported, stored) = tokio::join!(export, store);
-        let (_, report) = exported.map_err(|e| at_line(line, Error::from(e)))?;
+        let report = exported.map_err(|e| at_line(line, Error::from(e)))?;
         let (digest, size) = stored
             .map_err(|e| Error::internal(format!("the layer task: {e}")))?
             .map_err(|e| at_line(line, Error::new(Kind::TooLarge, format!("the step's layer: {e}"))))?;
@@ -687,7 +690,7 @@ impl Control {
         let (blobs, max) = (Arc::clone(images.blobs()), self.max_import_bytes());
         let store = tokio::task::spawn_blocking(move || blobs.put(r, max));
         let (exported, stored) = tokio::join!(export, store);
-        let (_, report) = exported?;
+        let report = exported?;
         let (digest, size) = stored
             .map_err(|e| Error::internal(format!("the layer task: {e}")))?
             .map_err(|e| Error::new(Kind::TooLarge, format!("the snapshot's layer: {e}")))?;
