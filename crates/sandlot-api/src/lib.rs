@@ -16,6 +16,7 @@ pub const ENV_API_KEY: &str = "SANDLOT_API_KEY";
 pub const NDJSON: &str = "application/x-ndjson";
 
 mod audit;
+mod build;
 mod error;
 mod exec;
 mod files;
@@ -30,6 +31,7 @@ mod usage;
 mod user;
 
 pub use audit::*;
+pub use build::*;
 pub use error::*;
 pub use exec::*;
 pub use files::*;

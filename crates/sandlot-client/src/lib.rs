@@ -30,6 +30,7 @@
 
 #![deny(missing_docs)]
 
+mod build;
 mod client;
 mod error;
 mod images;
@@ -39,6 +40,7 @@ mod url;
 
 pub use sandlot_api as api;
 
+pub use build::BuildStream;
 pub use client::Client;
 pub use error::{Error, ErrorKind, Result};
 pub use images::PullStream;

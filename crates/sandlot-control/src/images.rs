@@ -88,6 +88,12 @@ impl Images {
         &self.blobs
     }
 
+    /// The collection lock, held shared by whatever makes trees or blobs a collection must not take
+    /// before they are recorded (a pull, an import, a build).
+    pub(crate) fn collection_lock(&self) -> &tokio::sync::RwLock<()> {
+        &self.gc
+    }
+
     /// Images over the blob store at `blob_dir`, pulling with `registry`; imports may be at most
     /// `max_import_bytes`.
     pub fn new(
@@ -135,10 +141,12 @@ fn pull_error(e: sandlot_oci::PullError) -> Error {
         PullErrorKind::Unauthorized | PullErrorKind::Denied => Kind::RegistryDenied,
         PullErrorKind::Tls | PullErrorKind::Network | PullErrorKind::Corrupt => Kind::RegistryUnavailable,
         PullErrorKind::TooLarge => Kind::TooLarge,
-        PullErrorKind::OverBudget => return Error::limit(format!(
+        PullErrorKind::OverBudget => {
+            return Error::limit(format!(
             "{}: that is past the tenant's image quota (--image-quota-mb); delete images (sandlot image rm) and retry",
             e.message
-        )),
+        ))
+        }
         _ => Kind::Invalid,
     };
     Error::new(kind, e.message)
@@ -151,7 +159,7 @@ fn check_publish(caller: &Caller, public: bool) -> Result<()> {
     Ok(())
 }
 
-fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME || name.chars().any(|c| c.is_control() || c.is_whitespace()) {
         return Err(Error::invalid(format!(
             "image name {name:?} must be 1-{MAX_NAME} characters without spaces or control characters"
@@ -176,7 +184,7 @@ fn run_config(image: &Image) -> ImageRunConfig {
     }
 }
 
-fn info(row: &ImageRow) -> Result<ImageInfo> {
+pub(crate) fn info(row: &ImageRow) -> Result<ImageInfo> {
     let image: Image = serde_json::from_str(&row.image)
         .map_err(|e| Error::internal(format!("stored image {} is unreadable: {e}", row.name)))?;
     let p = &image.platform;
@@ -223,7 +231,7 @@ impl Control {
     }
 
     /// The caller's image `name`, else the public one of that name.
-    fn image_row(&self, caller: &Caller, name: &str) -> Result<Option<ImageRow>> {
+    pub(crate) fn image_row(&self, caller: &Caller, name: &str) -> Result<Option<ImageRow>> {
         if let Some(row) = self.store.get_image(&caller.tenant, name)? {
             return Ok(Some(row));
         }
@@ -422,7 +430,7 @@ impl Control {
 
     /// Bytes a new image called `name` may take: the tenant's quota less what its other images hold
     /// (the image it replaces is not counted). Public images are the admin's and not limited here.
-    fn image_budget(&self, caller: &Caller, name: &str, public: bool) -> Result<u64> {
+    pub(crate) fn image_budget(&self, caller: &Caller, name: &str, public: bool) -> Result<u64> {
         if public {
             return Ok(u64::MAX);
         }
@@ -569,7 +577,8 @@ impl Control {
             None => (None, None),
         };
         let config = serde_json::to_string(&RootConfig { run, identity, identity_error }).expect("serialisable");
-        self.store.put_image_root(&key, &config, bytes, now_ms())?;
+        let image_json = serde_json::to_string(&image).expect("serialisable");
+        self.store.put_image_root(&key, &config, &image_json, bytes, now_ms())?;
         let row = ImageRow {
             tenant: owner,
             name: name.to_string(),

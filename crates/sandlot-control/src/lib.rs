@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 mod audit;
+mod build;
 pub mod capacity;
 mod config;
 mod entries;
@@ -33,6 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sandlot_engine::Engine;
 use sandlot_store::Store;
 
+pub use build::BuildFailure;
 pub use config::{Config, ConfigError, Defaults};
 pub use error::{Error, Fault, Kind, Result};
 pub use exec::Started;

@@ -99,7 +99,7 @@ pub(crate) fn new_record(tenant: &str, image: &str, limits: Limits, env: &BTreeM
 
 impl Control {
     /// The limits a request gets: its own, or the server's defaults, each within the host's bounds.
-    fn limits(&self, req: &CreateSandbox) -> Result<Limits> {
+    pub(crate) fn limits(&self, req: &CreateSandbox) -> Result<Limits> {
         let d = &self.cfg.defaults;
         let cpu = req.cpu.unwrap_or(d.cpu);
         let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;

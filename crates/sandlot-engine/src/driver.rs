@@ -13,6 +13,26 @@ use std::os::unix::net::UnixStream;
 
 use crate::{EngineError, LayerSource};
 pub use sandlot_linux::image_store::{chain_ids, ImageUser, LayerBlob, PrepareEvent};
+pub use sandlot_linux::layer_export::Exported;
+
+/// Whose writable layer an export reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExportFrom {
+    /// A sandbox's layer (stopped: no process writes it while it is read); its files belong to `slot`.
+    Sandbox {
+        /// Sandbox id.
+        id: String,
+        /// The host slot its files belong to.
+        slot: u32,
+    },
+    /// A snapshot; `owner` is its [`SnapshotTaken::owner`].
+    Snapshot {
+        /// Snapshot id.
+        id: String,
+        /// The driver's note of who owns its files.
+        owner: u32,
+    },
+}
 
 /// What a sandbox may use of the host.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -136,6 +156,9 @@ pub trait Driver: Send + Sync + 'static {
     fn snapshot(&self, id: &str, slot: u32, snap: &str) -> Result<SnapshotTaken, EngineError>;
     /// Deletes snapshot `snap`.
     fn delete_snapshot(&self, snap: &str) -> Result<(), EngineError>;
+    /// Writes the writable layer `from` names to `out` as an OCI layer tar (whiteouts, opaque
+    /// directories, owners as image ids; see `sandlot_linux::layer_export`).
+    fn export_layer(&self, from: &ExportFrom, out: &mut dyn std::io::Write) -> Result<Exported, EngineError>;
     /// Removes cgroups and layers of sandboxes that are neither in `keep` nor `running`.
     fn sweep(&self, keep: &HashSet<String>, running: &HashSet<String>) -> crate::SweepReport;
     /// Removes snapshots not in `keep`.

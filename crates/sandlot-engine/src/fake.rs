@@ -41,6 +41,8 @@ pub enum Call {
     PrepareImage(String, usize),
     /// Image roots and chains removed by a collection.
     RemoveImages(Vec<String>),
+    /// A writable layer exported as a tar.
+    ExportLayer(crate::driver::ExportFrom),
 }
 
 /// What the fake host holds.
@@ -227,6 +229,26 @@ impl Driver for FakeDriver {
         self.record(Call::DeleteSnapshot(snap.to_string()));
         lock(&self.host).snapshots.remove(snap);
         Ok(())
+    }
+
+    fn export_layer(
+        &self,
+        from: &crate::driver::ExportFrom,
+        out: &mut dyn std::io::Write,
+    ) -> Result<crate::driver::Exported, EngineError> {
+        use crate::driver::ExportFrom;
+        self.record(Call::ExportLayer(from.clone()));
+        let host = lock(&self.host);
+        let present = match from {
+            ExportFrom::Sandbox { id, .. } => host.layers.contains(id),
+            ExportFrom::Snapshot { id, .. } => host.snapshots.contains(id),
+        };
+        if !present {
+            return Err(EngineError::LayerMissing(format!("{from:?}")));
+        }
+        // The fake host keeps no files: a layer is an empty tar (its two end-of-archive blocks).
+        out.write_all(&[0u8; 1024])?;
+        Ok(crate::driver::Exported::default())
     }
 
     fn sweep(&self, keep: &HashSet<String>, running: &HashSet<String>) -> SweepReport {

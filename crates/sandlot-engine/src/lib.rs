@@ -383,6 +383,23 @@ impl Engine {
         tokio::task::spawn_blocking(move || driver.delete_snapshot(&snap)).await?
     }
 
+    /// Writes the writable layer `from` names to `out` as an OCI layer tar and closes `out` (a pipe's
+    /// reader sees the end of the layer as its end of file).
+    pub async fn export_layer(
+        &self,
+        from: driver::ExportFrom,
+        out: std::fs::File,
+    ) -> Result<driver::Exported, EngineError> {
+        let driver = Arc::clone(&self.driver);
+        tokio::task::spawn_blocking(move || {
+            let mut buf = io::BufWriter::with_capacity(1 << 20, out);
+            let report = driver.export_layer(&from, &mut buf)?;
+            io::Write::flush(&mut buf)?;
+            Ok(report)
+        })
+        .await?
+    }
+
     /// Removes snapshots not in `keep` (start-up garbage collection).
     pub async fn sweep_snapshots(&self, keep: HashSet<String>) -> Result<Vec<String>, EngineError> {
         let driver = Arc::clone(&self.driver);

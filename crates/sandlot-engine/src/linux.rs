@@ -11,7 +11,7 @@ use sandlot_linux::launch::{LaunchRequest, Launcher};
 use sandlot_linux::layers::Layer;
 use sandlot_linux::{image, ContainerSpec};
 
-use crate::driver::{Driver, Egress, Instance, LaunchSpec, Launched, SnapshotTaken};
+use crate::driver::{Driver, Egress, ExportFrom, Exported, Instance, LaunchSpec, Launched, SnapshotTaken};
 use crate::{EngineError, LayerSource, SweepReport};
 
 /// Process-wide host set-up the daemon does before it starts anything.
@@ -298,6 +298,23 @@ impl Driver for LinuxDriver {
     fn delete_snapshot(&self, snap: &str) -> Result<(), EngineError> {
         sandlot_linux::volume::remove_subvolume(&self.snapshots_dir().join(snap))?;
         Ok(())
+    }
+
+    fn export_layer(&self, from: &ExportFrom, out: &mut dyn std::io::Write) -> Result<Exported, EngineError> {
+        let (upper, base) = match from {
+            ExportFrom::Sandbox { id, slot } => {
+                (Layer::at(&self.sandboxes_dir(), id).upper, sandlot_linux::IdRange::for_slot(*slot).base)
+            }
+            // A snapshot is a copy of the layer's directory, `upper` and all.
+            ExportFrom::Snapshot { id, owner } => (self.snapshots_dir().join(id).join("upper"), *owner),
+        };
+        if !upper.is_dir() {
+            return Err(EngineError::Io(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("the layer to export ({}) is not on this host", upper.display()),
+            )));
+        }
+        Ok(sandlot_linux::layer_export::export_upper(&upper, sandlot_linux::IdRange { base }, out)?)
     }
 
     fn sweep(&self, keep: &HashSet<String>, running: &HashSet<String>) -> SweepReport {

@@ -21,6 +21,7 @@ pub mod image_store;
 pub mod kmod;
 pub mod landlock;
 pub mod launch;
+pub mod layer_export;
 pub mod layers;
 pub mod net;
 pub mod steer;

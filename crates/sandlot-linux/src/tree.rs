@@ -24,7 +24,8 @@ use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
@@ -170,6 +171,9 @@ pub struct Entry<'a> {
     pub name: &'a CStr,
     /// Its metadata (`fstatat` with `AT_SYMLINK_NOFOLLOW`).
     pub stat: &'a FileStat,
+    /// Its path from the walk's root (`.` for the root), built from the names walked: for reports
+    /// and archives, never to be opened.
+    pub path: &'a Path,
 }
 
 impl Entry<'_> {
@@ -275,17 +279,26 @@ pub fn walk_fd(
         ino: u64,
         /// This directory's name in its parent (`.` for the root).
         name: CString,
+        /// Its path from the root (empty for the root).
+        rel: PathBuf,
         /// Subdirectories still to walk into.
         pending: Vec<CString>,
     }
 
     let dot = CString::new(".").expect("no NUL");
     let st = fstat(root_fd.as_raw_fd()).map_err(errno)?;
-    if visit(&Entry { dir: root_fd.as_fd(), name: &dot, stat: &st })? == Step::Skip {
+    if visit(&Entry { dir: root_fd.as_fd(), name: &dot, stat: &st, path: Path::new(".") })? == Step::Skip {
         return Ok(());
     }
-    let pending = list(&root_fd, &mut visit)?;
-    let mut stack = vec![Level { fd: Some(root_fd), dev: st.st_dev, ino: st.st_ino, name: dot.clone(), pending }];
+    let pending = list(&root_fd, Path::new(""), &mut visit)?;
+    let mut stack = vec![Level {
+        fd: Some(root_fd),
+        dev: st.st_dev,
+        ino: st.st_ino,
+        name: dot.clone(),
+        rel: PathBuf::new(),
+        pending,
+    }];
     while let Some(top) = stack.last_mut() {
         if let Some(name) = top.pending.pop() {
             let parent = top.fd.as_ref().expect("the deepest level is open");
@@ -301,8 +314,9 @@ pub fn walk_fd(
                 Err(e) => return Err(errno(e)),
             };
             let st = fstat(fd.as_raw_fd()).map_err(errno)?;
-            let pending = list(&fd, &mut visit)?;
-            stack.push(Level { fd: Some(fd), dev: st.st_dev, ino: st.st_ino, name, pending });
+            let rel = top.rel.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+            let pending = list(&fd, &rel, &mut visit)?;
+            stack.push(Level { fd: Some(fd), dev: st.st_dev, ino: st.st_ino, name, rel, pending });
             if stack.len() > WALK_OPEN_DIRS {
                 let idx = stack.len() - WALK_OPEN_DIRS - 1;
                 stack[idx].fd = None;
@@ -335,7 +349,11 @@ pub fn walk_fd(
 }
 
 /// Visits every entry of directory `dir` and returns the subdirectories to walk into.
-fn list(dir: &OwnedFd, visit: &mut impl FnMut(&Entry<'_>) -> io::Result<Step>) -> io::Result<Vec<CString>> {
+fn list(
+    dir: &OwnedFd,
+    dir_rel: &Path,
+    visit: &mut impl FnMut(&Entry<'_>) -> io::Result<Step>,
+) -> io::Result<Vec<CString>> {
     let mut names = Vec::new();
     let mut d = nix::dir::Dir::openat(
         Some(dir.as_raw_fd()),
@@ -355,7 +373,8 @@ fn list(dir: &OwnedFd, visit: &mut impl FnMut(&Entry<'_>) -> io::Result<Step>) -
             Err(nix::Error::ENOENT) => continue,
             Err(e) => return Err(errno(e)),
         };
-        let entry = Entry { dir: dir.as_fd(), name, stat: &st };
+        let path = dir_rel.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+        let entry = Entry { dir: dir.as_fd(), name, stat: &st, path: &path };
         if visit(&entry)? == Step::Descend && entry.is_dir() {
             names.push(name.to_owned());
         }

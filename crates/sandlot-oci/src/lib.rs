@@ -13,6 +13,8 @@
 //! - [`platform`]: `linux/amd64`-style platforms and how an index entry is matched.
 //! - [`image`]: what a pulled or imported image is ([`Image`]), stored as JSON by the daemon.
 //! - [`manifest`]: parsing manifests, indexes and config blobs (size caps, media types, diff_ids).
+//! - [`dockerfile`]: the Dockerfile subset `sandlot image build` takes.
+//! - [`context`]: a build context (a tar) and the layers `COPY`/`ADD` make from it.
 //! - [`store`]: the blob store ([`BlobStore`]).
 //! - [`archive`]: `docker save` tars, OCI layouts and plain rootfs tars ([`import`]).
 //! - `testing` (feature `testing`): a real `docker-registry` on loopback and test images.
@@ -22,7 +24,9 @@
 #![deny(missing_docs)]
 
 pub mod archive;
+pub mod context;
 pub mod digest;
+pub mod dockerfile;
 pub mod image;
 pub mod manifest;
 pub mod platform;

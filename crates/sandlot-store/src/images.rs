@@ -114,14 +114,45 @@ impl Store {
         Ok((n as u64, (bytes + pinned) as u64))
     }
 
-    /// Records how image root `key` runs (its config, the control layer's JSON): kept as long as
-    /// anything boots the root, even after every image naming it is deleted.
-    /// `bytes` is what the root is charged to a tenant that keeps it without an image naming it.
-    pub fn put_image_root(&self, key: &str, config: &str, bytes: u64, at_ms: i64) -> Result<()> {
+    /// Records how image root `key` runs (its config, the control layer's JSON) and the image it
+    /// was made from (its layers, for an image built on top of it): kept as long as anything boots
+    /// the root, even after every image naming it is deleted. `bytes` is what the root is charged to
+    /// a tenant that keeps it without an image naming it.
+    pub fn put_image_root(&self, key: &str, config: &str, image: &str, bytes: u64, at_ms: i64) -> Result<()> {
         self.conn().execute(
-            "INSERT INTO image_roots(image_key, config, created_ms, bytes) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT(image_key) DO UPDATE SET config = ?2, bytes = max(bytes, ?4)",
-            params![key, config, at_ms, bytes as i64],
+            "INSERT INTO image_roots(image_key, config, image, created_ms, bytes) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(image_key) DO UPDATE SET config = ?2, image = ?3, bytes = max(bytes, ?5)",
+            params![key, config, image, at_ms, bytes as i64],
+        )?;
+        Ok(())
+    }
+
+    /// The image (the control layer's JSON) root `key` was made from, if recorded (roots recorded by
+    /// an older server have none).
+    pub fn image_root_image(&self, key: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row("SELECT image FROM image_roots WHERE image_key = ?1", params![key], |r| r.get(0))
+            .optional()?
+            .flatten())
+    }
+
+    /// The build cache's result for step `key` of `tenant`'s builds (the control layer's JSON).
+    pub fn build_step(&self, tenant: &str, key: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row("SELECT result FROM build_cache WHERE tenant = ?1 AND key = ?2", params![tenant, key], |r| {
+                r.get(0)
+            })
+            .optional()?)
+    }
+
+    /// Records the result of build step `key` for `tenant` (each tenant has its own cache: one never
+    /// learns from a hit what another built).
+    pub fn put_build_step(&self, tenant: &str, key: &str, result: &str, at_ms: i64) -> Result<()> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO build_cache(tenant, key, result, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![tenant, key, result, at_ms],
         )?;
         Ok(())
     }
@@ -204,7 +235,7 @@ mod tests {
         let rec = crate::sandboxes::tests::record("sb_1", "a");
         let key = rec.image_key.clone().unwrap();
         store.insert_sandbox(&rec).unwrap();
-        store.put_image_root(&key, "{}", 500, 1).unwrap();
+        store.put_image_root(&key, "{}", "{}", 500, 1).unwrap();
         store.put_image(&image("a", "py", &key)).unwrap();
         assert_eq!(store.image_usage("a").unwrap(), (1, 10), "charged as the image while it exists");
         store.delete_image("a", "py").unwrap();
@@ -216,11 +247,21 @@ mod tests {
     #[test]
     fn a_root_config_outlives_its_images_until_forgotten() {
         let store = Store::open_in_memory().unwrap();
-        store.put_image_root("k1", r#"{"env":["A=1"]}"#, 10, 1).unwrap();
-        store.put_image_root("k2", "{}", 10, 1).unwrap();
+        store.put_image_root("k1", r#"{"env":["A=1"]}"#, r#"{"layers":[]}"#, 10, 1).unwrap();
+        store.put_image_root("k2", "{}", "{}", 10, 1).unwrap();
         assert_eq!(store.image_root_config("k1").unwrap().as_deref(), Some(r#"{"env":["A=1"]}"#));
+        assert_eq!(store.image_root_image("k1").unwrap().as_deref(), Some(r#"{"layers":[]}"#));
+        assert_eq!(store.image_root_image("k9").unwrap(), None);
         assert_eq!(store.forget_image_roots(&HashSet::from(["k2".to_string()])).unwrap(), 1);
         assert_eq!(store.image_root_config("k1").unwrap(), None);
         assert!(store.image_root_config("k2").unwrap().is_some());
+    }
+
+    #[test]
+    fn the_build_cache_is_per_tenant() {
+        let store = Store::open_in_memory().unwrap();
+        store.put_build_step("t1", "sha256:k", r#"{"layer":null}"#, 1).unwrap();
+        assert_eq!(store.build_step("t1", "sha256:k").unwrap().as_deref(), Some(r#"{"layer":null}"#));
+        assert_eq!(store.build_step("t2", "sha256:k").unwrap(), None);
     }
 }

@@ -74,7 +74,15 @@ CREATE TABLE IF NOT EXISTS image_roots (
     image_key   TEXT PRIMARY KEY,
     config      TEXT NOT NULL,
     created_ms  INTEGER NOT NULL,
-    bytes       INTEGER NOT NULL DEFAULT 0
+    bytes       INTEGER NOT NULL DEFAULT 0,
+    image       TEXT
+);
+CREATE TABLE IF NOT EXISTS build_cache (
+    tenant      TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    result      TEXT NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, key)
 );
 CREATE TABLE IF NOT EXISTS audit (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -106,6 +114,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("sandboxes", "image_key", "TEXT"),
     ("snapshots", "image_key", "TEXT"),
     ("image_roots", "bytes", "INTEGER NOT NULL DEFAULT 0"),
+    ("image_roots", "image", "TEXT"),
     ("api_keys", "expires_ms", "INTEGER"),
     ("api_keys", "revoked_ms", "INTEGER"),
     ("api_keys", "last_used_ms", "INTEGER"),

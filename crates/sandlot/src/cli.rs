@@ -4,6 +4,7 @@
 //! bytes, JSON with `--json`) go to stdout; notes go to stderr.
 
 mod admin;
+mod build;
 mod cp;
 mod image;
 mod network;

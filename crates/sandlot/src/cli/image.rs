@@ -49,6 +49,12 @@ pub enum ImageCmd {
     Inspect(InspectArgs),
     /// Delete one of your images (sandboxes and snapshots of it keep working).
     Rm(RmArgs),
+    /// Build an image from a Dockerfile and a context directory.
+    #[command(long_about = super::build::BUILD_LONG)]
+    Build(super::build::BuildArgs),
+    /// Store one of your snapshots as an image (a template from a configured sandbox).
+    #[command(long_about = super::build::FROM_SNAPSHOT_LONG)]
+    FromSnapshot(super::build::FromSnapshotArgs),
 }
 
 impl ImageCmd {
@@ -59,6 +65,8 @@ impl ImageCmd {
             ImageCmd::Ls(a) => &a.conn,
             ImageCmd::Inspect(a) => &a.conn,
             ImageCmd::Rm(a) => &a.conn,
+            ImageCmd::Build(a) => &a.conn,
+            ImageCmd::FromSnapshot(a) => &a.conn,
         }
     }
 }
@@ -143,6 +151,8 @@ pub(super) fn execute(cmd: ImageCmd) -> anyhow::Result<i32> {
         ImageCmd::Pull(args) => pull(args),
         ImageCmd::Import(args) => import(args),
         ImageCmd::Ls(args) => list(args),
+        ImageCmd::Build(args) => super::build::build(args),
+        ImageCmd::FromSnapshot(args) => super::build::from_snapshot(args),
         ImageCmd::Inspect(args) => {
             let image = args.conn.client()?.image(&args.name).doing("reading the image")?;
             print_json(&image)?;

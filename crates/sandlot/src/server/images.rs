@@ -18,7 +18,7 @@ use super::app::{channel_body, AppState};
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, Auth};
 
-fn wants_ndjson(headers: &HeaderMap) -> bool {
+pub(super) fn wants_ndjson(headers: &HeaderMap) -> bool {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(NDJSON))
 }
 
@@ -114,7 +114,7 @@ pub async fn import(
 
 /// Writes the request body to an unlinked file in the state directory (the archive may be read in any
 /// order, and memory is no place for gigabytes), refusing a body over the import limit.
-async fn spool(app: &AppState, body: Body) -> Result<std::fs::File, ApiError> {
+pub(super) async fn spool(app: &AppState, body: Body) -> Result<std::fs::File, ApiError> {
     let max = app.control.max_import_bytes();
     let file = tempfile::tempfile_in(&app.spool_dir)
         .map_err(|e| sandlot_control::Error::internal(format!("spooling the import: {e}")))?;

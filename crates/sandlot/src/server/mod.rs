@@ -1,6 +1,7 @@
 //! `sandlot serve`: configuration, start-up recovery, the HTTP router and graceful shutdown.
 
 mod app;
+mod build;
 pub mod config;
 mod error;
 mod exec;
@@ -539,6 +540,8 @@ fn router(app: AppState) -> Router {
         .route("/v1/images", get(images::list))
         .route("/v1/images/pull", post(images::pull))
         .route("/v1/images/import", post(images::import))
+        .route("/v1/images/build", post(build::build))
+        .route("/v1/snapshots/{id}/image", post(build::from_snapshot))
         .route("/v1/images/{*name}", get(images::get).delete(images::delete))
         .route("/v1/snapshots", get(snapshots::list))
         .route("/v1/snapshots/{id}", axum::routing::delete(snapshots::delete))

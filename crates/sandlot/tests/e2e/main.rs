@@ -3,6 +3,7 @@
 //!
 //! The catalogue, one module per area; each test is named after the behaviour or threat it checks:
 //! - [`api`]: authentication, tenants, error codes, request validation, audit.
+//! - [`build`]: image builds from a Dockerfile, the step cache, and snapshots published as images.
 //! - [`doctor`]: `sandlot doctor`'s host checks, the same at `serve`'s start, `/healthz`'s degraded list.
 //! - [`exec`]: running commands, their output, exit codes, environment and streaming.
 //! - [`processes`]: background processes, stdin, signals, logs, zombie reaping.
@@ -25,6 +26,7 @@ mod common;
 mod harness;
 
 mod api;
+mod build;
 mod doctor;
 mod exec;
 mod files;
