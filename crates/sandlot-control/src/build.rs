@@ -38,6 +38,9 @@ use crate::images::{check_name, info, HOST_IMAGE};
 use crate::plan::{new_record, Plan};
 use crate::{Caller, Control, Error, Kind, Result};
 
+/// The root key of an image with no layers yet (`FROM scratch` before its first layer): the sha256
+/// of nothing, which no chain id of a real layer can be.
+const EMPTY_ROOT: &str = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 /// Bytes of a failed step's output kept for its error.
 const TAIL_BYTES: usize = 2048;
 /// `PATH` of a build step when the image sets none.
@@ -366,6 +369,10 @@ impl Control {
                         false => self.cached_step(&caller.tenant, &st.key)?,
                     };
                     if let Some(result) = hit {
+                        // Later steps' keys name this step's content too, as COPY's do.
+                        if let Some(l) = &result.layer {
+                            st.key = chain(&[&st.key, l.digest.as_str()]);
+                        }
                         st.image.layers.extend(result.layer);
                         step(true);
                         continue;
@@ -382,6 +389,9 @@ impl Control {
                         &StepResult { layer: layer.clone() }.json(),
                         now_ms(),
                     )?;
+                    if let Some(l) = &layer {
+                        st.key = chain(&[&st.key, l.digest.as_str()]);
+                    }
                     st.image.layers.extend(layer);
                     continue;
                 }
@@ -425,7 +435,7 @@ impl Control {
                     "ms": t0.elapsed().as_secs_f64() * 1000.0}),
         )?;
         drop(_shared);
-        self.collect_images().await;
+        self.collect_in_background();
         Ok(info(&row)?)
     }
 
@@ -475,7 +485,11 @@ impl Control {
         events: &UnboundedSender<BuildEvent>,
     ) -> std::result::Result<Option<Layer>, BuildFailure> {
         let images = self.images()?;
-        // The root of the layers so far, named by the step's key (an unchanged prefix reuses it).
+        // The root of the layers so far, named by what they hold (the chain id of their diff ids), never
+        // by the step's cache key: the key says which instructions ran, not what they wrote, and roots
+        // are shared by every tenant.
+        let diff_ids: Vec<String> = st.image.layers.iter().map(|l| l.diff_id.to_string()).collect();
+        let root_key = sandlot_engine::driver::chain_ids(&diff_ids).pop().unwrap_or_else(|| EMPTY_ROOT.to_string());
         let layers: Vec<LayerBlob> = st
             .image
             .layers
@@ -498,17 +512,26 @@ impl Control {
         };
         // The layers so far unpack within what the tenant's image quota leaves (they are its image's).
         let budget = self.image_budget(caller, &req.name, false).map_err(|e| at_line(line, e))?;
-        let prepared = self.engine.prepare_image(st.key.clone(), layers, budget, tx).await;
+        let prepared = {
+            let _core = images.unpacking().acquire().await.expect("the semaphore is never closed");
+            self.engine.prepare_image(root_key.clone(), layers, budget, tx).await
+        };
         let _ = forward.await;
         prepared.map_err(|e| at_line(line, Error::invalid(format!("the image so far cannot be unpacked: {e}"))))?;
 
         let mut rec = new_record(&caller.tenant, &format!("build:{}", req.name), limits.clone(), &BTreeMap::new());
-        rec.image_key = Some(st.key.clone());
+        rec.image_key = Some(root_key);
         rec.network = network.clone();
         rec.info.network = network.info(0, 0);
         rec.info.metadata.insert("build".into(), req.name.clone());
         rec.info.metadata.insert("build_line".into(), line.to_string());
         let id = rec.info.id.clone();
+        // A RUN is an exec like any other for the audit log (its command line; build args are in its
+        // environment, whose values never reach the log).
+        let mut row = sandlot_store::audit_argv(&cmd.argv());
+        row["build"] = json!(req.name);
+        row["line"] = json!(line);
+        row["user"] = json!(uid);
         // Detached: a client that goes away mid-step must not leave the build sandbox behind.
         let this = Arc::clone(self);
         let (st_image, cmd, run_args) = (st.image.clone(), cmd.clone(), run_args.clone());
@@ -517,6 +540,9 @@ impl Control {
         let tenant = caller.tenant.clone();
         tokio::spawn(async move {
             let started = this.start_record(Plan { rec, source: LayerSource::Fresh }).await;
+            if started.is_ok() {
+                let _ = this.audit(&tenant, Some(&id), "exec", &row);
+            }
             let outcome = match started {
                 Ok(_) => this.run_in(&id, &st_image, &cmd, &run_args, uid, timeout_s, line, &events).await,
                 Err(e) => Err(at_line(line, e)),
@@ -712,7 +738,7 @@ impl Control {
                     "left_out": report.skipped, "owners_remapped": report.remapped}),
         )?;
         drop(_shared);
-        self.collect_images().await;
+        self.collect_in_background();
         info(&row)
     }
 }

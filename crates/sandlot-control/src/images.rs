@@ -57,6 +57,8 @@ pub struct Images {
     running: tokio::sync::Semaphore,
     /// Images unpacking at once (each takes a core and, for its tree, memory).
     unpacking: tokio::sync::Semaphore,
+    /// Whether a collection is waiting for its turn on a task of its own.
+    collect_pending: std::sync::atomic::AtomicBool,
 }
 
 /// Pulls and imports of all tenants together that run at once (each holds a blocking thread, two
@@ -88,6 +90,11 @@ impl Images {
         &self.blobs
     }
 
+    /// The bound on images unpacking at once.
+    pub(crate) fn unpacking(&self) -> &tokio::sync::Semaphore {
+        &self.unpacking
+    }
+
     /// The collection lock, held shared by whatever makes trees or blobs a collection must not take
     /// before they are recorded (a pull, an import, a build).
     pub(crate) fn collection_lock(&self) -> &tokio::sync::RwLock<()> {
@@ -112,6 +119,7 @@ impl Images {
             turns: Default::default(),
             running: tokio::sync::Semaphore::new(MAX_CONCURRENT_PULLS),
             unpacking: tokio::sync::Semaphore::new(MAX_CONCURRENT_UNPACKS),
+            collect_pending: Default::default(),
         })
     }
 
@@ -315,7 +323,7 @@ impl Control {
 
     /// `DELETE /v1/images/{name}`: the caller's image (an admin may delete a public one). Sandboxes and
     /// snapshots of it keep working: their root stays until they are gone.
-    pub async fn delete_image(&self, caller: &Caller, name: &str) -> Result<()> {
+    pub async fn delete_image(self: &Arc<Self>, caller: &Caller, name: &str) -> Result<()> {
         if name == HOST_IMAGE {
             return Err(Error::invalid("`host` is built in and cannot be deleted"));
         }
@@ -328,7 +336,9 @@ impl Control {
         };
         self.store.delete_image(&owner, name)?;
         self.audit(&caller.tenant, None, "image.delete", &json!({"name": name, "public": owner == PUBLIC}))?;
-        self.collect_images().await;
+        if !self.collect_images().await {
+            self.collect_in_background();
+        }
         Ok(())
     }
 
@@ -593,17 +603,33 @@ impl Control {
         Ok(row)
     }
 
-    /// Runs [`Control::collect_images`] on a task of its own.
-    fn collect_in_background(self: &Arc<Self>) {
+    /// Runs [`Control::collect_images`] on a task of its own, again every two seconds while pulls,
+    /// imports or builds keep it out; one such task at a time.
+    pub(crate) fn collect_in_background(self: &Arc<Self>) {
+        let Ok(images) = self.images() else { return };
+        if images.collect_pending.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let this = Arc::clone(self);
-        tokio::spawn(async move { this.collect_images().await });
+        tokio::spawn(async move {
+            while !this.collect_images().await {
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            }
+            if let Ok(images) = this.images() {
+                images.collect_pending.store(false, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
     }
 
     /// Removes image roots, layer chains and blobs that nothing uses any more (see the module
     /// documentation for what keeps what). Best effort: a failure is logged and retried next time.
-    pub async fn collect_images(&self) {
-        let Ok(images) = self.images() else { return };
-        let _exclusive = images.gc.write().await;
+    ///
+    /// It never waits for the lock: a collection queued as a writer would hold up every pull, import
+    /// and build behind it for as long as the longest one in flight runs. When the lock is busy it
+    /// returns `false` (and [`Control::collect_in_background`] tries again).
+    pub async fn collect_images(&self) -> bool {
+        let Ok(images) = self.images() else { return true };
+        let Ok(_exclusive) = images.gc.try_write() else { return false };
         let result = async {
             let roots = self.store.image_keys_in_use()?;
             let mut chains = HashSet::new();
@@ -634,6 +660,7 @@ impl Control {
         if let Err(e) = result {
             tracing::warn!("image collection: {e}");
         }
+        true
     }
 }
 

@@ -114,14 +114,16 @@ impl ImageStore {
     /// Opens (creating) the store under the layers volume's root and removes what a crash left half made.
     pub fn open(volume_root: &Path) -> io::Result<ImageStore> {
         let dir = volume_root.join("images");
-        for sub in ["chains", "roots", "tmp", "diffs"] {
+        for sub in ["chains", "roots", "tmp", "diffs", "rootchains"] {
             fs::create_dir_all(dir.join(sub))?;
         }
         let store = ImageStore { dir };
-        for ent in fs::read_dir(store.dir.join("diffs"))? {
-            let path = ent?.path();
-            if path.extension().is_some_and(|e| e == "tmp") {
-                let _ = fs::remove_file(&path);
+        for markers in ["diffs", "rootchains"] {
+            for ent in fs::read_dir(store.dir.join(markers))? {
+                let path = ent?.path();
+                if path.extension().is_some_and(|e| e == "tmp") {
+                    let _ = fs::remove_file(&path);
+                }
             }
         }
         for ent in fs::read_dir(store.dir.join("tmp"))? {
@@ -169,7 +171,23 @@ impl ImageStore {
     ) -> io::Result<(PathBuf, u64)> {
         let root = self.root(key)?;
         let mut unpacked = 0u64;
+        let diff_ids: Vec<String> = layers.iter().map(|l| l.diff_id.clone()).collect();
+        let chains = chain_ids(&diff_ids);
+        // What the root holds, recorded beside it: a key is only a name, and a root reused under a key
+        // must hold exactly these layers.
+        let top = chains.last().cloned().unwrap_or_else(|| "sha256:empty".into());
+        let made_from = self.dir.join("rootchains").join(digest_hex(key)?);
         if root.is_dir() {
+            if let Ok(recorded) = fs::read_to_string(&made_from) {
+                if recorded != top {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "image root {key} was made from other layers ({recorded}, not {top}); it is not reused"
+                        ),
+                    ));
+                }
+            }
             // The root (and its chains) may have been made for another tenant's image: this image's own
             // blobs must be shown to hold the same layers, or naming a config digest would be enough to
             // boot someone else's files.
@@ -179,8 +197,6 @@ impl ImageStore {
             }
             return Ok((root, 0));
         }
-        let diff_ids: Vec<String> = layers.iter().map(|l| l.diff_id.clone()).collect();
-        let chains = chain_ids(&diff_ids);
         let mut parent: Option<PathBuf> = None;
         for (index, (layer, chain_id)) in layers.iter().zip(&chains).enumerate() {
             let path = self.chain(chain_id)?;
@@ -203,7 +219,7 @@ impl ImageStore {
             Some(top) => volume::snapshot(top, &tmp, false)?,
             None => volume::create_subvolume(&tmp)?,
         }
-        let made = add_extras(&tmp, extras).and_then(|()| {
+        let made = add_extras(&tmp, extras).and_then(|()| write_marker(&made_from, &top)).and_then(|()| {
             // Made read-only under its final name in one step: a root that exists is complete.
             match volume::snapshot(&tmp, &root, true) {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()), // a concurrent prepare won
@@ -332,7 +348,12 @@ impl ImageStore {
                     continue;
                 }
                 match volume::remove_subvolume(&ent.path()) {
-                    Ok(()) => removed.push(name),
+                    Ok(()) => {
+                        if sub == "roots" {
+                            let _ = fs::remove_file(self.dir.join("rootchains").join(ent.file_name()));
+                        }
+                        removed.push(name)
+                    }
                     Err(e) => tracing::warn!("removing unused image tree {}: {e}", ent.path().display()),
                 }
             }
@@ -344,7 +365,9 @@ impl ImageStore {
 /// Writes a diff marker atomically and durably (a crash leaves it whole or absent).
 fn write_marker(path: &Path, diff_id: &str) -> io::Result<()> {
     use std::io::Write;
-    let tmp = path.with_extension("tmp");
+    // A name of its own: two prepares of one image may write the same marker at once.
+    use rand::Rng;
+    let tmp = path.with_extension(format!("{:016x}.tmp", rand::thread_rng().gen::<u64>()));
     let mut f = File::create(&tmp)?;
     f.write_all(diff_id.as_bytes())?;
     f.sync_all()?;

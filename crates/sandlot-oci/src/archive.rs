@@ -164,7 +164,7 @@ const MAX_SPARSE_BLOCKS: u64 = 4096;
 
 /// Walks the archive's 512-byte headers (seeking over data) before the tar crate reads it, refusing
 /// metadata members over [`MAX_HEADER_MEMBER`] and sparse chains over [`MAX_SPARSE_BLOCKS`].
-fn check_headers(file: &mut File) -> Result<(), ImportError> {
+pub(crate) fn check_headers(file: &mut File) -> Result<(), ImportError> {
     use std::io::{Seek, SeekFrom};
     let len = file.metadata()?.len();
     let mut at = 0u64;

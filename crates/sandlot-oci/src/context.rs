@@ -87,6 +87,10 @@ impl Context {
     /// Indexes the tar in `file`.
     pub fn open(file: File) -> Result<Context, ContextError> {
         let mut entries = BTreeMap::new();
+        // The tar crate reads long names and PAX headers whole: walk the headers first, as an import
+        // does, so no member makes the daemon allocate more than a megabyte.
+        let mut probe = file.try_clone()?;
+        crate::archive::check_headers(&mut probe).map_err(|e| ContextError::Invalid(e.to_string()))?;
         {
             // Offsets are counted from where reading starts: the start of the file, wherever the
             // cursor was left.

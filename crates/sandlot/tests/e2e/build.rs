@@ -306,3 +306,39 @@ fn a_snapshot_becomes_an_image_that_boots_with_its_files() {
     let bob = tenant(&server, "bob");
     expect_error(bob.snapshot_image("configured", "stolen"), 404, "not_found");
 }
+
+/// Two tenants building the same Dockerfile on the same public base at the same time never share
+/// what a step wrote: the tree a `RUN` runs on is named by the layers below it, not by the instructions
+/// that made them, so each build's second `RUN` sees that build's own first `RUN` (before, the second
+/// build booted the first one's tree while the first kept it alive, and a tenant could plant files in
+/// another's build).
+#[test]
+fn tenants_building_the_same_dockerfile_never_share_a_steps_files() {
+    let server = Server::start();
+    let admin = server.client();
+    admin.import_image(Cursor::new(busybox_rootfs()), Some("base:public"), true).unwrap().wait().unwrap();
+    // The sleep keeps each build's second step (and the tree it runs on) alive while the other runs.
+    let dockerfile = "FROM base:public\nRUN echo \"$RANDOM$RANDOM-$$\" > /who\nRUN sleep 3 && cp /who /seen\n";
+    let builds: Vec<_> = ["alice", "bob"]
+        .into_iter()
+        .map(|name| {
+            let c = tenant(&server, name);
+            std::thread::spawn(move || {
+                succeeded(&build(&c, context(&[("Dockerfile", dockerfile)]), &request("same:1")));
+                c
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for (name, b) in ["alice", "bob"].into_iter().zip(builds) {
+        let c = b.join().unwrap();
+        let sb = c.create(&CreateSandbox { image: Some("same:1".into()), ..Default::default() }).unwrap();
+        let r = sb.exec(&sh("cat /who /seen")).unwrap();
+        let lines: Vec<&str> = r.stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "{r:?}");
+        assert_eq!(lines[0], lines[1], "{name}'s second RUN saw another build's first RUN: {r:?}");
+        seen.push(lines[0].to_string());
+        sb.delete().unwrap();
+    }
+    assert_ne!(seen[0], seen[1], "the two builds' first RUN wrote the same bytes; the test proves nothing");
+}
