@@ -626,7 +626,7 @@ impl Control {
     ///
     /// It never waits for the lock: a collection queued as a writer would hold up every pull, import
     /// and build behind it for as long as the longest one in flight runs. When the lock is busy it
-    /// returns `false` (and [`Control::collect_in_background`] tries again).
+    /// returns `false` (and a collection started in the background tries again).
     pub async fn collect_images(&self) -> bool {
         let Ok(images) = self.images() else { return true };
         let Ok(_exclusive) = images.gc.try_write() else { return false };
