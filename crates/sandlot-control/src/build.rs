@@ -136,9 +136,13 @@ fn put_layer(
     // The store's error first: when it stops reading (a layer over the cap), the writer only sees a
     // broken pipe. A writer that failed leaves a truncated blob no image names (collected later).
     let (digest, size) = stored.map_err(|e| match e {
-        sandlot_oci::StoreError::TooLarge { max } => {
-            Error::new(Kind::TooLarge, format!("the layer is over {} MiB (--max-import-mb)", max >> 20))
-        }
+        sandlot_oci::StoreError::TooLarge { max } => Error::new(
+            Kind::TooLarge,
+            format!(
+                "the layer is over {} MiB (the smaller of --max-import-mb and what the tenant's image quota leaves)",
+                max >> 20
+            ),
+        ),
         e => Error::internal(format!("storing the layer: {e}")),
     })?;
     match written {
@@ -243,8 +247,23 @@ fn finish_image(blobs: &BlobStore, image: &Image) -> Result<Image> {
 impl Control {
     /// `POST /v1/images/build`: builds the Dockerfile of the build context in `context` (a tar the
     /// surface spooled) and stores the image as the caller's `req.name`, reporting each step and
-    /// each `RUN`'s output on `events` as it goes.
+    /// each `RUN`'s output on `events` as it goes. Whatever the outcome, what it stored and no image
+    /// names (a failed build's layers) is collected afterwards.
     pub async fn build_image(
+        self: &Arc<Self>,
+        caller: &Caller,
+        req: BuildImage,
+        context: File,
+        events: UnboundedSender<BuildEvent>,
+    ) -> std::result::Result<ImageInfo, BuildFailure> {
+        let built = self.build_steps(caller, req, context, events).await;
+        if built.is_err() {
+            self.collect_in_background();
+        }
+        built
+    }
+
+    async fn build_steps(
         self: &Arc<Self>,
         caller: &Caller,
         req: BuildImage,
@@ -288,6 +307,25 @@ impl Control {
         // Held shared for the whole build: a collection must not take a root or layer the build made
         // before the image that uses it is recorded.
         let _shared = images.collection_lock().read().await;
+        // The layers a build writes count against the tenant's image quota as they are written, so a
+        // build cannot fill the blob store on the way to an image it could never keep.
+        let budget = self.image_budget(caller, &req.name, false)?;
+        let mut written = 0u64;
+        let charge = |written: &mut u64, size: u64, line: usize| -> std::result::Result<(), BuildFailure> {
+            *written = written.saturating_add(size);
+            if *written > budget {
+                return Err(at_line(
+                    line,
+                    Error::limit(format!(
+                        "the build's layers take {} MiB, more than the {} MiB the tenant's image quota leaves \
+                         (--image-quota-mb); delete images (sandlot image rm) and retry",
+                        written.div_ceil(1 << 20),
+                        budget >> 20
+                    )),
+                ));
+            }
+            Ok(())
+        };
         let mut vars = Vars::new(req.build_args.clone());
         let mut state: Option<State> = None;
         let mut cmd_set_here = false;
@@ -338,7 +376,8 @@ impl Control {
                     c.exposed_ports.dedup();
                 }
                 Instruction::Copy { sources, dest, chown, .. } => {
-                    let (blobs, max, ctx) = (Arc::clone(images.blobs()), self.max_import_bytes(), Arc::clone(&context));
+                    let max = self.max_import_bytes().min(budget.saturating_sub(written));
+                    let (blobs, ctx) = (Arc::clone(images.blobs()), Arc::clone(&context));
                     let layer = tokio::task::spawn_blocking(move || {
                         put_layer(&blobs, max, move |w| {
                             let mut w = std::io::BufWriter::with_capacity(1 << 20, w);
@@ -347,8 +386,16 @@ impl Control {
                         })
                     })
                     .await
-                    .map_err(|e| Error::internal(format!("the copy task: {e}")))?
-                    .map_err(|e| at_line(line, e))?;
+                    .map_err(|e| Error::internal(format!("the copy task: {e}")))?;
+                    // Cut short by the quota rather than by --max-import-mb: say so, as a limit.
+                    let quota_bound = max < self.max_import_bytes();
+                    let layer = match layer {
+                        Err(e) if e.kind == Kind::TooLarge && quota_bound => {
+                            return Err(charge(&mut written, max.saturating_add(1), line).unwrap_err())
+                        }
+                        r => r.map_err(|e| at_line(line, e))?,
+                    };
+                    charge(&mut written, layer.size, line)?;
                     st.key = chain(&[&st.key, layer.digest.as_str()]);
                     let cached = !req.no_cache && self.store.build_step(&caller.tenant, &st.key)?.is_some();
                     self.store.put_build_step(
@@ -390,6 +437,7 @@ impl Control {
                         now_ms(),
                     )?;
                     if let Some(l) = &layer {
+                        charge(&mut written, l.size, line)?;
                         st.key = chain(&[&st.key, l.digest.as_str()]);
                     }
                     st.image.layers.extend(layer);

@@ -65,6 +65,9 @@ pub struct Images {
 /// download threads and, while it unpacks, a core).
 pub const MAX_CONCURRENT_PULLS: usize = 4;
 
+/// Build-cache rows each tenant keeps (its newest); one per instruction of each build.
+const BUILD_CACHE_ROWS_PER_TENANT: u64 = 10_000;
+
 /// Images that unpack at once, all tenants together.
 pub const MAX_CONCURRENT_UNPACKS: usize = 2;
 
@@ -643,6 +646,7 @@ impl Control {
                 blobs.extend(image.layers.iter().map(|l| l.digest.clone()));
             }
             self.store.forget_image_roots(&roots)?;
+            self.store.prune_build_cache(BUILD_CACHE_ROWS_PER_TENANT)?;
             let blob_names: HashSet<String> = blobs.iter().map(|d| d.to_string()).collect();
             let gone = self.engine.remove_unused_images(roots, chains, blob_names).await?;
             let mut removed_blobs = 0;

@@ -309,9 +309,15 @@ impl Driver for LinuxDriver {
             ExportFrom::Snapshot { id, owner } => (self.snapshots_dir().join(id).join("upper"), *owner),
         };
         if !upper.is_dir() {
+            // The host path stays in the daemon's log; the caller learns only what is missing.
+            tracing::warn!("the layer to export ({}) is not on this host", upper.display());
+            let what = match from {
+                ExportFrom::Sandbox { id, .. } => format!("sandbox {id}"),
+                ExportFrom::Snapshot { id, .. } => format!("snapshot {id}"),
+            };
             return Err(EngineError::Io(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
-                format!("the layer to export ({}) is not on this host", upper.display()),
+                format!("the writable layer of {what} is not on this host"),
             )));
         }
         Ok(sandlot_linux::layer_export::export_upper(&upper, sandlot_linux::IdRange { base }, out)?)

@@ -147,6 +147,19 @@ impl Store {
             .optional()?)
     }
 
+    /// Keeps each tenant's `keep` newest build-cache rows and drops the rest (the cache must not grow
+    /// with every Dockerfile ever built); returns how many went.
+    pub fn prune_build_cache(&self, keep: u64) -> Result<usize> {
+        Ok(self.conn().execute(
+            "DELETE FROM build_cache WHERE rowid IN (
+                 SELECT rowid FROM (
+                     SELECT rowid, ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY created_ms DESC, rowid DESC) AS n
+                     FROM build_cache)
+                 WHERE n > ?1)",
+            params![keep as i64],
+        )?)
+    }
+
     /// Records the result of build step `key` for `tenant` (each tenant has its own cache: one never
     /// learns from a hit what another built).
     pub fn put_build_step(&self, tenant: &str, key: &str, result: &str, at_ms: i64) -> Result<()> {
@@ -242,6 +255,19 @@ mod tests {
         assert_eq!(store.image_usage("a").unwrap(), (0, 500), "the pinned root is charged");
         store.put_image(&image(PUBLIC, "base", &key)).unwrap();
         assert_eq!(store.image_usage("a").unwrap(), (0, 0), "a public image's root is the admin's");
+    }
+
+    #[test]
+    fn the_build_cache_keeps_each_tenants_newest_rows() {
+        let store = Store::open_in_memory().unwrap();
+        for i in 0..5 {
+            store.put_build_step("a", &format!("k{i}"), "{}", i).unwrap();
+        }
+        store.put_build_step("b", "only", "{}", 0).unwrap();
+        assert_eq!(store.prune_build_cache(3).unwrap(), 2);
+        assert!(store.build_step("a", "k0").unwrap().is_none() && store.build_step("a", "k1").unwrap().is_none());
+        assert!(store.build_step("a", "k4").unwrap().is_some() && store.build_step("a", "k2").unwrap().is_some());
+        assert!(store.build_step("b", "only").unwrap().is_some(), "another tenant's rows are its own");
     }
 
     #[test]

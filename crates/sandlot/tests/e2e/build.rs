@@ -342,3 +342,26 @@ fn tenants_building_the_same_dockerfile_never_share_a_steps_files() {
     }
     assert_ne!(seen[0], seen[1], "the two builds' first RUN wrote the same bytes; the test proves nothing");
 }
+
+/// The layers a build writes count against the tenant's image quota as they are written: a `COPY`
+/// past it fails at its line with `limit_reached`, stores no image and leaves no blob of it behind.
+#[test]
+fn a_build_past_the_image_quota_stops_at_the_step_that_passes_it() {
+    let server = Server::start_with(&["--image-quota-mb", "8"]);
+    let c = with_busybox(&server, "alice");
+    let blobs = server.state_dir().join("blobs/sha256");
+    let before = std::fs::read_dir(&blobs).unwrap().count();
+    let big: String = (0..6 << 20).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    let ctx = context(&[("Dockerfile", "FROM bb\nCOPY big /big\n"), ("big", &big)]);
+    let events = build(&c, ctx, &request("too-big:1"));
+    let Some(BuildEvent::Error { error, line, .. }) = events.last() else { panic!("the build succeeded: {events:?}") };
+    assert_eq!((error.code.as_str(), *line), ("limit_reached", Some(2)), "{error:?}");
+    assert!(error.message.contains("--image-quota-mb"), "{error:?}");
+    expect_error(c.image("too-big:1"), 404, "not_found");
+    assert!(
+        crate::harness::eventually(std::time::Duration::from_secs(10), || {
+            std::fs::read_dir(&blobs).unwrap().count() == before
+        }),
+        "the refused build's layer was kept"
+    );
+}
