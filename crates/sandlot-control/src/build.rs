@@ -23,7 +23,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use sandlot_api::{BuildEvent, BuildImage, CreateSandbox, ExecEvent, ExitStatus, ImageInfo, NetworkSpec, PullEvent};
-use sandlot_engine::driver::{ExportFrom, LayerBlob, PrepareEvent};
+use sandlot_engine::driver::{ExportFrom, PrepareEvent};
 use sandlot_engine::{ExecSpec, LayerSource};
 use sandlot_oci::context::Context;
 use sandlot_oci::dockerfile::{self, Command, Instruction, Vars};
@@ -538,33 +538,19 @@ impl Control {
         // are shared by every tenant.
         let diff_ids: Vec<String> = st.image.layers.iter().map(|l| l.diff_id.to_string()).collect();
         let root_key = sandlot_engine::driver::chain_ids(&diff_ids).pop().unwrap_or_else(|| EMPTY_ROOT.to_string());
-        let layers: Vec<LayerBlob> = st
-            .image
-            .layers
-            .iter()
-            .map(|l| LayerBlob { path: images.blobs().path(&l.digest), diff_id: l.diff_id.to_string() })
-            .collect();
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let forward = {
-            let events = events.clone();
-            tokio::spawn(async move {
-                while let Some(e) = rx.recv().await {
-                    let _ = events.send(match e {
-                        PrepareEvent::Unpacking { index, .. } => BuildEvent::Unpacking { index },
-                        PrepareEvent::Unpacked { index, report } => {
-                            BuildEvent::Unpacked { index, cached: report.is_none() }
-                        }
-                    });
-                }
-            })
-        };
         // The layers so far unpack within what the tenant's image quota leaves (they are its image's).
         let budget = self.image_budget(caller, &req.name, false).map_err(|e| at_line(line, e))?;
-        let prepared = {
-            let _core = images.unpacking().acquire().await.expect("the semaphore is never closed");
-            self.engine.prepare_image(root_key.clone(), layers, budget, tx).await
-        };
-        let _ = forward.await;
+        let forward = events.clone();
+        let prepared = self
+            .prepare_root(images, &root_key, &st.image.layers, budget, move |e| {
+                let _ = forward.send(match e {
+                    PrepareEvent::Unpacking { index, .. } => BuildEvent::Unpacking { index },
+                    PrepareEvent::Unpacked { index, report } => {
+                        BuildEvent::Unpacked { index, cached: report.is_none() }
+                    }
+                });
+            })
+            .await;
         prepared.map_err(|e| at_line(line, Error::invalid(format!("the image so far cannot be unpacked: {e}"))))?;
 
         let mut rec = new_record(&caller.tenant, &format!("build:{}", req.name), limits.clone(), &BTreeMap::new());

@@ -93,11 +93,6 @@ impl Images {
         &self.blobs
     }
 
-    /// The bound on images unpacking at once.
-    pub(crate) fn unpacking(&self) -> &tokio::sync::Semaphore {
-        &self.unpacking
-    }
-
     /// The collection lock, held shared by whatever makes trees or blobs a collection must not take
     /// before they are recorded (a pull, an import, a build).
     pub(crate) fn collection_lock(&self) -> &tokio::sync::RwLock<()> {
@@ -515,6 +510,35 @@ impl Control {
         stored
     }
 
+    /// Makes the root `key` of `layers` (bottom first) within the server's bound on unpacks running at
+    /// once, writing at most `max_bytes` of files, with each progress event given to `on_event` as it
+    /// comes; returns the bytes unpacked.
+    pub(crate) async fn prepare_root(
+        &self,
+        images: &Images,
+        key: &str,
+        layers: &[sandlot_oci::Layer],
+        max_bytes: u64,
+        on_event: impl Fn(PrepareEvent) + Send + 'static,
+    ) -> std::result::Result<u64, sandlot_engine::EngineError> {
+        let blobs: Vec<LayerBlob> = layers
+            .iter()
+            .map(|l| LayerBlob { path: images.blobs.path(&l.digest), diff_id: l.diff_id.to_string() })
+            .collect();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let forward = tokio::spawn(async move {
+            while let Some(e) = rx.recv().await {
+                on_event(e);
+            }
+        });
+        let prepared = {
+            let _core = images.unpacking.acquire().await.expect("the semaphore is never closed");
+            self.engine.prepare_image(key.to_string(), blobs, max_bytes, tx).await
+        };
+        let _ = forward.await;
+        prepared
+    }
+
     /// Unpacks `image` into its root (once per config digest) and records it under `name`.
     pub(crate) async fn store_image(
         &self,
@@ -546,35 +570,22 @@ impl Control {
             )));
         }
         let key = image.config_digest.to_string();
-        let layers: Vec<LayerBlob> = image
-            .layers
-            .iter()
-            .map(|l| LayerBlob { path: images.blobs().path(&l.digest), diff_id: l.diff_id.to_string() })
-            .collect();
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let forward = {
-            let events = events.clone();
-            tokio::spawn(async move {
-                while let Some(e) = rx.recv().await {
-                    let _ = events.send(match e {
-                        PrepareEvent::Unpacking { index, .. } => PullEvent::Unpacking { index },
-                        PrepareEvent::Unpacked { index, report } => PullEvent::Unpacked {
-                            index,
-                            cached: report.is_none(),
-                            dropped: report.map(|r| r.dropped).unwrap_or_default(),
-                        },
-                    });
-                }
-            })
-        };
         // What the layers unpack to is charged too (a small compressed layer can be a big tree on the
         // layers volume), so the unpacking may write at most the rest of the quota.
         let unpack_budget = if public { u64::MAX } else { free - blob_bytes };
-        let prepared = {
-            let _core = images.unpacking.acquire().await.expect("the semaphore is never closed");
-            self.engine.prepare_image(key.clone(), layers, unpack_budget, tx).await
-        };
-        let _ = forward.await;
+        let events = events.clone();
+        let prepared = self
+            .prepare_root(images, &key, &image.layers, unpack_budget, move |e| {
+                let _ = events.send(match e {
+                    PrepareEvent::Unpacking { index, .. } => PullEvent::Unpacking { index },
+                    PrepareEvent::Unpacked { index, report } => PullEvent::Unpacked {
+                        index,
+                        cached: report.is_none(),
+                        dropped: report.map(|r| r.dropped).unwrap_or_default(),
+                    },
+                });
+            })
+            .await;
         let unpacked = prepared.map_err(|e| {
             let over = !public && e.to_string().contains("max_bytes");
             let hint = if over { " (over the tenant's --image-quota-mb once unpacked)" } else { "" };

@@ -241,23 +241,21 @@ impl ImageStore {
     /// Checks that `layer`'s blob decompresses to its diff id: from the marker a previous check or
     /// unpack left, else by decompressing and hashing it (no unpack).
     fn check_diff_id(&self, layer: &LayerBlob) -> io::Result<()> {
-        let marker = self.diff_marker(layer)?;
-        let got = match fs::read_to_string(&marker) {
-            Ok(d) if d == layer.diff_id => d,
-            // A marker that disagrees is trusted only after the blob is hashed again: a torn marker
-            // must not fail an image for good.
-            _ => {
-                let blob = File::open(&layer.path)?;
-                let mut hashed = HashingReader {
-                    inner: unpack::decompress(io::BufReader::with_capacity(1 << 20, blob))?,
-                    hash: Sha256::new(),
-                };
-                io::copy(&mut hashed, &mut io::sink())?;
-                let got = format!("sha256:{}", hex(&hashed.hash.finalize()));
-                write_marker(&marker, &got)?;
-                got
-            }
-        };
+        if fs::read_to_string(self.diff_marker(layer)?).is_ok_and(|d| d == layer.diff_id) {
+            return Ok(());
+        }
+        // No marker, or one that disagrees: hash the blob again (a torn marker must not fail an image
+        // for good).
+        self.settle_diff_id(layer, open_hashed(layer)?)
+    }
+
+    /// Reads what is left of `layer`'s uncompressed stream, remembers the diff id it hashes to, and
+    /// checks it against the one its image names.
+    fn settle_diff_id(&self, layer: &LayerBlob, mut hashed: HashingReader<Box<dyn Read>>) -> io::Result<()> {
+        // The tar may end before the stream does (padding): what follows counts towards the digest.
+        io::copy(&mut hashed, &mut io::sink())?;
+        let got = format!("sha256:{}", hex(&hashed.hash.finalize()));
+        write_marker(&self.diff_marker(layer)?, &got)?;
         if got != layer.diff_id {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -285,27 +283,10 @@ impl ImageStore {
         }
         let applied = (|| {
             let dir = tree::open_root(&tmp)?;
-            let blob = File::open(&layer.path)?;
-            let mut hashed = HashingReader {
-                inner: unpack::decompress(io::BufReader::with_capacity(1 << 20, blob))?,
-                hash: Sha256::new(),
-            };
+            let mut hashed = open_hashed(layer)?;
             let report = unpack::apply_layer(dir.as_fd(), &mut hashed, limits)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-            // The tar may end before the stream does (padding): what follows counts towards the digest.
-            io::copy(&mut hashed, &mut io::sink())?;
-            let got = format!("sha256:{}", hex(&hashed.hash.finalize()));
-            write_marker(&self.diff_marker(layer)?, &got)?;
-            if got != layer.diff_id {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "layer {} unpacks to {got}, not to the diff id {} its image names",
-                        layer.path.display(),
-                        layer.diff_id
-                    ),
-                ));
-            }
+            self.settle_diff_id(layer, hashed)?;
             match volume::snapshot(&tmp, path, true) {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 r => r?,
@@ -373,6 +354,12 @@ fn write_marker(path: &Path, diff_id: &str) -> io::Result<()> {
     f.sync_all()?;
     fs::rename(&tmp, path)?;
     File::open(path.parent().expect("markers live in a directory"))?.sync_all()
+}
+
+/// `layer`'s blob, decompressed, hashed as it is read.
+fn open_hashed(layer: &LayerBlob) -> io::Result<HashingReader<Box<dyn Read>>> {
+    let blob = File::open(&layer.path)?;
+    Ok(HashingReader { inner: unpack::decompress(io::BufReader::with_capacity(1 << 20, blob))?, hash: Sha256::new() })
 }
 
 struct HashingReader<R> {
