@@ -82,3 +82,82 @@ print("writable", flush=True)
     let r = copy.run(&["python3", "-c", check]).unwrap();
     assert_eq!(r.stdout, "deep 1000\nwritable\n", "{r:?}");
 }
+
+/// A tar header as real writers make it.
+fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_size(size);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(1_700_000_000);
+    h
+}
+
+/// A root filesystem of Debian's static busybox as `/bin/sh`, plus `extra` entries appended as given.
+fn busybox_layer(extra: impl FnOnce(&mut tar::Builder<Vec<u8>>)) -> Vec<u8> {
+    let busybox = fs::read("/bin/busybox").expect("Debian's busybox-static at /bin/busybox");
+    let mut b = tar::Builder::new(Vec::new());
+    b.append_data(&mut header(tar::EntryType::Directory, 0o755, 0), "bin", std::io::empty()).unwrap();
+    b.append_data(&mut header(tar::EntryType::Regular, 0o755, busybox.len() as u64), "bin/busybox", &busybox[..])
+        .unwrap();
+    b.append_link(&mut header(tar::EntryType::Symlink, 0o777, 0), "bin/sh", "busybox").unwrap();
+    extra(&mut b);
+    b.into_inner().unwrap()
+}
+
+/// An imported layer is the host's to unpack, as host root: one that links a name to a host directory
+/// and writes a file through it, or hard-links a host file, is refused naming the entry, with the host
+/// untouched; a device node is dropped, and a setuid-root file is owned on the host by an id nobody has.
+#[test]
+fn an_imported_layer_writes_nothing_through_its_links_and_gains_no_host_privilege() {
+    let victim = tempfile::Builder::new().prefix("sandlot-victim-").tempdir().expect("tempdir");
+    fs::write(victim.path().join("secret"), "host file\n").unwrap();
+    let server = Server::start();
+    let client = server.client();
+    let import = |name: &str, layer: Vec<u8>| {
+        client.import_image(std::io::Cursor::new(layer), Some(name), false).unwrap().wait()
+    };
+    let untouched = || {
+        let names: Vec<_> = fs::read_dir(victim.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["secret"], "the layer wrote into the host directory");
+        let m = fs::metadata(victim.path().join("secret")).unwrap();
+        assert_eq!((m.nlink(), fs::read_to_string(victim.path().join("secret")).unwrap().as_str()), (1, "host file\n"));
+    };
+
+    let through = busybox_layer(|b| {
+        b.append_link(&mut header(tar::EntryType::Symlink, 0o777, 0), "evil", victim.path()).unwrap();
+        b.append_data(&mut header(tar::EntryType::Regular, 0o644, 6), "evil/owned", &b"owned\n"[..]).unwrap();
+    });
+    let err = import("hostile:1", through).unwrap_err();
+    assert!(err.to_string().contains("evil/owned"), "the refusal names the entry: {err}");
+    untouched();
+    let linked = busybox_layer(|b| {
+        b.append_link(&mut header(tar::EntryType::Link, 0o644, 0), "stolen", victim.path().join("secret")).unwrap();
+    });
+    let err = import("hostile:2", linked).unwrap_err();
+    assert!(err.to_string().contains("stolen"), "the refusal names the entry: {err}");
+    untouched();
+
+    let privileged = busybox_layer(|b| {
+        b.append_data(&mut header(tar::EntryType::Regular, 0o4755, 4), "bin/suid", &b"#!x\n"[..]).unwrap();
+        let mut dev = header(tar::EntryType::Char, 0o666, 0);
+        dev.set_device_major(1).unwrap();
+        dev.set_device_minor(1).unwrap();
+        b.append_data(&mut dev, "mem", std::io::empty()).unwrap();
+    });
+    import("hostile:3", privileged).unwrap();
+    let sb = client
+        .create(&sandlot_client::api::CreateSandbox { image: Some("hostile:3".into()), ..Default::default() })
+        .unwrap();
+    let r = sh(&sb, User::Root, "test -e /mem && echo has-mem || echo no-mem; stat -c '%u %a' /bin/suid");
+    assert_eq!(r.stdout, "no-mem\n0 4755\n", "{r:?}");
+    // On the host the image's root is an id no host user and no sandbox slot has.
+    let chains = format!("/proc/{}/root{}/layers/images/chains", server.pid(), server.state_dir().display());
+    let owners: Vec<u32> = fs::read_dir(&chains)
+        .unwrap()
+        .map(|c| fs::symlink_metadata(c.unwrap().path().join("bin/suid")).unwrap().uid())
+        .collect();
+    assert_eq!(owners, [0x0FFF_0000], "the setuid file's owner on the host");
+}
