@@ -55,7 +55,9 @@ const HEADROOM_BYTES: u64 = 32 << 20;
 /// and 16 for its own threads and those of an exec or two. A fork bomb in `work` thus never starves
 /// the preview and file APIs; past these caps the supervisor answers "busy" instead of starting threads.
 pub const SUPERVISOR_PIDS: u64 = 2 * 64 + 16 + 16;
-pub(crate) const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
+/// `cpuacct` only accounts (the sandbox's CPU time, for metrics); mounted with `cpu` it shares its
+/// directory, which is then simply made and joined twice.
+pub(crate) const V1_CONTROLLERS: [&str; 5] = ["memory", "pids", "cpu", "cpuacct", "freezer"];
 
 /// Where sandbox cgroups are made.
 #[derive(Debug, Clone)]
@@ -70,6 +72,17 @@ pub enum Cgroups {
         /// `(controller, <mount>/<daemon cgroup>/sandlot)`.
         bases: Vec<(&'static str, PathBuf)>,
     },
+}
+
+/// A sandbox cgroup's use of CPU and memory at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CgroupUsage {
+    /// CPU time used since the cgroup was made, microseconds (`None`: no CPU accounting here).
+    pub cpu_usec: Option<u64>,
+    /// Memory charged now, page cache included, bytes.
+    pub memory_bytes: Option<u64>,
+    /// Of that, page cache, bytes.
+    pub cache_bytes: u64,
 }
 
 /// One sandbox's cgroup directories.
@@ -232,6 +245,46 @@ impl SandboxCgroup {
             .ok()
             .and_then(|s| s.lines().find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok())))
             .unwrap_or(0)
+    }
+
+    /// What the sandbox's processes (supervisor and commands) use now, read from the cgroup files of
+    /// either hierarchy: v2 `cpu.stat` / `memory.current` / `memory.stat`, v1 `cpuacct.usage` (when
+    /// cpuacct is mounted) / `memory.usage_in_bytes` / `memory.stat`. A figure the kernel
+    /// does not offer is `None` (or 0 for the page cache).
+    pub fn usage(&self) -> CgroupUsage {
+        let read = |p: PathBuf| fs::read_to_string(p).ok();
+        let stat_field = |text: Option<String>, key: &str| {
+            text.and_then(|t| {
+                t.lines().find_map(|l| {
+                    let (k, v) = l.split_once(' ')?;
+                    (k == key).then(|| v.trim().parse::<u64>().ok()).flatten()
+                })
+            })
+        };
+        if self.v2 {
+            let dir = &self.dirs[0].1;
+            let stat = read(dir.join("memory.stat"));
+            return CgroupUsage {
+                cpu_usec: stat_field(read(dir.join("cpu.stat")), "usage_usec"),
+                memory_bytes: read(dir.join("memory.current")).and_then(|s| s.trim().parse().ok()),
+                cache_bytes: stat_field(stat, "file").unwrap_or(0),
+            };
+        }
+        let dir_of = |ctrl: &str| self.dirs.iter().find(|(c, _)| *c == ctrl).map(|(_, d)| d.clone());
+        let cpu_usec = dir_of("cpuacct")
+            .and_then(|d| read(d.join("cpuacct.usage")))
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(|ns| ns / 1000);
+        let memory = dir_of("memory");
+        CgroupUsage {
+            cpu_usec,
+            memory_bytes: memory
+                .as_ref()
+                .and_then(|d| read(d.join("memory.usage_in_bytes")))
+                .and_then(|s| s.trim().parse().ok()),
+            // Hierarchical: the `sup` and `work` leaves count too.
+            cache_bytes: stat_field(memory.and_then(|d| read(d.join("memory.stat"))), "total_cache").unwrap_or(0),
+        }
     }
 
     /// Freezes (`true`) or thaws every process of the sandbox and waits until the kernel reports the

@@ -87,6 +87,17 @@ impl Ca {
         &self.cert_pem
     }
 
+    /// A server certificate for `names` (DNS names, wildcards allowed: `*.example.test`) signed by
+    /// this CA, chain first, with its fresh key: for a TLS listener of the daemon's own (the E2B
+    /// surface's `--e2b-tls-listen` when the admin gives no certificate).
+    pub fn issue(&self, names: &[String]) -> io::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+        let key = KeyPair::generate().map_err(other)?;
+        let params = CertificateParams::new(names.to_vec()).map_err(other)?;
+        let cert = params.signed_by(&key, &self.issuer).map_err(other)?;
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        Ok((vec![cert.der().clone(), self.cert_der.clone()], der))
+    }
+
     fn leaf(&self, host: &str) -> Option<Arc<CertifiedKey>> {
         let mut leaves = lock(&self.leaves);
         if let Some(k) = leaves.get(host) {

@@ -265,7 +265,7 @@ mod tests {
         checks.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no {name} in {checks:?}"))
     }
 
-    // This machine's: memory, pids, cpu, freezer on v1, an empty cgroup2 at /sys/fs/cgroup/unified.
+    // This machine's: memory, pids, cpu, cpuacct, freezer on v1, an empty cgroup2 at /sys/fs/cgroup/unified.
     const HYBRID_MOUNTINFO: &str = "\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
 32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
@@ -290,18 +290,20 @@ mod tests {
                 "/sys/fs/cgroup/memory/process_api/abc",
                 "/sys/fs/cgroup/pids",
                 "/sys/fs/cgroup/cpu",
+                "/sys/fs/cgroup/cpuacct",
                 "/sys/fs/cgroup/freezer",
             ],
         );
         let checks = cgroups(HYBRID_CGROUP, HYBRID_MOUNTINFO, 42, &fs);
         let mode = by_name(&checks, "cgroup-mode");
         assert_eq!(mode.verdict, Verdict::Ok);
-        assert!(mode.found.starts_with("v1 hybrid (memory, pids, cpu, freezer on v1"), "{mode:?}");
+        assert!(mode.found.starts_with("v1 hybrid (memory, pids, cpu, cpuacct, freezer on v1"), "{mode:?}");
         assert_eq!(by_name(&checks, "cgroup-controllers").verdict, Verdict::Ok);
         let placement = by_name(&checks, "cgroup-placement");
         assert_eq!(placement.verdict, Verdict::Ok, "{placement:?}");
         assert!(
-            placement.found.contains("/process_api/abc (memory)") && placement.found.contains("/ (pids, cpu, freezer)")
+            placement.found.contains("/process_api/abc (memory)")
+                && placement.found.contains("/ (pids, cpu, cpuacct, freezer)")
         );
     }
 

@@ -173,7 +173,7 @@ pub fn mounts() -> Vec<Mount> {
 }
 
 /// Controllers the daemon uses on a v1 (or hybrid) host; mirrors `sandlot_linux::cgroup`.
-pub const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "freezer"];
+pub const V1_CONTROLLERS: [&str; 5] = ["memory", "pids", "cpu", "cpuacct", "freezer"];
 
 /// The cgroup directories of a process whose `/proc/<pid>/cgroup` reads `own`: `(controller, dir)` for
 /// each v1 controller the daemon uses or, when none is mounted (a pure v2 host), `("unified", dir)`.
