@@ -13,8 +13,9 @@ use std::io::{self, Read, Write};
 use serde::{Deserialize, Serialize};
 
 /// Protocol version, sent by the supervisor in [`Event::Ready`]. 2: `Done` carries a typed
-/// [`FileAnswer`] instead of free-form JSON.
-pub const VERSION: u32 = 2;
+/// [`FileAnswer`] instead of free-form JSON. 3: processes on a pty ([`Spawn::pty`], [`Request::Resize`])
+/// and directory watches ([`Request::Watch`]).
+pub const VERSION: u32 = 3;
 /// Largest header accepted (argv and env of a spawn live here).
 pub const MAX_HEADER: usize = 4 << 20;
 /// Largest payload per frame; bulk data is split into frames of at most this size.
@@ -54,6 +55,33 @@ pub enum Request {
         proc: u64,
         /// Signal number.
         signal: i32,
+    },
+    /// New terminal size for a process started with [`Spawn::pty`] (the kernel sends SIGWINCH to its
+    /// foreground process group). Ignored for a process without a pty or one that has ended.
+    Resize {
+        /// Process handle (the API's pid), not a kernel pid.
+        proc: u64,
+        /// Rows.
+        rows: u16,
+        /// Columns.
+        cols: u16,
+    },
+    /// Start watching a directory; answered by [`Event::Watching`] or [`Event::WatchFailed`], then
+    /// [`Event::WatchEvent`]s until [`Request::Unwatch`].
+    Watch {
+        /// Watch id chosen by the daemon.
+        id: u64,
+        /// Sandbox uid the directory is resolved and read as.
+        uid: u32,
+        /// Absolute path of the directory.
+        path: String,
+        /// Watch the subdirectories too, those created later included.
+        recursive: bool,
+    },
+    /// Stop a watch (its inotify descriptor is closed; no event follows [`Event::WatchEnded`]).
+    Unwatch {
+        /// Watch id.
+        id: u64,
     },
     /// A file-system operation; answered by [`Event::Done`], [`Event::Failed`] or data frames.
     File {
@@ -126,8 +154,23 @@ pub struct Spawn {
     pub gid: Option<u32>,
     /// Wall-clock limit; the group is killed with SIGKILL when it passes.
     pub timeout_ms: Option<u64>,
-    /// Keep standard input open for [`Request::Stdin`] (else it reads from /dev/null).
+    /// Keep standard input open for [`Request::Stdin`] (else it reads from /dev/null). With `pty`,
+    /// `false` means writes are refused; the terminal itself is always the process's stdin.
     pub stdin: bool,
+    /// Run on a new pseudo-terminal of this size: the process leads a new session with the terminal as
+    /// its controlling terminal and its stdin, stdout and stderr; its output is the terminal's, sent
+    /// as stdout (`fd` 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtySize>,
+}
+
+/// Size of a pseudo-terminal.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PtySize {
+    /// Rows.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
 }
 
 /// File operations performed by the supervisor inside the sandbox's own view.
@@ -243,6 +286,36 @@ pub enum Event {
         proc: u64,
         /// Why, for the API caller.
         message: String,
+    },
+    /// A `Watch` is in place; its events follow.
+    Watching {
+        /// Watch id.
+        id: u64,
+    },
+    /// A `Watch` could not be set up (missing path, not a directory, no permission, too many watches).
+    WatchFailed {
+        /// Watch id.
+        id: u64,
+        /// Category.
+        kind: FileErrorKind,
+        /// Why (paths are the sandbox's own).
+        message: String,
+    },
+    /// Something changed below a watched directory.
+    WatchEvent {
+        /// Watch id.
+        id: u64,
+        /// What happened.
+        kind: WatchKind,
+        /// Absolute path inside the sandbox of the entry it happened to (the watched directory for
+        /// `overflow`).
+        path: String,
+    },
+    /// A watch ended on the supervisor's side (after `Unwatch`, or because the watched directory went
+    /// away); nothing more comes for `id`.
+    WatchEnded {
+        /// Watch id.
+        id: u64,
     },
     /// Bytes of a file read or tar download, in the payload.
     Chunk {
@@ -371,6 +444,28 @@ pub enum FileKind {
     Symlink,
     /// Device, socket or FIFO.
     Other,
+}
+
+/// Kinds of change a watch reports.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchKind {
+    /// An entry was created (or moved in from outside the watched tree).
+    Create,
+    /// A file opened for writing was closed (IN_CLOSE_WRITE): one event per finished write, not one
+    /// per `write(2)`.
+    Write,
+    /// An entry was removed (or moved out of the watched tree).
+    Remove,
+    /// An entry was renamed away from this path (the `rename_to` with the new path follows).
+    RenameFrom,
+    /// An entry was renamed to this path.
+    RenameTo,
+    /// Permissions, ownership or timestamps changed (IN_ATTRIB).
+    Chmod,
+    /// Events were lost (the kernel's queue overflowed, or the supervisor or the daemon could not keep
+    /// up with a reader that does not read); what changed meanwhile is unknown.
+    Overflow,
 }
 
 /// How a process ended, as the supervisor saw it.

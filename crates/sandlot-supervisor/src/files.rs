@@ -91,17 +91,17 @@ impl Uploads {
 
 /// An operation failure, as reported to the daemon.
 #[derive(Debug)]
-struct OpError {
-    kind: FileErrorKind,
-    message: String,
+pub(crate) struct OpError {
+    pub(crate) kind: FileErrorKind,
+    pub(crate) message: String,
 }
 
 impl OpError {
-    fn new(kind: FileErrorKind, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: FileErrorKind, message: impl Into<String>) -> Self {
         OpError { kind, message: message.into() }
     }
 
-    fn io(path: &Path, e: io::Error) -> Self {
+    pub(crate) fn io(path: &Path, e: io::Error) -> Self {
         let kind = match e.raw_os_error() {
             Some(libc::ENOENT) => FileErrorKind::NotFound,
             Some(libc::EACCES | libc::EPERM | libc::EROFS) => FileErrorKind::PermissionDenied,
@@ -163,7 +163,7 @@ pub(crate) fn start(out: &Outbox, uploads: &Uploads, credits: &Credits, req: u64
     }
 }
 
-fn become_user(uid: u32) -> Result<(), OpError> {
+pub(crate) fn become_user(uid: u32) -> Result<(), OpError> {
     // SAFETY: setfsgid/setfsuid change only this thread's filesystem credentials.
     unsafe {
         libc::syscall(libc::SYS_setfsgid, uid);
@@ -177,7 +177,7 @@ fn become_user(uid: u32) -> Result<(), OpError> {
         .map_err(|e| OpError::new(FileErrorKind::Other, format!("cannot drop to the capabilities of uid {uid}: {e}")))
 }
 
-fn checked_path(p: &str) -> Result<PathBuf, OpError> {
+pub(crate) fn checked_path(p: &str) -> Result<PathBuf, OpError> {
     let path = Path::new(p);
     if !path.is_absolute() {
         return Err(OpError::new(FileErrorKind::Invalid, format!("{p}: path must be absolute")));
@@ -216,7 +216,7 @@ fn run(
     }
 }
 
-fn cstring(path: &Path) -> Result<CString, OpError> {
+pub(crate) fn cstring(path: &Path) -> Result<CString, OpError> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| OpError::new(FileErrorKind::Invalid, format!("{}: path contains NUL", path.display())))
 }

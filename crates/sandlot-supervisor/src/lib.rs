@@ -7,7 +7,7 @@
 //! user's fsuid, so a planted symlink or `..` can only ever reach the sandbox's own files.
 //!
 //! It holds no host secret and trusts nothing from the workload. Its threads: one reads requests, one reaps
-//! children, one per output pipe, one per file operation; all writes to the socket go through
+//! children, one per output pipe or pty, one per file operation, one per directory watch; all writes to the socket go through
 //! `Outbox`, which writes whole frames under a lock.
 //!
 //! Pid 1 must never die from load: its death ends the sandbox. Every thread is started with
@@ -22,7 +22,9 @@ mod files;
 mod harden;
 mod ports;
 mod process;
+mod pty;
 pub mod seccomp;
+mod watch;
 
 use std::io::{self, BufReader, Write};
 use std::os::fd::FromRawFd;
@@ -177,6 +179,7 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
     let uploads = files::Uploads::new(opts.max_file_bytes);
     let credits = credit::Credits::default();
     let ports = ports::Ports::new(credits.clone());
+    let watches = watch::Watches::default();
 
     outbox.send(&Event::Ready { version: sandlot_protocol::VERSION }, &[]);
     let mut reader = BufReader::with_capacity(256 << 10, sock);
@@ -190,6 +193,9 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
             Request::Spawn(spawn) => procs.spawn(spawn),
             Request::Stdin { proc, eof } => procs.stdin(proc, &frame.payload, eof),
             Request::Signal { proc, signal } => procs.signal(proc, signal),
+            Request::Resize { proc, rows, cols } => procs.resize(proc, sandlot_protocol::PtySize { rows, cols }),
+            Request::Watch { id, uid, path, recursive } => watches.start(&outbox, id, uid, path, recursive),
+            Request::Unwatch { id } => watches.stop(id),
             Request::File { req, uid, op } => files::start(&outbox, &uploads, &credits, req, uid, op),
             Request::Data { req } => uploads.data(req, frame.payload),
             Request::End { req } => uploads.end(req),

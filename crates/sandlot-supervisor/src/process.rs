@@ -3,15 +3,16 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sandlot_protocol::{Event, Spawn, Termination, MAX_PAYLOAD};
+use sandlot_protocol::{Event, PtySize, Spawn, Termination, MAX_PAYLOAD};
 
 use crate::harden::Hardening;
 use crate::{lock, spawn_thread, wait, Outbox, ThreadError};
@@ -31,6 +32,11 @@ const MAX_STDIN_QUEUED_TOTAL: usize = 24 << 20;
 struct Proc {
     pid: i32,
     stdin: Option<StdinQueue>,
+    /// The pty master of a process started with one (for resizes; the reader holds its own).
+    pty: Option<Arc<OwnedFd>>,
+    /// Set when the exit is reported: a pty reader stops then (dropping its master, which hangs up
+    /// the terminal for whatever still holds it), as no later output of the handle is sent.
+    reported: Arc<AtomicBool>,
     exit: Option<Termination>,
     open_pipes: u8,
     timed_out: bool,
@@ -225,6 +231,7 @@ impl Table {
         let done = matches!(inner.by_handle.get(&handle), Some(p) if p.exit.is_some() && p.open_pipes == 0);
         if done {
             let p = inner.by_handle.remove(&handle).expect("checked above");
+            p.reported.store(true, Ordering::SeqCst);
             self.out.send(&Event::Exited { proc: handle, end: p.exit.expect("checked above") }, &[]);
         }
     }
@@ -243,22 +250,71 @@ impl Table {
             self.out.send(&Event::SpawnFailed { proc: handle, message: "cwd contains NUL".into() }, &[]);
             return;
         };
-        let mut cmd = Command::new(&s.argv[0]);
-        cmd.args(&s.argv[1..])
-            .env_clear()
-            .envs(s.env.iter().map(|(k, v)| (k, v)))
-            .stdin(if s.stdin { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Own process group, so a timeout or kill reaches everything the command started.
-            .process_group(0);
-        let hardening = Arc::clone(&self.hardening);
         let (uid, gid) = (s.uid, s.gid.unwrap_or(s.uid));
-        // SAFETY: `apply` only makes raw syscalls on data prepared before the fork.
-        unsafe {
-            cmd.pre_exec(move || hardening.apply(uid, gid, &cwd));
+        let pty = match s.pty.map(|size| crate::pty::open(size, uid, gid)).transpose() {
+            Ok(pty) => pty,
+            Err(e) => {
+                drop(inner);
+                let message = format!("cannot open a pseudo-terminal in the sandbox: {e}");
+                self.out.send(&Event::SpawnFailed { proc: handle, message }, &[]);
+                return;
+            }
+        };
+        let mut cmd = Command::new(&s.argv[0]);
+        cmd.args(&s.argv[1..]).env_clear().envs(s.env.iter().map(|(k, v)| (k, v)));
+        // Descriptors of a pty process: three copies of the slave for its stdio, the master for the
+        // reader, and one for the stdin writer; made before the fork, so a failure (EMFILE) is this
+        // spawn's error and nothing has run.
+        let pty_fds = pty
+            .as_ref()
+            .map(|(master, slave)| -> io::Result<_> {
+                let stdio = || slave.try_clone().map(Stdio::from);
+                let writer = if s.stdin { Some(std::fs::File::from(master.try_clone()?)) } else { None };
+                Ok(((stdio()?, stdio()?, stdio()?), Arc::new(master.try_clone()?), writer))
+            })
+            .transpose();
+        let (slave_stdio, master) = match pty_fds {
+            Ok(Some((stdio, master, writer))) => (Some(stdio), Some((master, writer))),
+            Ok(None) => (None, None),
+            Err(e) => {
+                drop(inner);
+                let message = format!("cannot set up the pseudo-terminal: {e}");
+                self.out.send(&Event::SpawnFailed { proc: handle, message }, &[]);
+                return;
+            }
+        };
+        let hardening = Arc::clone(&self.hardening);
+        match slave_stdio {
+            Some((i, o, e)) => {
+                // A new session instead of a new process group: its group id is still the pid, so
+                // signals and timeouts reach the group as for any process.
+                cmd.stdin(i).stdout(o).stderr(e);
+                // SAFETY: both closures only make raw syscalls on data prepared before the fork.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        crate::pty::become_session_leader()?;
+                        hardening.apply(uid, gid, &cwd)
+                    });
+                }
+            }
+            None => {
+                cmd.stdin(if s.stdin { Stdio::piped() } else { Stdio::null() })
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    // Own process group, so a timeout or kill reaches everything the command started.
+                    .process_group(0);
+                // SAFETY: `apply` only makes raw syscalls on data prepared before the fork.
+                unsafe {
+                    cmd.pre_exec(move || hardening.apply(uid, gid, &cwd));
+                }
+            }
         }
-        let mut child = match cmd.spawn() {
+        let spawned = cmd.spawn();
+        // The supervisor's copies of the slave go now: the terminal hangs up once the process (and
+        // whatever it left holding the slave) closes it.
+        drop(cmd);
+        drop(pty);
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 drop(inner);
@@ -268,32 +324,44 @@ impl Table {
             }
         };
         let pid = child.id() as i32;
-        let (stdout, stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+        let reported = Arc::new(AtomicBool::new(false));
         // The readers may start before Started is sent: they take the table's lock (held here) before
         // they send anything, and find the handle only once it is recorded. The timer comes last, so
         // nothing can fail after it is armed.
-        let threads = self
-            .start_reader(handle, 1, stdout)
-            .and_then(|()| self.start_reader(handle, 2, stderr))
-            .and_then(|()| child.stdin.take().map(|w| start_stdin_writer(w, &self.stdin_queued)).transpose())
-            .and_then(|stdin| {
-                let timer = s.timeout_ms.map(|ms| self.start_timer(handle, pid, Duration::from_millis(ms)));
-                Ok((stdin, timer.transpose()?))
-            });
-        let (stdin, timer) = match threads {
+        let threads = match master {
+            Some((master, writer)) => self
+                .start_pty_reader(handle, Arc::clone(&master), Arc::clone(&reported))
+                .and_then(|()| writer.map(|w| start_stdin_writer(w, &self.stdin_queued)).transpose())
+                .map(|stdin| (stdin, Some(master), 1)),
+            None => {
+                let (stdout, stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+                self.start_reader(handle, 1, stdout)
+                    .and_then(|()| self.start_reader(handle, 2, stderr))
+                    .and_then(|()| child.stdin.take().map(|w| start_stdin_writer(w, &self.stdin_queued)).transpose())
+                    .map(|stdin| (stdin, None, 2))
+            }
+        }
+        .and_then(|(stdin, pty, pipes)| {
+            let timer = s.timeout_ms.map(|ms| self.start_timer(handle, pid, Duration::from_millis(ms)));
+            Ok((stdin, pty, pipes, timer.transpose()?))
+        });
+        let (stdin, pty, open_pipes, timer) = match threads {
             Ok(t) => t,
             Err(e) => {
                 // The command never gets to run unwatched: kill its group; the reaper reaps it as an
                 // orphan, and readers already started find no handle and end at EOF.
-                // SAFETY: plain syscall; the group id equals the child's pid (process_group(0)).
+                // SAFETY: plain syscall; the group id equals the child's pid (process_group(0) or setsid).
                 unsafe { libc::kill(-pid, libc::SIGKILL) };
+                reported.store(true, Ordering::SeqCst);
                 drop(inner);
                 self.out.send(&Event::SpawnFailed { proc: handle, message: e.to_string() }, &[]);
                 return;
             }
         };
         inner.by_pid.insert(pid, handle);
-        inner.by_handle.insert(handle, Proc { pid, stdin, exit: None, open_pipes: 2, timed_out: false, timer });
+        inner
+            .by_handle
+            .insert(handle, Proc { pid, stdin, pty, reported, exit: None, open_pipes, timed_out: false, timer });
         // Started goes out before any output: the pipe readers wait for the lock held until after it.
         self.out.send(&Event::Started { proc: handle, pid }, &[]);
         drop(inner);
@@ -317,6 +385,49 @@ impl Table {
                     continue;
                 }
                 table.out.send(&Event::Output { proc: handle, fd }, &buf[..n]);
+                drop(inner);
+            }
+            let mut inner = table.lock();
+            if let Some(p) = inner.by_handle.get_mut(&handle) {
+                p.open_pipes = p.open_pipes.saturating_sub(1);
+            }
+            table.finish_locked(&mut inner, handle);
+        })
+    }
+
+    /// Relays a pty master as the process's stdout. Polls rather than blocking in `read`, so it can stop
+    /// once the exit is reported even while a leftover process holds the terminal open: the master
+    /// then closes and the terminal hangs up. A read error is the end: EIO once every holder of the
+    /// slave has closed it (after the bytes still buffered have been read).
+    fn start_pty_reader(
+        &self,
+        handle: u64,
+        master: Arc<OwnedFd>,
+        reported: Arc<AtomicBool>,
+    ) -> Result<(), ThreadError> {
+        let table = self.clone();
+        spawn_thread("pty", move || {
+            let mut buf = vec![0u8; MAX_PAYLOAD];
+            while !reported.load(Ordering::SeqCst) {
+                let mut pfd = libc::pollfd { fd: master.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                // SAFETY: poll on one valid pollfd.
+                let ready = unsafe { libc::poll(&mut pfd, 1, 100) };
+                if ready == 0 || (ready < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted) {
+                    continue;
+                }
+                // SAFETY: read into a buffer of the length given, from a valid fd.
+                let n = unsafe { libc::read(master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                if n <= 0 {
+                    break;
+                }
+                let inner = table.lock();
+                if !inner.by_handle.contains_key(&handle) {
+                    continue;
+                }
+                table.out.send(&Event::Output { proc: handle, fd: 1 }, &buf[..n as usize]);
                 drop(inner);
             }
             let mut inner = table.lock();
@@ -388,6 +499,15 @@ impl Table {
         }
     }
 
+    /// Resizes the terminal of a pty process; nothing for another (the daemon refuses those itself).
+    pub(crate) fn resize(&self, handle: u64, size: PtySize) {
+        let inner = self.lock();
+        if let Some(master) = inner.by_handle.get(&handle).and_then(|p| p.pty.as_ref()) {
+            // A failure (the terminal hung up) leaves nothing to resize.
+            let _ = crate::pty::resize(master, size);
+        }
+    }
+
     pub(crate) fn signal(&self, handle: u64, signal: i32) {
         let inner = self.lock();
         if let Some(p) = inner.by_handle.get(&handle) {
@@ -400,7 +520,7 @@ impl Table {
 }
 
 /// Feeds a child's stdin from its own thread, so a child that never reads cannot stall the control loop.
-fn start_stdin_writer(mut w: std::process::ChildStdin, total: &Arc<AtomicUsize>) -> Result<StdinQueue, ThreadError> {
+fn start_stdin_writer(mut w: impl Write + Send + 'static, total: &Arc<AtomicUsize>) -> Result<StdinQueue, ThreadError> {
     let q = StdinQueue(Arc::default(), Arc::clone(total));
     let theirs = q.clone();
     spawn_thread("stdin", move || {

@@ -1,0 +1,431 @@
+//! Directory watches: inotify, on a thread of pid 1 per watch, as the requesting user.
+//!
+//! The thread takes the user's fsuid and capabilities first (as a file operation does), so a watch
+//! reaches only directories the user may read; paths resolve in the sandbox's own root, and no
+//! watch follows a symlink (`IN_DONT_FOLLOW`, and a walk that descends only into real directories).
+//! The inotify descriptor stays in pid 1; the daemon sees events only.
+//!
+//! Bounded: at most [`MAX_WATCH_STREAMS`] watches at once and [`MAX_INOTIFY_WATCHES`] inotify
+//! watches (one per directory) for the whole sandbox. Nothing is queued here: a thread blocked on a
+//! slow control socket leaves the events in the kernel's inotify queue, whose overflow
+//! (`IN_Q_OVERFLOW`) is reported as an `overflow` event, as is a new subdirectory that could not be
+//! watched for lack of room.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use sandlot_protocol::{Event, FileErrorKind, WatchKind};
+
+use crate::files::{become_user, checked_path, cstring, OpError};
+use crate::{lock, spawn_thread, Outbox, Permit};
+
+/// Watches running at once in one sandbox (each is a thread of pid 1).
+pub(crate) const MAX_WATCH_STREAMS: usize = 8;
+/// Directories watched at once in one sandbox, over all its watches (each costs kernel memory,
+/// charged to the sandbox's user namespace, whose own inotify limits also apply).
+pub(crate) const MAX_INOTIFY_WATCHES: usize = 10_000;
+
+/// What an inotify watch reports. Writes are `IN_CLOSE_WRITE` (a finished write, not each
+/// `write(2)`): a watcher wants to know when a file is ready, and a busy log would otherwise flood.
+const MASK: u32 = libc::IN_CREATE
+    | libc::IN_CLOSE_WRITE
+    | libc::IN_DELETE
+    | libc::IN_MOVED_FROM
+    | libc::IN_MOVED_TO
+    | libc::IN_ATTRIB
+    | libc::IN_DELETE_SELF
+    | libc::IN_ONLYDIR
+    | libc::IN_DONT_FOLLOW
+    | libc::IN_EXCL_UNLINK;
+
+/// The sandbox's watches, keyed by the daemon's watch id.
+#[derive(Clone, Default)]
+pub(crate) struct Watches {
+    stops: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>>,
+    streams: Arc<AtomicUsize>,
+    /// Inotify watches held by all watches.
+    dirs: Arc<AtomicUsize>,
+}
+
+impl Watches {
+    /// Starts watch `id` of `path` as `uid`; answered by `Watching` or `WatchFailed`.
+    pub(crate) fn start(&self, out: &Outbox, id: u64, uid: u32, path: String, recursive: bool) {
+        let fail = |kind, message: String| out.send(&Event::WatchFailed { id, kind, message }, &[]);
+        let Some(permit) = Permit::take(&self.streams, MAX_WATCH_STREAMS) else {
+            fail(
+                FileErrorKind::Busy,
+                format!("the sandbox already runs {MAX_WATCH_STREAMS} watches (the limit per sandbox); stop one first"),
+            );
+            return;
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        {
+            let mut stops = lock(&self.stops);
+            if stops.contains_key(&id) {
+                drop(stops);
+                fail(FileErrorKind::Invalid, format!("watch id {id} is in use"));
+                return;
+            }
+            stops.insert(id, Arc::clone(&stop));
+        }
+        let (watches, out2) = (self.clone(), out.clone());
+        let started = spawn_thread("watch", move || {
+            let _permit = permit;
+            let setup = become_user(uid).and_then(|()| {
+                Watcher::new(id, &out2, Arc::clone(&watches.dirs), &checked_path(&path)?, recursive, stop)
+            });
+            match setup {
+                Ok(mut w) => {
+                    out2.send(&Event::Watching { id }, &[]);
+                    w.run();
+                    drop(w);
+                    out2.send(&Event::WatchEnded { id }, &[]);
+                }
+                Err(e) => out2.send(&Event::WatchFailed { id, kind: e.kind, message: e.message }, &[]),
+            }
+            lock(&watches.stops).remove(&id);
+        });
+        if let Err(e) = started {
+            lock(&self.stops).remove(&id);
+            fail(FileErrorKind::Busy, e.to_string());
+        }
+    }
+
+    /// Stops watch `id` (its thread sees the flag within its poll interval).
+    pub(crate) fn stop(&self, id: u64) {
+        if let Some(stop) = lock(&self.stops).get(&id) {
+            stop.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// One watch: its inotify descriptor and the directory of each inotify watch.
+struct Watcher {
+    id: u64,
+    out: Outbox,
+    fd: OwnedFd,
+    recursive: bool,
+    root: PathBuf,
+    root_wd: i32,
+    dirs: HashMap<i32, PathBuf>,
+    /// The sandbox-wide count of inotify watches, this watcher's `dirs.len()` included.
+    budget: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+/// A raw inotify event.
+struct Raw {
+    wd: i32,
+    mask: u32,
+    cookie: u32,
+    name: Vec<u8>,
+}
+
+/// Splits a buffer of inotify events.
+fn parse(mut buf: &[u8]) -> Vec<Raw> {
+    let mut events = Vec::new();
+    const HEAD: usize = 16;
+    while buf.len() >= HEAD {
+        let word = |i: usize| u32::from_ne_bytes(buf[i..i + 4].try_into().expect("4 bytes"));
+        let (wd, mask, cookie, len) = (word(0) as i32, word(4), word(8), word(12) as usize);
+        let Some(name) = buf.get(HEAD..HEAD + len) else { break };
+        let name = name.split(|b| *b == 0).next().unwrap_or_default().to_vec();
+        events.push(Raw { wd, mask, cookie, name });
+        buf = &buf[HEAD + len..];
+    }
+    events
+}
+
+/// The kind a change is reported as; `None` for what is not reported (a watched directory's own
+/// deletion, reported by its parent, and `IN_IGNORED`).
+fn kind_of(mask: u32) -> Option<WatchKind> {
+    Some(if mask & libc::IN_Q_OVERFLOW != 0 {
+        WatchKind::Overflow
+    } else if mask & libc::IN_CREATE != 0 {
+        WatchKind::Create
+    } else if mask & libc::IN_CLOSE_WRITE != 0 {
+        WatchKind::Write
+    } else if mask & libc::IN_DELETE != 0 {
+        WatchKind::Remove
+    } else if mask & libc::IN_MOVED_FROM != 0 {
+        WatchKind::RenameFrom
+    } else if mask & libc::IN_MOVED_TO != 0 {
+        WatchKind::RenameTo
+    } else if mask & libc::IN_ATTRIB != 0 {
+        WatchKind::Chmod
+    } else {
+        return None;
+    })
+}
+
+impl Watcher {
+    fn new(
+        id: u64,
+        out: &Outbox,
+        budget: Arc<AtomicUsize>,
+        path: &Path,
+        recursive: bool,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Self, OpError> {
+        let meta = std::fs::symlink_metadata(path).map_err(|e| OpError::io(path, e))?;
+        if !meta.is_dir() {
+            return Err(OpError::new(
+                FileErrorKind::Invalid,
+                format!(
+                    "{}: not a directory; a watch is on a directory (watch its parent for one file)",
+                    path.display()
+                ),
+            ));
+        }
+        // SAFETY: plain syscall; the result is checked before it is owned.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if fd < 0 {
+            return Err(OpError::new(
+                FileErrorKind::Busy,
+                format!("cannot create an inotify instance: {}", io::Error::last_os_error()),
+            ));
+        }
+        let mut w = Watcher {
+            id,
+            out: out.clone(),
+            // SAFETY: just created, owned by nothing else.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            recursive,
+            root: path.to_path_buf(),
+            root_wd: -1,
+            dirs: HashMap::new(),
+            budget,
+            stop,
+        };
+        w.root_wd = w.add(path)?;
+        if recursive && !w.add_below(path, false) {
+            return Err(OpError::new(
+                FileErrorKind::TooLarge,
+                format!(
+                    "{} holds more directories than the {MAX_INOTIFY_WATCHES} the sandbox may watch at once; \
+                     watch a smaller tree, or without recursive",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(w)
+    }
+
+    /// Adds an inotify watch on directory `dir`; its watch descriptor.
+    fn add(&mut self, dir: &Path) -> Result<i32, OpError> {
+        if self.budget.fetch_add(1, Ordering::SeqCst) >= MAX_INOTIFY_WATCHES {
+            self.budget.fetch_sub(1, Ordering::SeqCst);
+            return Err(OpError::new(
+                FileErrorKind::TooLarge,
+                format!("the sandbox watches {MAX_INOTIFY_WATCHES} directories (its limit)"),
+            ));
+        }
+        let c = cstring(dir)?;
+        // SAFETY: a valid fd and NUL-terminated path.
+        let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), MASK) };
+        if wd < 0 {
+            self.budget.fetch_sub(1, Ordering::SeqCst);
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::ENOSPC) => OpError::new(
+                    FileErrorKind::TooLarge,
+                    format!("{}: the kernel's inotify watch limit for the sandbox is reached", dir.display()),
+                ),
+                _ => OpError::io(dir, e),
+            });
+        }
+        // The same directory twice (a bind mount, a rename race) gives the same wd: count it once.
+        if self.dirs.insert(wd, dir.to_path_buf()).is_some() {
+            self.budget.fetch_sub(1, Ordering::SeqCst);
+        }
+        Ok(wd)
+    }
+
+    /// Watches every directory below `top` (iteratively: depth costs no stack). With `report`, each
+    /// entry found is sent as `create` (a directory just created may have been filled before its
+    /// watch was in place). `false` when the watch budget ran out.
+    fn add_below(&mut self, top: &Path, report: bool) -> bool {
+        let mut todo = vec![top.to_path_buf()];
+        while let Some(dir) = todo.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if report {
+                    self.send(WatchKind::Create, &path);
+                }
+                // The entry's own type (d_type or lstat): a symlink to a directory is not descended.
+                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                match self.add(&path) {
+                    Ok(_) => todo.push(path),
+                    Err(e) if e.kind == FileErrorKind::TooLarge => return false,
+                    // Gone meanwhile, or not readable by this user: nothing to watch there.
+                    Err(_) => {}
+                }
+            }
+        }
+        true
+    }
+
+    fn send(&self, kind: WatchKind, path: &Path) {
+        let path = path.to_string_lossy().into_owned();
+        self.out.send(&Event::WatchEvent { id: self.id, kind, path }, &[]);
+    }
+
+    /// Relays events until stopped or the watched directory goes away.
+    fn run(&mut self) {
+        let mut buf = vec![0u8; 64 << 10];
+        while !self.stop.load(Ordering::SeqCst) {
+            let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: poll on one valid pollfd.
+            if unsafe { libc::poll(&mut pfd, 1, 100) } <= 0 {
+                continue;
+            }
+            // SAFETY: read into a buffer of the given length from a valid fd.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                continue;
+            }
+            if !self.handle(parse(&buf[..n as usize])) {
+                return;
+            }
+        }
+    }
+
+    /// Reports one batch of events; `false` once the watched directory itself is gone.
+    fn handle(&mut self, batch: Vec<Raw>) -> bool {
+        // A directory renamed within the tree keeps its watch: its path is updated when the
+        // `moved_to` of the same cookie comes; one moved out of the tree loses its watches.
+        let mut moved_dirs: HashMap<u32, PathBuf> = HashMap::new();
+        for ev in batch {
+            if ev.mask & libc::IN_Q_OVERFLOW != 0 {
+                let root = self.root.clone();
+                self.send(WatchKind::Overflow, &root);
+                continue;
+            }
+            if ev.mask & libc::IN_IGNORED != 0 {
+                if self.dirs.remove(&ev.wd).is_some() {
+                    self.budget.fetch_sub(1, Ordering::SeqCst);
+                }
+                if ev.wd == self.root_wd {
+                    return false;
+                }
+                continue;
+            }
+            let Some(dir) = self.dirs.get(&ev.wd) else { continue };
+            let path = if ev.name.is_empty() { dir.clone() } else { dir.join(OsStr::from_bytes(&ev.name)) };
+            let is_dir = ev.mask & libc::IN_ISDIR != 0;
+            if let Some(kind) = kind_of(ev.mask) {
+                self.send(kind, &path);
+            }
+            if !(self.recursive && is_dir) {
+                continue;
+            }
+            if ev.mask & libc::IN_MOVED_FROM != 0 {
+                moved_dirs.insert(ev.cookie, path);
+            } else if ev.mask & libc::IN_MOVED_TO != 0 {
+                match moved_dirs.remove(&ev.cookie) {
+                    Some(from) => self.rename_dirs(&from, &path),
+                    None => self.add_new_dir(&path),
+                }
+            } else if ev.mask & libc::IN_CREATE != 0 {
+                self.add_new_dir(&path);
+            }
+        }
+        for gone in moved_dirs.into_values() {
+            self.unwatch_below(&gone);
+        }
+        true
+    }
+
+    /// Watches a directory that appeared in the tree, and what it already holds.
+    fn add_new_dir(&mut self, path: &Path) {
+        let added = match self.add(path) {
+            Ok(_) => self.add_below(path, true),
+            Err(e) => e.kind != FileErrorKind::TooLarge,
+        };
+        if !added {
+            // What happens below it from now on cannot be seen: say so rather than go quiet.
+            self.send(WatchKind::Overflow, path);
+        }
+    }
+
+    fn rename_dirs(&mut self, from: &Path, to: &Path) {
+        for dir in self.dirs.values_mut() {
+            if let Ok(rest) = dir.strip_prefix(from) {
+                *dir = to.join(rest);
+            }
+        }
+    }
+
+    /// Forgets the watches of a directory moved out of the tree, at once: events already queued for
+    /// them would carry paths that are no longer where the files are, so they are dropped (their
+    /// watch descriptors are unknown from here on). A rename whose two halves fell into two reads is
+    /// taken for a move out and back in: the directory is watched again, and its entries reported as
+    /// created, so nothing is missed.
+    fn unwatch_below(&mut self, top: &Path) {
+        let wds: Vec<i32> = self.dirs.iter().filter(|(_, d)| d.starts_with(top)).map(|(wd, _)| *wd).collect();
+        for wd in wds {
+            self.dirs.remove(&wd);
+            self.budget.fetch_sub(1, Ordering::SeqCst);
+            // SAFETY: plain syscall on a valid fd.
+            unsafe { libc::inotify_rm_watch(self.fd.as_raw_fd(), wd) };
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        // Closing the descriptor removes every watch it holds.
+        self.budget.fetch_sub(self.dirs.len(), Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(wd: i32, mask: u32, cookie: u32, name: &[u8], pad: usize) -> Vec<u8> {
+        let mut b = Vec::new();
+        for w in [wd as u32, mask, cookie, (name.len() + pad) as u32] {
+            b.extend_from_slice(&w.to_ne_bytes());
+        }
+        b.extend_from_slice(name);
+        b.extend(std::iter::repeat_n(0u8, pad));
+        b
+    }
+
+    #[test]
+    fn a_batch_is_split_into_events_with_names_unpadded_and_a_torn_tail_is_dropped() {
+        let mut buf = raw(1, libc::IN_CREATE, 0, b"a.txt", 11);
+        buf.extend(raw(2, libc::IN_Q_OVERFLOW, 0, b"", 0));
+        buf.extend(raw(1, libc::IN_MOVED_FROM, 7, b"dir", 13));
+        let torn = raw(1, libc::IN_DELETE, 0, b"zzzz", 12);
+        buf.extend_from_slice(&torn[..20]);
+        let events = parse(&buf);
+        assert_eq!(events.len(), 3);
+        assert_eq!((events[0].wd, events[0].name.as_slice()), (1, &b"a.txt"[..]));
+        assert_eq!((events[1].mask, events[1].name.len()), (libc::IN_Q_OVERFLOW, 0));
+        assert_eq!((events[2].cookie, events[2].name.as_slice()), (7, &b"dir"[..]));
+    }
+
+    #[test]
+    fn each_change_has_its_kind_and_the_rest_none() {
+        assert_eq!(kind_of(libc::IN_CREATE | libc::IN_ISDIR), Some(WatchKind::Create));
+        assert_eq!(kind_of(libc::IN_CLOSE_WRITE), Some(WatchKind::Write));
+        assert_eq!(kind_of(libc::IN_DELETE), Some(WatchKind::Remove));
+        assert_eq!(kind_of(libc::IN_MOVED_FROM), Some(WatchKind::RenameFrom));
+        assert_eq!(kind_of(libc::IN_MOVED_TO), Some(WatchKind::RenameTo));
+        assert_eq!(kind_of(libc::IN_ATTRIB), Some(WatchKind::Chmod));
+        assert_eq!(kind_of(libc::IN_Q_OVERFLOW), Some(WatchKind::Overflow));
+        assert_eq!(kind_of(libc::IN_DELETE_SELF), None);
+        assert_eq!(kind_of(libc::IN_IGNORED), None);
+    }
+}
