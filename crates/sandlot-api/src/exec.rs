@@ -27,9 +27,23 @@ pub struct ExecRequest {
     /// else `user`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<User>,
-    /// Bytes fed to standard input, as UTF-8 text; standard input is closed after them.
+    /// Bytes fed to standard input, as UTF-8 text; standard input is closed after them unless
+    /// `stdin_open` keeps it open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<String>,
+    /// Keep standard input open for `/processes/{pid}/stdin` writes (`true`), or close it at the start
+    /// (`false`: the process reads end of file, and writes are refused with 409). Default: open for a
+    /// background process, closed (after `stdin`) for a foreground one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_open: Option<bool>,
+    /// Run on a new pseudo-terminal of this size: the process leads a session whose controlling
+    /// terminal is its stdin, stdout and stderr; all its output is `stdout` (the terminal's, escape
+    /// sequences and `\r\n` included) and `stderr` stays empty. `TERM` is `xterm-256color` unless set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtySize>,
+    /// A label to find the process by (`GET …/processes?tag=`); at most 256 bytes, no NUL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
     /// Wall-clock limit in seconds; the process group is killed when it passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<f64>,
@@ -40,6 +54,19 @@ pub struct ExecRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_bytes: Option<u64>,
 }
+
+/// Size of a pseudo-terminal, in character cells; each between 1 and 1000.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PtySize {
+    /// Rows.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
+}
+
+/// Body of `POST …/processes/{pid}/resize`: the new size of a pty process's terminal.
+pub type ResizeRequest = PtySize;
 
 /// How a command ended. `exited` carries `exit_code`, `signaled` carries `signal`.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -171,6 +198,18 @@ pub struct ProcessInfo {
     pub exit_code: Option<i32>,
     /// Start time, Unix milliseconds.
     pub started_at_ms: i64,
+    /// The request's `tag`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// Working directory it started in.
+    #[serde(default)]
+    pub cwd: String,
+    /// The variables the request's `env` set (not the sandbox's or the image's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Whether it runs on a pseudo-terminal.
+    #[serde(default)]
+    pub pty: bool,
 }
 
 /// Body of `GET /v1/sandboxes/{id}/processes`.

@@ -92,3 +92,33 @@ pub struct WriteResult {
 fn default_true() -> bool {
     true
 }
+
+/// What changed, in one line of `GET /v1/sandboxes/{id}/files/watch`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchKind {
+    /// An entry was created (or moved in from outside the watched tree).
+    Create,
+    /// A file open for writing was closed (one event per finished write, not per `write(2)`).
+    Write,
+    /// An entry was removed (or moved out of the watched tree).
+    Remove,
+    /// An entry was renamed away from `path`; the `rename_to` with its new path follows.
+    RenameFrom,
+    /// An entry was renamed to `path`.
+    RenameTo,
+    /// Permissions, owner or timestamps changed.
+    Chmod,
+    /// Events were lost (too many too fast for the reader); what changed meanwhile is unknown.
+    Overflow,
+}
+
+/// One line of a watch stream.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WatchEvent {
+    /// What happened.
+    #[serde(rename = "type")]
+    pub kind: WatchKind,
+    /// Absolute path in the sandbox of the entry (for `overflow`, of the directory concerned).
+    pub path: String,
+}

@@ -12,11 +12,27 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7423";
 pub const ENV_URL: &str = "SANDLOT_URL";
 /// Environment variable holding the API key for the CLI and the SDKs.
 pub const ENV_API_KEY: &str = "SANDLOT_API_KEY";
+/// Days since 1970-01-01 as a proleptic Gregorian `(year, month, day)` (Howard Hinnant's
+/// `civil_from_days`): the one date conversion every surface's UTC timestamps use.
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
 /// Media type that switches exec and logs to a stream of [`ExecEvent`]s, one JSON object per line.
 pub const NDJSON: &str = "application/x-ndjson";
 
 mod audit;
 mod build;
+pub mod e2b;
 mod error;
 mod exec;
 mod files;

@@ -216,6 +216,27 @@ pub struct SetTimeout {
     pub timeout_s: u64,
 }
 
+/// What a running sandbox uses, sampled now.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SandboxMetrics {
+    /// When the sample ended, Unix milliseconds.
+    pub at_ms: i64,
+    /// CPU limit, cores.
+    pub cpu_limit: f64,
+    /// CPU used over the sampling window, percent of the limit (`None`: the host accounts no CPU).
+    pub cpu_used_pct: Option<f64>,
+    /// Memory in use without page cache, bytes.
+    pub memory_used_bytes: u64,
+    /// Page cache, bytes.
+    pub memory_cache_bytes: u64,
+    /// Memory limit, bytes.
+    pub memory_total_bytes: u64,
+    /// Bytes the writable layer references (`None` without the layers volume).
+    pub disk_used_bytes: Option<u64>,
+    /// Writable-layer cap, bytes (`None` without disk limits).
+    pub disk_total_bytes: Option<u64>,
+}
+
 /// Body of `GET /v1/sandboxes`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SandboxList {

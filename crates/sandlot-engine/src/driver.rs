@@ -99,12 +99,27 @@ pub struct Egress {
     pub keep: Box<dyn Send>,
 }
 
+/// What a running sandbox uses at one moment (metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// CPU time used since it started, microseconds (`None`: the host accounts none).
+    pub cpu_usec: Option<u64>,
+    /// Memory charged now, page cache included, bytes (`None`: unknown).
+    pub memory_bytes: Option<u64>,
+    /// Of that, page cache, bytes.
+    pub cache_bytes: u64,
+    /// Bytes its writable layer references (`None` without the layers volume).
+    pub disk_bytes: Option<u64>,
+}
+
 /// What the engine asks of one running sandbox.
 pub trait Instance: Send + Sync {
     /// The host slot (uid range) it holds while it exists.
     fn slot(&self) -> u32;
     /// OOM kills in the sandbox so far.
     fn oom_kills(&self) -> u64;
+    /// What it uses now. Blocking.
+    fn usage(&self) -> Usage;
     /// Freezes (`true`) or thaws every process. Blocking.
     fn freeze(&self, frozen: bool) -> Result<(), EngineError>;
     /// Kills every process of the sandbox (pid 1 first). Returns at once.

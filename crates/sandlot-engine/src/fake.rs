@@ -348,6 +348,14 @@ impl Peer {
                     },
                     &[],
                 ),
+                Request::Watch { id, .. } => send(
+                    &Event::WatchFailed {
+                        id,
+                        kind: FileErrorKind::Invalid,
+                        message: "the fake supervisor has no file system to watch".into(),
+                    },
+                    &[],
+                ),
                 Request::Connect { conn, port } => send(
                     &Event::ConnectFailed { conn, message: format!("nothing listens on port {port}"), busy: false },
                     &[],
@@ -375,6 +383,11 @@ impl Instance for FakeInstance {
 
     fn oom_kills(&self) -> u64 {
         0
+    }
+
+    fn usage(&self) -> crate::driver::Usage {
+        // A fake sandbox runs nothing: it uses nothing, and says so rather than inventing figures.
+        crate::driver::Usage::default()
     }
 
     fn freeze(&self, frozen: bool) -> Result<(), EngineError> {

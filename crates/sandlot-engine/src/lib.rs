@@ -22,10 +22,10 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use driver::{Driver, Resources, SnapshotTaken};
+pub use driver::{Driver, Resources, SnapshotTaken, Usage};
 pub use network::{NetEvent, NetworkSettings, Policy, PolicyError};
-pub use process::{Follow, Process};
-pub use sandbox::{ExecSpec, FileStream, Sandbox};
+pub use process::{Follow, Process, ProcessMeta, RawEvent};
+pub use sandbox::{ExecSpec, FileStream, Sandbox, WatchStream};
 /// Categories of file-operation failure, in [`EngineError::File`].
 pub use sandlot_protocol::FileErrorKind;
 
@@ -163,6 +163,11 @@ impl Engine {
             net_tx,
             net_rx: Mutex::new(Some(net_rx)),
         })
+    }
+
+    /// Bytes of process output all sandboxes hold or have reserved in the daemon-wide pool.
+    pub fn output_used(&self) -> u64 {
+        self.output_budget.used()
     }
 
     /// Network decisions of every sandbox (for the audit log); taken once.
@@ -360,6 +365,13 @@ impl Engine {
         let (driver, id) = (Arc::clone(&self.driver), id.to_string());
         tokio::task::spawn_blocking(move || driver.sync(&id)).await??;
         Ok(())
+    }
+
+    /// What running sandbox `id` uses now.
+    pub async fn usage(&self, id: &str) -> Result<Usage, EngineError> {
+        let sb = self.get(id).ok_or(EngineError::NotRunning)?;
+        let instance = sb.instance();
+        Ok(tokio::task::spawn_blocking(move || instance.usage()).await?)
     }
 
     /// Freezes (`true`) or thaws every process of running sandbox `id`.

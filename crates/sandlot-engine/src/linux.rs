@@ -249,7 +249,13 @@ impl Driver for LinuxDriver {
                 pid: launched.pid,
                 control: std::os::unix::net::UnixStream::from(launched.control),
                 log: Some(launched.log),
-                instance: Box::new(LinuxInstance { pid: launched.pid, cgroup, layer, slot }),
+                instance: Box::new(LinuxInstance {
+                    pid: launched.pid,
+                    cgroup,
+                    layer,
+                    slot,
+                    has_volume: self.volume.is_some(),
+                }),
             }),
             Err(e) => {
                 let _ = cgroup.destroy();
@@ -376,6 +382,8 @@ struct LinuxInstance {
     layer: Layer,
     /// Held while the sandbox exists: its host uid range.
     slot: sandlot_linux::ids::UidSlot,
+    /// Its layer is a subvolume of the layers volume (so btrfs accounts its size).
+    has_volume: bool,
 }
 
 impl Instance for LinuxInstance {
@@ -385,6 +393,21 @@ impl Instance for LinuxInstance {
 
     fn oom_kills(&self) -> u64 {
         self.cgroup.oom_kills()
+    }
+
+    fn usage(&self) -> crate::driver::Usage {
+        let cg = self.cgroup.usage();
+        crate::driver::Usage {
+            cpu_usec: cg.cpu_usec,
+            memory_bytes: cg.memory_bytes,
+            cache_bytes: cg.cache_bytes,
+            // As btrfs accounted it at its last commit (at most 30 s old); without the layers volume
+            // the layer is a plain directory whose size nothing tracks.
+            disk_bytes: self
+                .has_volume
+                .then(|| sandlot_linux::volume::referenced_bytes(&self.layer.dir).ok())
+                .flatten(),
+        }
     }
 
     fn freeze(&self, frozen: bool) -> Result<(), EngineError> {

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 /// One captured stream: the only copy of its bytes the daemon keeps. Live events and replays are
-/// byte spans of it ([`Capture::text_of`]), never copies.
+/// byte spans of it, copied out a bounded piece at a time ([`Capture::piece`]).
 #[derive(Debug)]
 pub(crate) struct Capture {
     head_cap: usize,
@@ -85,28 +85,60 @@ impl Capture {
 
     /// Text of stream bytes `[from, to)` that are still held; bytes dropped between head and tail
     /// are skipped.
-    pub(crate) fn text_of(&self, (from, to): Span) -> String {
-        String::from_utf8_lossy(&self.range(from, to)).into_owned()
+    #[cfg(test)]
+    pub(crate) fn text_of(&self, span: Span) -> String {
+        String::from_utf8_lossy(&self.range(span.0, span.1)).into_owned()
     }
 
-    /// Copies stream bytes `[from, to)` that are still held (head or tail).
-    fn range(&self, from: u64, to: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(to.saturating_sub(from) as usize);
+    /// The first held bytes of `span`, at most `max` of them (`max` > 0), and the stream offset where
+    /// they end, from which the rest of the span is read. A span starting in the dropped middle starts
+    /// at the tail instead; a span wholly dropped gives no bytes and its end. The piece never crosses
+    /// from the head into the tail (the truncation between them is its own event), and a piece cut at
+    /// `max` ends before a UTF-8 sequence it would split, so text conversion of each piece mangles
+    /// nothing. The returned bytes are the only allocation: at most `max`, never the span's length,
+    /// which a sandbox chooses (it may cover the whole dropped middle).
+    pub(crate) fn piece(&self, (from, to): Span, max: usize) -> (Vec<u8>, u64) {
         let head_len = self.head.len() as u64;
         let tail_start = self.total - self.tail.len() as u64;
-        let mut pos = from;
-        while pos < to {
-            if pos < head_len {
-                let end = to.min(head_len);
-                out.extend_from_slice(&self.head[pos as usize..end as usize]);
-                pos = end;
-            } else if pos >= tail_start {
-                let s = (pos - tail_start) as usize;
-                let e = (to - tail_start) as usize;
-                out.extend(self.tail.range(s..e));
-                pos = to;
-            } else {
-                pos = tail_start;
+        let start = if from >= head_len && from < tail_start { tail_start } else { from };
+        if start >= to.min(self.total) {
+            return (Vec::new(), to.max(from));
+        }
+        let to = to.min(self.total);
+        let region_end = if start < head_len { to.min(head_len) } else { to };
+        let mut end = region_end.min(start + max as u64);
+        if end < region_end {
+            let cut = incomplete_suffix(&self.range(end.saturating_sub(3).max(start), end)) as u64;
+            if end - cut > start {
+                end -= cut;
+            }
+        }
+        (self.range(start, end), end)
+    }
+
+    /// Copies stream bytes `[from, to)` that are still held (head or tail), allocating exactly what is
+    /// copied.
+    fn range(&self, from: u64, to: u64) -> Vec<u8> {
+        let head_len = self.head.len() as u64;
+        let tail_start = self.total - self.tail.len() as u64;
+        let to = to.min(self.total);
+        let in_head = (from.min(head_len), to.min(head_len));
+        let in_tail = (from.max(tail_start), to.max(tail_start));
+        let held = in_head.1.saturating_sub(in_head.0) + in_tail.1.saturating_sub(in_tail.0);
+        let mut out = Vec::with_capacity(held as usize);
+        if in_head.0 < in_head.1 {
+            out.extend_from_slice(&self.head[in_head.0 as usize..in_head.1 as usize]);
+        }
+        if in_tail.0 < in_tail.1 {
+            let (s, e) = ((in_tail.0 - tail_start) as usize, (in_tail.1 - tail_start) as usize);
+            let (a, b) = self.tail.as_slices();
+            let a_end = e.min(a.len());
+            if s < a_end {
+                out.extend_from_slice(&a[s..a_end]);
+            }
+            let (bs, be) = (s.saturating_sub(a.len()), e.saturating_sub(a.len()));
+            if bs < be {
+                out.extend_from_slice(&b[bs..be]);
             }
         }
         out
@@ -190,5 +222,19 @@ mod tests {
         let snow = "☃".as_bytes();
         assert_eq!(c.push(&snow[..1]).0, None);
         assert_eq!(live(&mut c, &snow[1..]).as_deref(), Some("☃"));
+    }
+
+    /// A span across the dropped middle costs what is held of it, never its length.
+    #[test]
+    fn a_piece_over_the_dropped_middle_allocates_only_held_bytes() {
+        let mut c = Capture::new(10);
+        c.push(&vec![b'z'; 1 << 20]);
+        let (bytes, end) = c.piece((0, 1 << 20), 1 << 30);
+        assert_eq!((bytes.len(), bytes.capacity(), end), (5, 5, 5), "the head, up to its end");
+        let (bytes, end) = c.piece((end, 1 << 20), 1 << 30);
+        assert_eq!((bytes.len(), bytes.capacity(), end), (5, 5, 1 << 20), "the middle skipped, the tail");
+        let (bytes, end) = c.piece((100, 200), 1 << 30);
+        assert_eq!((bytes.len(), end), (0, 200), "wholly dropped: nothing, and past it");
+        assert_eq!(c.piece((0, 1 << 20), 2).0, b"zz", "at most `max`");
     }
 }

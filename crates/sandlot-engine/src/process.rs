@@ -21,6 +21,16 @@ use crate::output::{Capture, Span};
 /// of stdout and stderr becomes coarser). Bounds the log of a flood of one-byte writes.
 const MAX_LOG_ENTRIES: usize = 1024;
 
+/// Most bytes one output event carries. A follower's catch-up span may cover a whole stream (a full
+/// log, then an exit); it is handed out in pieces of this size, so a follower never holds more than
+/// this beyond the captures.
+const MAX_CHUNK: usize = 256 * 1024;
+
+/// Most bytes of a process's environment (names and values) a listing shows. A larger one is listed
+/// by its names alone (values empty), names past this bound left out: a listing of many processes
+/// costs at most this per process, not the 1 MiB a request's argv and env may take.
+pub const MAX_LISTED_ENV_BYTES: usize = 64 * 1024;
+
 /// One entry of a process's event log.
 #[derive(Debug, Clone)]
 enum Entry {
@@ -74,17 +84,12 @@ impl State {
         self.log.push(Entry::Event { event, streamed });
     }
 
-    /// The output event for `span` of stream `fd`; `None` when none of it is held any more (a replay
-    /// of bytes that were streamed live before truncation dropped them).
-    fn text(&self, fd: u8, span: Span) -> Option<ExecEvent> {
-        let data = self.out[usize::from(fd == 2)].text_of(span);
-        if data.is_empty() {
-            None
-        } else if fd == 2 {
-            Some(ExecEvent::Stderr { data })
-        } else {
-            Some(ExecEvent::Stdout { data })
-        }
+    /// The first piece (at most [`MAX_CHUNK`] bytes) of `span` of stream `fd` and where it ends; no
+    /// event when none of it is held any more (a replay of bytes that were streamed live before
+    /// truncation dropped them: the `truncated` event in the log says so).
+    fn piece(&self, fd: u8, span: Span) -> (Option<Next>, u64) {
+        let (data, end) = self.out[usize::from(fd == 2)].piece(span, MAX_CHUNK);
+        ((!data.is_empty()).then_some(Next::Output(fd, data)), end)
     }
 
     fn result(&self, end: End) -> ExecResult {
@@ -103,6 +108,29 @@ impl State {
     }
 }
 
+/// What a process is listed with besides its argv: the caller's label and what the request gave.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessMeta {
+    /// The request's tag.
+    pub tag: Option<String>,
+    /// Working directory.
+    pub cwd: String,
+    /// The request's own environment variables (not the sandbox's or the image's).
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+/// One piece of a process's output or life, with output as the bytes written ([`Follow::next_raw`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RawEvent {
+    /// Bytes of standard output (a pty's whole output). A chunk ends on a UTF-8 character boundary
+    /// where the output is UTF-8; other bytes come as written.
+    Stdout(Vec<u8>),
+    /// Bytes of standard error.
+    Stderr(Vec<u8>),
+    /// Any other event (never `Stdout` or `Stderr`).
+    Event(ExecEvent),
+}
+
 /// One API process.
 pub struct Process {
     /// Its handle in the sandbox: the API's `pid` and the protocol's `proc`, chosen by the engine; not a
@@ -112,6 +140,10 @@ pub struct Process {
     pub argv: Vec<String>,
     /// Start time, Unix milliseconds.
     pub started_at_ms: i64,
+    /// Tag, cwd and the request's environment.
+    pub meta: ProcessMeta,
+    /// Whether it runs on a pseudo-terminal.
+    pub pty: bool,
     started: Instant,
     stdin_open: std::sync::atomic::AtomicBool,
     /// Why the supervisor closed standard input on its own (the process did not read it), if it did.
@@ -121,6 +153,8 @@ pub struct Process {
     changed: watch::Sender<usize>,
     /// Room for the captures in the sandbox's and the daemon's output budgets.
     reservation: Reservation,
+    /// The sandbox's end: its supervisor reaped (`Some` with how it ended).
+    sandbox_end: watch::Receiver<Option<String>>,
 }
 
 /// A follower of one process: every event from the first, then live ones as they come, then `None`
@@ -135,9 +169,43 @@ pub struct Follow {
     changed: watch::Receiver<usize>,
 }
 
+/// What a follower found next: output bytes of a stream, or another event.
+enum Next {
+    Output(u8, Vec<u8>),
+    Event(ExecEvent),
+}
+
 impl Follow {
-    /// The next event, waiting for it if the process has not produced it yet.
+    /// The next event, waiting for it if the process has not produced it yet. Output is text (UTF-8,
+    /// invalid bytes replaced).
     pub async fn next(&mut self) -> Option<ExecEvent> {
+        Some(match self.next_item().await? {
+            Next::Output(fd, bytes) => {
+                let mut data = String::from_utf8_lossy(&bytes).into_owned();
+                // Replacing invalid bytes grows the text by doubling; the event holds only its text.
+                data.shrink_to_fit();
+                if fd == 2 {
+                    ExecEvent::Stderr { data }
+                } else {
+                    ExecEvent::Stdout { data }
+                }
+            }
+            Next::Event(ev) => ev,
+        })
+    }
+
+    /// The next event with output as the bytes the process wrote (terminal escape sequences, binary
+    /// output): what [`Follow::next`] gives, before the text conversion. The bytes are read from the
+    /// one capture the process keeps.
+    pub async fn next_raw(&mut self) -> Option<RawEvent> {
+        Some(match self.next_item().await? {
+            Next::Output(2, bytes) => RawEvent::Stderr(bytes),
+            Next::Output(_, bytes) => RawEvent::Stdout(bytes),
+            Next::Event(ev) => RawEvent::Event(ev),
+        })
+    }
+
+    async fn next_item(&mut self) -> Option<Next> {
         loop {
             if self.done {
                 return None;
@@ -152,7 +220,7 @@ impl Follow {
     }
 
     /// The next event if there is one already.
-    fn poll(&mut self) -> Option<ExecEvent> {
+    fn poll(&mut self) -> Option<Next> {
         let proc = Arc::clone(&self.proc);
         let st = proc.lock();
         while let Some(entry) = st.log.get(self.at) {
@@ -161,8 +229,9 @@ impl Follow {
                     let i = usize::from(*fd == 2);
                     let from = span.0.max(self.sent[i]);
                     if from < span.1 {
-                        self.sent[i] = span.1;
-                        match st.text(*fd, (from, span.1)) {
+                        let (ev, end) = st.piece(*fd, (from, span.1));
+                        self.sent[i] = end;
+                        match ev {
                             Some(ev) => return Some(ev),
                             None => continue,
                         }
@@ -180,20 +249,21 @@ impl Follow {
                     }
                     self.at += 1;
                     self.done = matches!(event, ExecEvent::Exited { .. });
-                    return Some(event.clone());
+                    return Some(Next::Event(event.clone()));
                 }
             }
         }
         self.catch_up(&st, st.streamed())
     }
 
-    fn catch_up(&mut self, st: &State, upto: [u64; 2]) -> Option<ExecEvent> {
+    fn catch_up(&mut self, st: &State, upto: [u64; 2]) -> Option<Next> {
         for (i, fd) in [(0, 1u8), (1, 2u8)] {
-            if self.sent[i] < upto[i] {
-                let span = (self.sent[i], upto[i]);
-                self.sent[i] = upto[i];
-                if let Some(ev) = st.text(fd, span) {
-                    return Some(ev);
+            // Piece by piece: the span may be the whole stream, dropped middle included.
+            while self.sent[i] < upto[i] {
+                let (ev, end) = st.piece(fd, (self.sent[i], upto[i]));
+                self.sent[i] = end;
+                if ev.is_some() {
+                    return ev;
                 }
             }
         }
@@ -202,18 +272,24 @@ impl Follow {
 }
 
 impl Process {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         handle: u64,
         argv: Vec<String>,
         cap: usize,
         started_at_ms: i64,
         stdin_open: bool,
+        pty: bool,
+        meta: ProcessMeta,
         reservation: Reservation,
+        sandbox_end: watch::Receiver<Option<String>>,
     ) -> Arc<Self> {
         Arc::new(Process {
             handle,
             argv,
             started_at_ms,
+            meta,
+            pty,
             started: Instant::now(),
             stdin_open: std::sync::atomic::AtomicBool::new(stdin_open),
             stdin_closed_why: Mutex::new(None),
@@ -225,6 +301,7 @@ impl Process {
             }),
             changed: watch::channel(0).0,
             reservation,
+            sandbox_end,
         })
     }
 
@@ -365,7 +442,7 @@ impl Process {
         Follow { proc: Arc::clone(self), at: 0, sent: [0, 0], done: false, changed: self.changed.subscribe() }
     }
 
-    /// API view.
+    /// API view. The environment is capped at `MAX_LISTED_ENV_BYTES` (64 KiB).
     pub fn info(&self) -> ProcessInfo {
         let st = self.lock();
         ProcessInfo {
@@ -375,7 +452,49 @@ impl Process {
             status: st.end.map(|e| e.status),
             exit_code: st.end.map(|e| e.exit_code),
             started_at_ms: self.started_at_ms,
+            tag: self.meta.tag.clone(),
+            cwd: self.meta.cwd.clone(),
+            env: self.listed_env(),
+            pty: self.pty,
         }
+    }
+
+    /// The environment as listed: whole up to [`MAX_LISTED_ENV_BYTES`], else names only, up to it.
+    fn listed_env(&self) -> std::collections::BTreeMap<String, String> {
+        let env = &self.meta.env;
+        if env.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>() <= MAX_LISTED_ENV_BYTES {
+            return env.clone();
+        }
+        let mut used = 0;
+        env.keys()
+            .take_while(|k| {
+                used += k.len();
+                used <= MAX_LISTED_ENV_BYTES
+            })
+            .map(|k| (k.clone(), String::new()))
+            .collect()
+    }
+
+    /// About the bytes [`Process::info`] allocates (argv, listed env, cwd, tag), known before it does:
+    /// what a listing counts against its bound.
+    pub fn info_bytes(&self) -> usize {
+        let env: usize = self.meta.env.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let argv: usize = self.argv.iter().map(String::len).sum();
+        argv + env.min(MAX_LISTED_ENV_BYTES) + self.meta.cwd.len() + self.meta.tag.as_ref().map_or(0, String::len)
+    }
+
+    /// Waits until its sandbox has ended (deleted, stopped or crashed: its supervisor reaped). A
+    /// surface streaming this process to a client that may not read selects on it, so the stream,
+    /// and the `Arc` that keeps this process's output reserved, do not outlive the sandbox.
+    pub async fn sandbox_ended(&self) {
+        let mut end = self.sandbox_end.clone();
+        // An error is a sender gone without a word: the reaper is gone, so the sandbox is too.
+        let _ = end.wait_for(|e| e.is_some()).await;
+    }
+
+    /// Whether it still runs (its exit has not been recorded).
+    pub fn running(&self) -> bool {
+        !self.finished()
     }
 }
 
@@ -386,7 +505,8 @@ mod tests {
 
     fn process(cap: usize, pool: &Arc<Budget>) -> Arc<Process> {
         let reservation = Reservation::take(std::slice::from_ref(pool), 2 * cap as u64).unwrap();
-        Process::new(1, vec!["x".into()], cap, 0, false, reservation)
+        let sandbox_end = watch::channel(None).1;
+        Process::new(1, vec!["x".into()], cap, 0, false, false, ProcessMeta::default(), reservation, sandbox_end)
     }
 
     async fn drain(f: &mut Follow) -> Vec<ExecEvent> {
@@ -429,6 +549,37 @@ mod tests {
         assert_eq!(pool.used(), 0, "a forgotten process gives its bytes back");
     }
 
+    /// The raw follower hands out the bytes written, escape sequences and invalid UTF-8 included, and a
+    /// character split across two writes whole in one chunk; the text follower of the same process
+    /// shows the same output converted, from the same capture (nothing more is reserved).
+    #[tokio::test]
+    async fn a_raw_follower_gets_the_bytes_and_the_text_follower_their_text() {
+        let pool = Budget::new(1 << 20);
+        let p = process(1000, &pool);
+        let mut raw = p.follow();
+        p.on_started();
+        let snow = "☃".as_bytes();
+        p.on_output(1, b"\x1b[1mbold\x1b[0m ");
+        p.on_output(1, &snow[..2]);
+        p.on_output(1, &snow[2..]);
+        p.on_output(2, b"\xff\xfe");
+        p.on_exit(Some(Termination::Exited { code: 0 }), false);
+        let mut events = Vec::new();
+        while let Some(ev) = raw.next_raw().await {
+            events.push(ev);
+        }
+        assert!(matches!(events[0], RawEvent::Event(ExecEvent::Started { pid: 1 })), "{events:?}");
+        assert_eq!(events[1], RawEvent::Stdout(b"\x1b[1mbold\x1b[0m ".to_vec()));
+        assert_eq!(events[2], RawEvent::Stdout(snow.to_vec()), "the split character comes whole");
+        assert_eq!(events[3], RawEvent::Stderr(vec![0xff, 0xfe]));
+        assert!(matches!(events[4], RawEvent::Event(ExecEvent::Exited { .. })), "{events:?}");
+        assert_eq!(events.len(), 5);
+        let text = drain(&mut p.follow()).await;
+        assert_eq!(text[3], ExecEvent::Stderr { data: "\u{fffd}\u{fffd}".into() });
+        assert_eq!(text[2], ExecEvent::Stdout { data: "☃".into() });
+        assert_eq!(pool.used(), 18, "one capture: 13 + 3 + 2 bytes held");
+    }
+
     #[tokio::test]
     async fn a_repeated_started_event_is_logged_once() {
         let pool = Budget::new(1 << 20);
@@ -460,5 +611,88 @@ mod tests {
         assert_eq!(text(&events, true), r.stderr);
         assert_eq!(r.stdout.len() + r.stderr.len(), 20_000);
         assert!(matches!(events.last(), Some(ExecEvent::Exited { .. })));
+    }
+
+    /// A full log, then truncation, then the exit: the exit's catch-up spans the whole stream, dropped
+    /// middle included (a sandbox chooses its size). Both followers get the held bytes only (head and
+    /// tail), in pieces of at most [`MAX_CHUNK`] each allocated at its size, and the text follower's
+    /// pieces never split a character.
+    #[tokio::test]
+    async fn a_catch_up_over_a_truncated_stream_hands_out_only_held_bytes_in_bounded_pieces() {
+        let cap = 1 << 20;
+        let pool = Budget::new(4 << 20);
+        let p = process(cap, &pool);
+        let (mut raw, mut text) = (p.follow(), p.follow());
+        p.on_started();
+        for i in 0..1100u32 {
+            p.on_output(1 + (i % 2) as u8, b"x");
+        }
+        assert_eq!(p.lock().log.len(), MAX_LOG_ENTRIES, "the log is full before the flood");
+        let block = "☃".repeat(21_845); // 65 535 bytes: pieces of MAX_CHUNK would cut characters
+        let flood = 256;
+        for _ in 0..flood {
+            p.on_output(1, block.as_bytes());
+        }
+        p.on_exit(Some(Termination::Exited { code: 0 }), false);
+        let written = 550 + flood * block.len();
+        assert_eq!(p.result().unwrap().stdout_bytes, written as u64);
+
+        let (mut stdout, mut stderr, mut truncated, mut pieces) = (Vec::new(), Vec::new(), 0, 0);
+        while let Some(ev) = raw.next_raw().await {
+            match ev {
+                RawEvent::Stdout(b) | RawEvent::Stderr(b) if b.len() > MAX_CHUNK || b.capacity() > MAX_CHUNK => {
+                    panic!("a piece of {} bytes with capacity {}", b.len(), b.capacity())
+                }
+                RawEvent::Stdout(b) => {
+                    pieces += 1;
+                    stdout.extend_from_slice(&b);
+                }
+                RawEvent::Stderr(b) => stderr.extend_from_slice(&b),
+                RawEvent::Event(ExecEvent::Truncated { .. }) => truncated += 1,
+                RawEvent::Event(_) => {}
+            }
+        }
+        assert_eq!(truncated, 1, "the dropped middle is announced");
+        assert_eq!(stdout.len(), cap, "stdout: head and tail, nothing of the dropped middle");
+        assert!(pieces >= cap / MAX_CHUNK, "{pieces} pieces");
+        assert_eq!(stderr, vec![b'x'; 550]);
+        let (head, tail) = stdout.split_at(cap / 2);
+        assert!(head.starts_with(&[b'x'; 550]) && tail.ends_with(block.as_bytes()));
+
+        let mut text_stdout = String::new();
+        for ev in drain(&mut text).await {
+            if let ExecEvent::Stdout { data } | ExecEvent::Stderr { data } = &ev {
+                // A character truncation cut at a piece's end becomes one U+FFFD: up to 2 bytes more.
+                assert!(data.len() <= MAX_CHUNK + 2, "{} bytes", data.len());
+                assert_eq!(data.capacity(), data.len(), "the text is allocated at its size");
+            }
+            if let ExecEvent::Stdout { data } = ev {
+                text_stdout.push_str(&data);
+            }
+        }
+        let whole = String::from_utf8_lossy(head).into_owned() + &String::from_utf8_lossy(tail);
+        assert_eq!(text_stdout, whole, "pieces split no character (truncation's own cuts aside)");
+    }
+
+    /// A listing shows a small environment whole, a large one by names (no values) within the bound.
+    #[test]
+    fn a_large_environment_is_listed_by_its_names_within_the_bound() {
+        let pool = Budget::new(1 << 20);
+        let mut small = ProcessMeta::default();
+        small.env.insert("A".into(), "1".into());
+        let reservation = Reservation::take(std::slice::from_ref(&pool), 0).unwrap();
+        let p = Process::new(1, vec!["x".into()], 0, 0, false, false, small, reservation, watch::channel(None).1);
+        assert_eq!(p.info().env.get("A").map(String::as_str), Some("1"));
+        let mut large = ProcessMeta::default();
+        for i in 0..10_000 {
+            large.env.insert(format!("NAME_{i:05}"), "v".repeat(90));
+        }
+        let reservation = Reservation::take(std::slice::from_ref(&pool), 0).unwrap();
+        let p = Process::new(2, vec!["x".into()], 0, 0, false, false, large, reservation, watch::channel(None).1);
+        let env = p.info().env;
+        assert!(env.values().all(String::is_empty), "values are left out");
+        let names: usize = env.keys().map(String::len).sum();
+        assert!(names <= MAX_LISTED_ENV_BYTES && names > MAX_LISTED_ENV_BYTES - 10, "{names} bytes of names");
+        assert!(p.info_bytes() <= 1 + MAX_LISTED_ENV_BYTES);
     }
 }

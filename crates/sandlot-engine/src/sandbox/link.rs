@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::connections::Conn;
 use super::transfers::FileMsg;
+use super::watches::WatchSink;
 use super::{now_ms, Sandbox};
 use crate::budget::{Budget, SANDBOX_OUTPUT_BYTES};
 use crate::driver::{Instance, Launched, Resources};
@@ -106,6 +107,8 @@ pub(super) struct LinkState {
     /// Handles of `procs`, oldest first.
     pub(super) order: Mutex<Vec<u64>>,
     pub(super) files: Mutex<HashMap<u64, Inbound<FileMsg>>>,
+    /// Open directory watches by watch id.
+    pub(super) watches: Mutex<HashMap<u64, WatchSink>>,
     pub(super) alive: AtomicBool,
     pub(super) destroying: AtomicBool,
     /// Unix ms of the last process output (idle timeouts count it as activity).
@@ -144,6 +147,7 @@ impl Sandbox {
             procs: Mutex::default(),
             order: Mutex::default(),
             files: Mutex::default(),
+            watches: Mutex::default(),
             alive: AtomicBool::new(true),
             destroying: AtomicBool::new(false),
             last_output_ms: std::sync::atomic::AtomicI64::new(0),
@@ -244,6 +248,7 @@ impl LinkState {
         }
         lock(&self.files).clear();
         lock(&self.conns).clear();
+        lock(&self.watches).clear();
     }
 }
 
@@ -357,6 +362,27 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     let _ = c.data.tx.send(None);
                 }
             }
+            Event::Watching { id } => {
+                let ready = lock(&link.watches).get_mut(&id).and_then(|w| w.ready.take());
+                if let Some(tx) = ready {
+                    let _ = tx.send(Ok(()));
+                }
+            }
+            Event::WatchFailed { id, kind, message } => {
+                let ready = lock(&link.watches).remove(&id).and_then(|mut w| w.ready.take());
+                if let Some(tx) = ready {
+                    let _ = tx.send(Err(EngineError::File { kind, message }));
+                }
+            }
+            Event::WatchEvent { id, kind, path } => {
+                if let Some(w) = lock(&link.watches).get(&id) {
+                    w.push(sandlot_api::WatchEvent { kind: api_watch_kind(kind), path });
+                }
+            }
+            Event::WatchEnded { id } => {
+                // Dropping the sink ends the stream after what it has queued.
+                lock(&link.watches).remove(&id);
+            }
             Event::Chunk { req } => {
                 let file = lock(&link.files).get(&req).cloned();
                 if let Some(file) = file {
@@ -380,6 +406,20 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             }
         }
+    }
+}
+
+fn api_watch_kind(kind: sandlot_protocol::WatchKind) -> sandlot_api::WatchKind {
+    use sandlot_api::WatchKind as Api;
+    use sandlot_protocol::WatchKind as Wire;
+    match kind {
+        Wire::Create => Api::Create,
+        Wire::Write => Api::Write,
+        Wire::Remove => Api::Remove,
+        Wire::RenameFrom => Api::RenameFrom,
+        Wire::RenameTo => Api::RenameTo,
+        Wire::Chmod => Api::Chmod,
+        Wire::Overflow => Api::Overflow,
     }
 }
 

@@ -1,12 +1,13 @@
 //! One running sandbox: the [`Sandbox`] handle. What it does is split by subject: [`link`] is the
 //! control connection to its supervisor (attach, the read loop, stream hand-off), [`processes`] its
 //! processes, [`connections`] inbound TCP connections to its servers, [`transfers`] the file transfers
-//! that the typed file methods (`crate::files`) run on.
+//! that the typed file methods (`crate::files`) run on, [`watches`] directory watches.
 
 mod connections;
 mod link;
 mod processes;
 mod transfers;
+mod watches;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,7 @@ use link::LinkState;
 
 pub use processes::ExecSpec;
 pub use transfers::FileStream;
+pub use watches::WatchStream;
 
 /// A running sandbox.
 pub struct Sandbox {

@@ -4,12 +4,12 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use sandlot_protocol::{Request, Spawn, MAX_PAYLOAD};
+use sandlot_protocol::{PtySize, Request, Spawn, MAX_PAYLOAD};
 
 use super::link::LinkState;
 use super::{now_ms, Sandbox};
 use crate::budget::Reservation;
-use crate::process::Process;
+use crate::process::{Process, ProcessMeta};
 use crate::{lock, EngineError};
 
 /// Most processes remembered per sandbox; the oldest finished ones are forgotten first.
@@ -36,6 +36,10 @@ pub struct ExecSpec {
     pub keep_stdin: bool,
     /// Per-stream output cap.
     pub max_output: usize,
+    /// Run on a pseudo-terminal of this size.
+    pub pty: Option<sandlot_api::PtySize>,
+    /// What the process is listed with (tag, cwd, the request's env).
+    pub meta: ProcessMeta,
 }
 
 impl Sandbox {
@@ -43,7 +47,17 @@ impl Sandbox {
     pub async fn spawn(&self, spec: ExecSpec) -> Result<Arc<Process>, EngineError> {
         let handle = self.next_id.fetch_add(1, Ordering::SeqCst);
         let reservation = self.link.reserve_output(2 * spec.max_output as u64)?;
-        let proc = Process::new(handle, spec.argv.clone(), spec.max_output, now_ms(), spec.keep_stdin, reservation);
+        let proc = Process::new(
+            handle,
+            spec.argv.clone(),
+            spec.max_output,
+            now_ms(),
+            spec.keep_stdin,
+            spec.pty.is_some(),
+            spec.meta,
+            reservation,
+            self.reaped.clone(),
+        );
         let oom_before = self.link.instance.oom_kills();
         self.link.remember(handle, Arc::clone(&proc), oom_before);
         let mut started = proc.follow();
@@ -56,6 +70,7 @@ impl Sandbox {
             gid: spec.gid,
             timeout_ms: spec.timeout_ms,
             stdin: spec.stdin.is_some() || spec.keep_stdin,
+            pty: spec.pty.map(|p| PtySize { rows: p.rows, cols: p.cols }),
         };
         self.send(&Request::Spawn(spawn), &[]).await?;
         if let Some(bytes) = spec.stdin {
@@ -85,6 +100,12 @@ impl Sandbox {
     /// Sends `signal` to the process group of the process with `handle` (the API's pid).
     pub async fn signal(&self, handle: u64, signal: i32) -> Result<(), EngineError> {
         self.send(&Request::Signal { proc: handle, signal }, &[]).await
+    }
+
+    /// Sets the terminal size of the pty process with `handle` (the API's pid); the caller checks that
+    /// it has a pty ([`Process::pty`]).
+    pub async fn resize(&self, handle: u64, rows: u16, cols: u16) -> Result<(), EngineError> {
+        self.send(&Request::Resize { proc: handle, rows, cols }, &[]).await
     }
 
     /// Writes to the stdin of the process with `handle` (the API's pid).
