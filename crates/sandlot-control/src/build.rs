@@ -637,6 +637,8 @@ impl Control {
             stdin: None,
             keep_stdin: false,
             max_output: self.cfg.max_output_bytes as usize,
+            pty: None,
+            meta: sandlot_engine::ProcessMeta::default(),
         };
         let proc = sb.spawn(spec).await.map_err(|e| at_line(line, Error::from(e)))?;
         let mut follow = proc.follow();

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sandlot_api::{ExecRequest, ExecResult, ProcessList, User};
+use sandlot_api::{ExecRequest, ExecResult, ExitStatus, ProcessList, User};
 use sandlot_engine::{ExecSpec, Process};
 use sandlot_store::SandboxRecord;
 use serde_json::json;
@@ -11,12 +11,31 @@ use serde_json::json;
 use crate::audit::Class;
 use crate::config::OUTPUT_CAP_RANGE;
 use crate::plan::{check_env, no_nul};
-use crate::{Caller, Control, Error, Result};
+use crate::{Caller, Control, Error, Kind, Result};
 
 /// Foreground commands without a `timeout_s` are killed after this long.
 const DEFAULT_EXEC_TIMEOUT_S: f64 = 60.0;
 const MAX_ARGV_BYTES: usize = 1 << 20;
 const MAX_STDIN_BYTES: usize = 8 << 20;
+/// Longest process tag, in bytes.
+const MAX_TAG_BYTES: usize = 256;
+/// Most bytes of argv, env, cwd and tags one process listing copies (envs counted as listed, at most
+/// 64 KiB each).
+pub const MAX_LIST_BYTES: usize = 16 << 20;
+/// Rows and columns a pseudo-terminal may have.
+const PTY_CELLS: std::ops::RangeInclusive<u16> = 1..=1000;
+
+/// Checks a terminal size given by a caller.
+fn check_pty_size(rows: u16, cols: u16) -> Result<()> {
+    if !PTY_CELLS.contains(&rows) || !PTY_CELLS.contains(&cols) {
+        return Err(Error::invalid(format!(
+            "a terminal size must have rows and cols between {} and {}, got {rows}x{cols}",
+            PTY_CELLS.start(),
+            PTY_CELLS.end()
+        )));
+    }
+    Ok(())
+}
 
 /// How a started command is answered.
 pub enum Started {
@@ -59,6 +78,15 @@ fn spec(
         )));
     }
     check_env(&req.env)?;
+    if let Some(tag) = &req.tag {
+        no_nul("tag", tag)?;
+        if tag.len() > MAX_TAG_BYTES {
+            return Err(Error::invalid(format!("tag is {} bytes; the limit is {MAX_TAG_BYTES}", tag.len())));
+        }
+    }
+    if let Some(size) = req.pty {
+        check_pty_size(size.rows, size.cols)?;
+    }
     // argv and environment share the kernel's ARG_MAX: bound them together, as a client error.
     let env_bytes: usize = req.env.iter().chain(rec.env.iter()).map(|(k, v)| k.len() + v.len() + 2).sum();
     if size + env_bytes > MAX_ARGV_BYTES {
@@ -95,7 +123,10 @@ fn spec(
     if stdin.as_ref().is_some_and(|s| s.len() > MAX_STDIN_BYTES) {
         return Err(Error::invalid(format!("stdin over {MAX_STDIN_BYTES} bytes: upload a file instead")));
     }
-    // Base environment, then the image's, then the sandbox's, then the request's: later wins.
+    // Base environment, then the image's, then the sandbox's, then the request's: later wins. A pty
+    // process gets a TERM that matches what terminal clients (xterm.js, E2B's SDKs) render, unless
+    // one of those sets its own.
+    let term = req.pty.map(|_| ("TERM", "xterm-256color"));
     let base = [
         ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
         ("LANG", "C.UTF-8"),
@@ -104,11 +135,16 @@ fn spec(
         ("LOGNAME", who.name.as_str()),
         ("SHELL", "/bin/bash"),
     ];
-    let mut env: std::collections::BTreeMap<String, String> =
-        base.into_iter().chain(sandlot_engine::linux::tls_env()).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut env: std::collections::BTreeMap<String, String> = base
+        .into_iter()
+        .chain(term)
+        .chain(sandlot_engine::linux::tls_env())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let image_env = image.map(|i| i.run.env.as_slice()).unwrap_or_default();
     env.extend(image_env.iter().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())));
     env.extend(rec.env.clone());
+    let meta = sandlot_engine::ProcessMeta { tag: req.tag, cwd: cwd.clone(), env: req.env.clone() };
     env.extend(req.env);
     Ok((
         ExecSpec {
@@ -119,8 +155,10 @@ fn spec(
             gid: who.gid,
             timeout_ms: timeout.map(|t| (t * 1000.0) as u64),
             stdin,
-            keep_stdin: req.background,
+            keep_stdin: req.stdin_open.unwrap_or(req.background),
             max_output: max_output as usize,
+            pty: req.pty,
+            meta,
         },
         who.name,
     ))
@@ -178,7 +216,52 @@ fn with_outcome(mut row: serde_json::Value, r: &ExecResult) -> serde_json::Value
     row
 }
 
+/// The image label naming a shell command line that is started in the background, as the image's
+/// user, every time a sandbox of the image boots (create, resume from stopped, fork, snapshot restore).
+pub const START_LABEL: &str = "sandlot.start";
+
 impl Control {
+    /// Starts the `sandlot.start` command of `rec`'s image in the just-booted `sb`, if it names one.
+    /// Never fails the boot: a command that cannot start, or that exits unsuccessfully, is an audit row
+    /// (`sandbox.start_command_failed`) for the owner to read, and the sandbox runs on without it.
+    pub(crate) async fn run_start_command(&self, rec: &SandboxRecord, sb: &sandlot_engine::Sandbox) {
+        let id = rec.info.id.as_str();
+        let failed = |reason: String| {
+            let row = json!({"tag": START_LABEL, "reason": reason});
+            self.audit_limited(Class::Exec, &rec.tenant, Some(id), "sandbox.start_command_failed", &row);
+        };
+        let image = match self.image_run_config(rec.image_key.as_deref()) {
+            Ok(image) => image,
+            Err(e) => return failed(format!("the image's config could not be read: {}", e.message)),
+        };
+        let Some(command) = image.as_ref().and_then(|i| i.run.labels.get(START_LABEL)).cloned() else { return };
+        let req =
+            ExecRequest { shell: Some(command), background: true, tag: Some(START_LABEL.into()), ..Default::default() };
+        let (spec, user) = match spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, rec, image.as_ref(), req) {
+            Ok(s) => s,
+            Err(e) => return failed(format!("label {START_LABEL} is not a command sandlot can run: {}", e.message)),
+        };
+        let proc = match sb.spawn(spec).await {
+            Ok(p) => p,
+            Err(e) => return failed(format!("the command could not start: {e}")),
+        };
+        let mut row = audit_start(&proc, &user, &[], true);
+        row["tag"] = json!(START_LABEL);
+        self.audit_limited(Class::Exec, &rec.tenant, Some(id), "sandbox.start_command", &row);
+        let Some(this) = self.me.upgrade() else { return };
+        let (tenant, id) = (rec.tenant.clone(), rec.info.id.clone());
+        tokio::spawn(async move {
+            let r = proc.wait().await;
+            // Ending with its sandbox (`killed`: stopped, deleted, expired) is not a failure of the command.
+            let ok = r.status == ExitStatus::Killed || (r.status == ExitStatus::Exited && r.exit_code == 0);
+            if !ok {
+                let mut row = with_outcome(json!({"tag": START_LABEL, "pid": proc.handle}), &r);
+                row["logs"] = json!(format!("GET /v1/sandboxes/{id}/processes/{}/logs", proc.handle));
+                this.audit_limited(Class::Exec, &tenant, Some(&id), "sandbox.start_command_failed", &row);
+            }
+        });
+    }
+
     fn audit_exec(&self, rec: &SandboxRecord, action: &str, row: &serde_json::Value) {
         self.audit_limited(Class::Exec, &rec.tenant, Some(&rec.info.id), action, row);
     }
@@ -250,10 +333,25 @@ impl Control {
         Ok((rec, sb, proc))
     }
 
-    /// The processes the caller's sandbox `id` remembers, oldest first.
-    pub async fn processes(&self, caller: &Caller, id: &str) -> Result<ProcessList> {
+    /// The processes the caller's sandbox `id` remembers, oldest first; only the running ones with
+    /// `running_only` (filtered before anything is copied). A listing larger than
+    /// `MAX_LIST_BYTES` (16 MiB) is refused before it is built: up to 1 024 processes of up to 1 MiB of argv
+    /// each would otherwise be copied for one request.
+    pub async fn processes(&self, caller: &Caller, id: &str, running_only: bool) -> Result<ProcessList> {
         let (_, sb) = self.ensure_running(caller, id).await?;
-        Ok(ProcessList { processes: sb.processes().iter().map(|p| p.info()).collect() })
+        let listed: Vec<_> = sb.processes().into_iter().filter(|p| !running_only || p.running()).collect();
+        let bytes: usize = listed.iter().map(|p| p.info_bytes()).sum();
+        if bytes > MAX_LIST_BYTES {
+            return Err(Error::new(
+                Kind::TooLarge,
+                format!(
+                    "the listing of {} processes would be {bytes} bytes of argv and env; the limit is \
+                     {MAX_LIST_BYTES}: look processes up by pid or tag, or end some",
+                    listed.len()
+                ),
+            ));
+        }
+        Ok(ProcessList { processes: listed.iter().map(|p| p.info()).collect() })
     }
 
     /// Sends `signal` (SIGKILL by default) to process `pid` of the caller's sandbox `id`.
@@ -279,11 +377,41 @@ impl Control {
         }
         if !proc.stdin_open() {
             return Err(Error::conflict(format!(
-                "process {pid} has no open standard input (it has exited, its stdin was closed, or it was not \
-                 started with `background: true`)"
+                "process {pid} has no open standard input (it has exited, its stdin was closed, or it was \
+                 started with `stdin_open: false`, or in the foreground without `stdin_open: true`)"
             )));
         }
         sb.stdin(pid, data, eof).await?;
+        Ok(())
+    }
+}
+
+impl Control {
+    /// The newest running process of the caller's sandbox `id` started with `tag`.
+    pub async fn process_by_tag(&self, caller: &Caller, id: &str, tag: &str) -> Result<Arc<Process>> {
+        let (_, sb) = self.ensure_running(caller, id).await?;
+        sb.processes()
+            .into_iter()
+            .rev()
+            .find(|p| p.running() && p.meta.tag.as_deref() == Some(tag))
+            .ok_or_else(|| Error::not_found(&format!("running process tagged {tag:?}")))
+    }
+
+    /// Sets the terminal size of pty process `pid` of the caller's sandbox `id` (the process gets
+    /// SIGWINCH). Not audited, as stdin writes are not: it changes nothing but the running process's
+    /// view of its terminal, and a terminal client sends one per window resize.
+    pub async fn resize(&self, caller: &Caller, id: &str, pid: u64, rows: u16, cols: u16) -> Result<()> {
+        check_pty_size(rows, cols)?;
+        let (_, sb, proc) = self.running_process(caller, id, pid).await?;
+        if !proc.pty {
+            return Err(Error::invalid(format!(
+                "process {pid} has no terminal to resize: only a process started with `pty` has one"
+            )));
+        }
+        if proc.finished() {
+            return Err(Error::conflict(format!("process {pid} has already exited")));
+        }
+        sb.resize(pid, rows, cols).await?;
         Ok(())
     }
 }

@@ -2,7 +2,7 @@
 //! user; this layer validates paths and limits and records each operation in the audit log.
 
 use sandlot_api::{FileList, FileStat, User, WriteResult};
-use sandlot_engine::FileStream;
+use sandlot_engine::{FileStream, WatchStream};
 use serde_json::json;
 
 use crate::plan::no_nul;
@@ -144,6 +144,24 @@ impl Control {
         let list = sb.list(&path, user.uid(), depth, MAX_LIST_ENTRIES).await;
         self.audit_file(&rec.tenant, id, "file.list", json!({"path": path, "user": user, "ok": list.is_ok()}));
         Ok(list?)
+    }
+
+    /// Watches directory `path` (and its subdirectories, with `recursive`) as `user`: the events as
+    /// they happen, until the stream is dropped. Audited once, when the watch starts (or fails).
+    pub async fn watch(
+        &self,
+        caller: &Caller,
+        id: &str,
+        path: &str,
+        recursive: bool,
+        user: User,
+    ) -> Result<WatchStream> {
+        let (rec, sb) = self.ensure_running(caller, id).await?;
+        let path = sandbox_path(path, user)?;
+        let stream = sb.watch(user.uid(), &path, recursive).await;
+        let row = json!({"path": path, "user": user, "recursive": recursive, "ok": stream.is_ok()});
+        self.audit_file(&rec.tenant, id, "file.watch", row);
+        Ok(stream?)
     }
 
     /// What is at `path`.

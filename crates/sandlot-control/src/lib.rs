@@ -10,6 +10,7 @@
 
 #![deny(missing_docs)]
 
+mod access;
 mod audit;
 mod build;
 pub mod capacity;
@@ -21,6 +22,7 @@ mod files;
 pub mod images;
 mod keys;
 mod lifecycle;
+mod metrics;
 mod network;
 mod plan;
 mod ports;
@@ -29,7 +31,7 @@ mod services;
 mod snapshots;
 pub mod transitions;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use sandlot_engine::Engine;
 use sandlot_store::Store;
@@ -42,7 +44,7 @@ pub use files::{SandboxPath, Upload};
 pub use lifecycle::Created;
 pub use ports::{Ports, Preview};
 pub use recovery::Recovered;
-pub use sandlot_engine::{FileStream, Process};
+pub use sandlot_engine::{FileStream, Process, RawEvent, WatchStream};
 pub use services::Services;
 
 /// Who is calling: the tenant an API key stands for. Surfaces get one from [`Control::authenticate`].
@@ -63,6 +65,12 @@ pub struct Control {
     ledger: capacity::Ledger,
     audit_gate: audit::Gate,
     images: Option<images::Images>,
+    /// The access tokens' server secret, read from the store once (on first use): credential checks
+    /// then cost no store write.
+    access_secret: std::sync::OnceLock<[u8; 32]>,
+    /// This control layer itself, for work that outlives the call that starts it (watching a start
+    /// command started from `boot`, which borrows `self`).
+    me: Weak<Control>,
 }
 
 impl Control {
@@ -77,7 +85,7 @@ impl Control {
     ) -> Arc<Control> {
         let ledger = capacity::Ledger::new(host, cfg.overcommit, cfg.max_sandboxes)
             .with_pids_overhead(sandlot_engine::linux::SUPERVISOR_PIDS);
-        Arc::new(Control {
+        Arc::new_cyclic(|me| Control {
             store,
             engine,
             cfg,
@@ -85,12 +93,20 @@ impl Control {
             ledger,
             audit_gate: Default::default(),
             images,
+            access_secret: std::sync::OnceLock::new(),
+            me: me.clone(),
         })
     }
 
     /// The validated configuration.
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Whether sandboxes can be persistent on this server (it has the layers volume, not
+    /// `--no-disk-quota`): surfaces whose pause keeps files across stops and restarts ask first.
+    pub fn can_persist(&self) -> bool {
+        self.engine.disk_limits()
     }
 
     /// `GET /healthz`: up, and the host features it runs without (checked once, at start-up).

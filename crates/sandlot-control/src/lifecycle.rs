@@ -65,6 +65,10 @@ impl Control {
         };
         let sb = self.engine.start(&rec.info.id, spec).await?;
         self.store.set_slot(&rec.info.id, sb.slot())?;
+        // A build step's sandbox runs its RUN line and nothing else, whatever its base image starts.
+        if !rec.info.metadata.contains_key("build") {
+            self.run_start_command(rec, &sb).await;
+        }
         Ok(sb)
     }
 

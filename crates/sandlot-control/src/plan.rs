@@ -13,6 +13,10 @@ use crate::config::{MIN_DISK_MB, MIN_MEMORY_MB, MIN_PIDS};
 use crate::{Caller, Control, Error, Result};
 
 const MAX_METADATA: usize = 64;
+/// Metadata keys sandlot sets itself: `build` marks an image build step's sandbox (whose start
+/// command is not run) and `build_line` its Dockerfile line. A user setting one could switch off a
+/// sandbox's start command, so requests may not.
+pub(crate) const RESERVED_METADATA: [&str; 2] = ["build", "build_line"];
 /// Seconds a sandbox paused by expiry stays paused before it is stopped, by default.
 pub(crate) const DEFAULT_STOP_AFTER_S: u64 = 600;
 /// Longest idle timeout.
@@ -156,6 +160,11 @@ impl Control {
         check_env(&req.env)?;
         if req.metadata.len() > MAX_METADATA {
             return Err(Error::invalid(format!("metadata: at most {MAX_METADATA} entries")));
+        }
+        if let Some(k) = req.metadata.keys().find(|k| RESERVED_METADATA.contains(&k.as_str())) {
+            return Err(Error::invalid(format!(
+                "metadata: the key {k:?} is sandlot's own (it marks image build sandboxes): name yours otherwise"
+            )));
         }
         for (k, v) in &req.metadata {
             if k.is_empty() || k.len() > 256 || v.len() > 4096 {

@@ -126,7 +126,7 @@ async fn another_tenants_sandbox_is_not_found_for_every_operation() {
     assert_eq!(c.set_network(&h.bob, &id, spec).await.unwrap_err().kind, Kind::NotFound);
     assert_eq!(c.expose(&h.bob, &id, 8000).await.unwrap_err().kind, Kind::NotFound);
     assert_eq!(c.ports(&h.bob, &id).await.err().unwrap().kind, Kind::NotFound);
-    assert_eq!(c.processes(&h.bob, &id).await.unwrap_err().kind, Kind::NotFound);
+    assert_eq!(c.processes(&h.bob, &id, false).await.unwrap_err().kind, Kind::NotFound);
     assert_eq!(c.process(&h.bob, &id, 1).await.err().unwrap().kind, Kind::NotFound);
     assert_eq!(c.kill(&h.bob, &id, 1, None).await.unwrap_err().kind, Kind::NotFound);
     let user = sandlot_api::User::default();
@@ -418,6 +418,10 @@ async fn exec_requests_are_validated_before_anything_runs() {
         ExecRequest { timeout_s: Some(-1.0), ..run(&["true"]) },
         ExecRequest { max_output_bytes: Some(10), ..run(&["true"]) },
         run(&["true", "a\0b"]),
+        ExecRequest { tag: Some("t".repeat(257)), ..run(&["true"]) },
+        ExecRequest { tag: Some("a\0b".into()), ..run(&["true"]) },
+        ExecRequest { pty: Some(sandlot_api::PtySize { rows: 0, cols: 80 }), ..run(&["true"]) },
+        ExecRequest { pty: Some(sandlot_api::PtySize { rows: 24, cols: 1001 }), ..run(&["true"]) },
     ];
     for req in bad {
         let e = h.control.exec(&h.alice, &id, req.clone(), false).await.err().unwrap();
@@ -426,13 +430,43 @@ async fn exec_requests_are_validated_before_anything_runs() {
     assert_eq!(h.audit_actions(&id), ["sandbox.create"]);
 }
 
+/// `process_by_tag` finds the newest running process with the tag, for its tenant only; an ended one
+/// is not found. A resize of a process without a pty is refused, and a watch refused by the
+/// supervisor is answered with its reason and audited.
+#[tokio::test]
+async fn a_tag_finds_the_newest_running_process_and_a_resize_needs_a_pty() {
+    let h = harness();
+    let id = h.sandbox().await;
+    let spawn = |tag: &str| ExecRequest { tag: Some(tag.into()), background: true, ..run(&["sleep"]) };
+    let pid = |s: Started| match s {
+        Started::Background { pid } => pid,
+        _ => panic!("a background exec answers with its pid"),
+    };
+    let older = pid(h.control.exec(&h.alice, &id, spawn("web"), false).await.unwrap());
+    let newer = pid(h.control.exec(&h.alice, &id, spawn("web"), false).await.unwrap());
+    let other = pid(h.control.exec(&h.alice, &id, spawn("db"), false).await.unwrap());
+    assert_eq!(h.control.process_by_tag(&h.alice, &id, "web").await.unwrap().handle, newer);
+    assert_eq!(h.control.process_by_tag(&h.alice, &id, "db").await.unwrap().handle, other);
+    assert_eq!(h.control.process_by_tag(&h.bob, &id, "web").await.err().unwrap().kind, Kind::NotFound);
+    h.control.kill(&h.alice, &id, newer, None).await.unwrap();
+    h.control.process(&h.alice, &id, newer).await.unwrap().wait().await;
+    assert_eq!(h.control.process_by_tag(&h.alice, &id, "web").await.unwrap().handle, older, "the ended one is skipped");
+    assert_eq!(h.control.process_by_tag(&h.alice, &id, "none").await.err().unwrap().kind, Kind::NotFound);
+    let e = h.control.resize(&h.alice, &id, older, 24, 80).await.unwrap_err();
+    assert_eq!(e.kind, Kind::Invalid, "{e:?}");
+    assert!(e.message.contains("only a process started with `pty`"), "{e:?}");
+    let e = h.control.watch(&h.alice, &id, "/tmp", true, sandlot_api::User::User).await.err().unwrap();
+    assert_eq!(e.kind, Kind::Invalid, "{e:?}");
+    assert!(h.audit_actions(&id).contains(&"file.watch".to_string()), "{:?}", h.audit_actions(&id));
+}
+
 #[tokio::test]
 async fn a_background_process_runs_until_killed_and_then_reports_the_signal() {
     let h = harness();
     let id = h.sandbox().await;
     let req = ExecRequest { background: true, ..run(&["sleep"]) };
     let Started::Background { pid } = h.control.exec(&h.alice, &id, req, false).await.unwrap() else { panic!() };
-    let list = h.control.processes(&h.alice, &id).await.unwrap();
+    let list = h.control.processes(&h.alice, &id, false).await.unwrap();
     assert!(list.processes.iter().any(|p| p.pid == pid && p.running));
     h.control.kill(&h.alice, &id, pid, Some(15)).await.unwrap();
     let r = h.control.process(&h.alice, &id, pid).await.unwrap().wait().await;
@@ -440,6 +474,70 @@ async fn a_background_process_runs_until_killed_and_then_reports_the_signal() {
     let e = h.control.kill(&h.alice, &id, pid, None).await.unwrap_err();
     assert!(e.message.contains("already exited"), "{}", e.message);
     assert_eq!(h.control.kill(&h.alice, &id, 999, None).await.unwrap_err().kind, Kind::NotFound);
+}
+
+/// A surface holding a process for a client that never reads lets it go when the sandbox is deleted
+/// (it waits on `sandbox_ended`, as the NDJSON and envd streams do): the output reservation returns
+/// to the daemon-wide pool, though the holder never took an event.
+#[tokio::test]
+async fn a_deleted_sandbox_ends_its_process_holders_and_its_output_reservation() {
+    let h = harness();
+    let id = h.sandbox().await;
+    let req = ExecRequest { background: true, ..run(&["sleep"]) };
+    let Started::Background { pid } = h.control.exec(&h.alice, &id, req, false).await.unwrap() else { panic!() };
+    let proc = h.control.process(&h.alice, &id, pid).await.unwrap();
+    assert!(h.control.engine.output_used() > 0, "the running process reserves its output");
+    let holder = tokio::spawn(async move {
+        let _follower = proc.follow();
+        proc.sandbox_ended().await;
+    });
+    h.control.delete(&h.alice, &id).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), holder).await.expect("the holder ends with the sandbox").unwrap();
+    // The engine's own references (the sandbox's read loop winding down) go shortly after the
+    // delete answers: the reservation must be back within a bounded time, not at once.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while h.control.engine.output_used() != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} bytes of the deleted sandbox stay reserved",
+            h.control.engine.output_used()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `running_only` lists the running processes only, and a listing over `MAX_LIST_BYTES` is refused
+/// before it is copied, with what to do instead.
+#[tokio::test]
+async fn a_process_listing_is_filtered_before_it_is_copied_and_bounded() {
+    let h = harness();
+    let id = h.sandbox().await;
+    let background = |argv: &[&str]| ExecRequest { background: true, ..run(argv) };
+    let Started::Background { pid: done } = h.control.exec(&h.alice, &id, background(&["true"]), false).await.unwrap()
+    else {
+        panic!()
+    };
+    h.control.process(&h.alice, &id, done).await.unwrap().wait().await;
+    let big = "x".repeat(1_000_000);
+    let mut sleepers = Vec::new();
+    for _ in 0..17 {
+        let Started::Background { pid } =
+            h.control.exec(&h.alice, &id, background(&["sleep", &big]), false).await.unwrap()
+        else {
+            panic!()
+        };
+        sleepers.push(pid);
+    }
+    let e = h.control.processes(&h.alice, &id, true).await.unwrap_err();
+    assert_eq!(e.kind, Kind::TooLarge, "{e:?}");
+    assert!(e.message.contains("look processes up by pid or tag"), "{}", e.message);
+    for pid in sleepers.drain(..2) {
+        h.control.kill(&h.alice, &id, pid, None).await.unwrap();
+        h.control.process(&h.alice, &id, pid).await.unwrap().wait().await;
+    }
+    let running = h.control.processes(&h.alice, &id, true).await.unwrap().processes;
+    assert_eq!(running.iter().map(|p| p.pid).collect::<Vec<_>>(), sleepers, "the running ones only");
+    assert_eq!(h.control.processes(&h.alice, &id, false).await.unwrap_err().kind, Kind::TooLarge);
 }
 
 // ---- expiry ----
@@ -711,4 +809,79 @@ async fn health_lists_the_host_features_found_degraded_at_start() {
     let cfg = Config { degraded: vec!["landlock".into(), "pid-max".into()], ..test_config() };
     let h = harness_with(cfg, HOST);
     assert_eq!(h.control.health().degraded, ["landlock", "pid-max"]);
+}
+
+#[tokio::test]
+async fn an_access_token_admits_its_owner_to_its_sandbox_only_and_dies_with_it() {
+    let h = harness();
+    let a = h.sandbox().await;
+    let b = h.sandbox().await;
+    let token = h.control.access_token(&h.alice, &a).unwrap();
+    assert!(token.starts_with("sat_"), "{token}");
+    assert_eq!(h.control.access_token(&h.alice, &a).unwrap(), token, "stable");
+    assert_ne!(h.control.access_token(&h.alice, &b).unwrap(), token, "per sandbox");
+    assert_eq!(h.control.access_token(&h.bob, &a).unwrap_err().kind, Kind::NotFound, "another tenant's");
+    let caller = h.control.access_caller(&a, &token).unwrap();
+    assert_eq!(caller, Caller { tenant: "alice".into(), admin: false });
+    assert_eq!(h.control.access_caller(&b, &token).unwrap_err().kind, Kind::NotFound, "wrong sandbox");
+    let mut forged = token.clone();
+    forged.replace_range(forged.len() - 1.., if token.ends_with('0') { "1" } else { "0" });
+    assert_eq!(h.control.access_caller(&a, &forged).unwrap_err().kind, Kind::NotFound);
+    assert_eq!(h.control.access_caller(&a, "").unwrap_err().kind, Kind::NotFound);
+    h.control.delete(&h.alice, &a).await.unwrap();
+    assert_eq!(h.control.access_caller(&a, &token).unwrap_err().kind, Kind::NotFound, "deleted");
+}
+
+#[tokio::test]
+async fn revoking_a_tenants_keys_ends_its_access_tokens_and_signed_proofs() {
+    let h = harness();
+    let a = h.sandbox().await;
+    let (access, traffic) =
+        (h.control.access_token(&h.alice, &a).unwrap(), h.control.traffic_token(&h.alice, &a).unwrap());
+    assert!(h.control.access_caller(&a, &access).is_ok());
+    let (_, spare) = h.control.store.create_key_expiring("alice", false, None).unwrap();
+    let keys: Vec<_> = h.control.store.list_keys(Some("alice")).unwrap().into_iter().map(|k| k.id).collect();
+    // With one key left, the tokens still work; with none, none does.
+    for id in keys.iter().filter(|id| **id != spare) {
+        h.control.store.revoke_key(id).unwrap();
+    }
+    assert!(h.control.access_caller(&a, &access).is_ok(), "alice still holds a key");
+    h.control.store.revoke_key(&spare).unwrap();
+    assert_eq!(h.control.access_caller(&a, &access).unwrap_err().kind, Kind::Unauthenticated);
+    assert_eq!(h.control.traffic_caller(&a, &traffic).unwrap_err().kind, Kind::Unauthenticated);
+    let proof = h.control.caller_proving_token(&a, |t| t == access).unwrap_err();
+    assert_eq!(proof.kind, Kind::Unauthenticated);
+    assert!(proof.message.contains("revoked"), "{}", proof.message);
+    // An expired key keeps no token alive either.
+    h.control.store.create_key_expiring("alice", false, Some(1)).unwrap();
+    assert_eq!(h.control.access_caller(&a, &access).unwrap_err().kind, Kind::Unauthenticated);
+}
+
+#[tokio::test]
+async fn user_metadata_cannot_mark_a_sandbox_as_a_build_step() {
+    let h = harness();
+    for key in ["build", "build_line"] {
+        let req = CreateSandbox { metadata: [(key.to_string(), "x".to_string())].into(), ..CreateSandbox::default() };
+        let err = h.control.create(&h.alice, req).await.unwrap_err();
+        assert_eq!(err.kind, Kind::Invalid, "{key}");
+        assert!(err.message.contains(key) && err.message.contains("sandlot's own"), "{}", err.message);
+    }
+    let req = CreateSandbox { metadata: [("builder".to_string(), "x".to_string())].into(), ..CreateSandbox::default() };
+    h.control.create(&h.alice, req).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_traffic_token_is_its_own_kind_and_never_an_access_token() {
+    let h = harness();
+    let a = h.sandbox().await;
+    let access = h.control.access_token(&h.alice, &a).unwrap();
+    let traffic = h.control.traffic_token(&h.alice, &a).unwrap();
+    assert!(traffic.starts_with("stt_"), "{traffic}");
+    assert_ne!(access[4..], traffic[4..], "another label derives another token");
+    assert_eq!(h.control.traffic_caller(&a, &traffic).unwrap().tenant, "alice");
+    assert_eq!(h.control.access_caller(&a, &traffic).unwrap_err().kind, Kind::NotFound, "not for envd");
+    assert_eq!(h.control.traffic_caller(&a, &access).unwrap_err().kind, Kind::NotFound);
+    assert_eq!(h.control.traffic_token(&h.bob, &a).unwrap_err().kind, Kind::NotFound);
+    h.control.delete(&h.alice, &a).await.unwrap();
+    assert_eq!(h.control.traffic_caller(&a, &traffic).unwrap_err().kind, Kind::NotFound, "deleted");
 }

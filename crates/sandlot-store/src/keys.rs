@@ -110,6 +110,17 @@ impl Store {
         Ok(Auth::Valid(Principal { tenant, admin }))
     }
 
+    /// Whether `tenant` holds at least one key that works now (not revoked, not expired): what keeps
+    /// the tenant's per-sandbox tokens alive (revoking all its keys ends them too).
+    pub fn tenant_has_live_key(&self, tenant: &str) -> Result<bool> {
+        Ok(self.conn().query_row(
+            "SELECT EXISTS(SELECT 1 FROM api_keys WHERE tenant = ?1 AND revoked_ms IS NULL
+                 AND (expires_ms IS NULL OR expires_ms > ?2))",
+            params![tenant, now_ms()],
+            |r| r.get(0),
+        )?)
+    }
+
     /// API keys, of one tenant or all, oldest first (revoked ones included, marked).
     pub fn list_keys(&self, tenant: Option<&str>) -> Result<Vec<KeyInfo>> {
         let conn = self.conn();
@@ -205,6 +216,10 @@ mod tests {
         assert_eq!(store.revoke_key(&id).unwrap().map(|k| k.tenant), Some("acme".to_string()));
         assert!(matches!(store.authenticate(&key).unwrap(), Auth::Revoked(_)));
         assert!(mine(&store).revoked_at_ms.is_some());
+        // acme's keys are revoked or expired; other's is live; nobody's is nobody's.
+        assert!(!store.tenant_has_live_key("acme").unwrap());
+        assert!(store.tenant_has_live_key("other").unwrap());
+        assert!(!store.tenant_has_live_key("nobody").unwrap());
         assert_eq!(store.revoke_key("key_0000000000000000").unwrap(), None);
         assert_eq!(store.list_keys(None).unwrap().len(), 3);
     }

@@ -11,6 +11,7 @@ mod images;
 mod keys;
 mod sandboxes;
 mod schema;
+mod secrets;
 mod snapshots;
 
 use std::path::Path;

@@ -94,6 +94,10 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 CREATE INDEX IF NOT EXISTS audit_sandbox ON audit(sandbox_id, seq);
 CREATE INDEX IF NOT EXISTS audit_at ON audit(at_ms);
+CREATE TABLE IF NOT EXISTS server_secrets (
+    name   TEXT PRIMARY KEY,
+    value  BLOB NOT NULL
+);
 PRAGMA user_version = 1;
 ";
 
