@@ -76,11 +76,29 @@ impl Client {
         &self.base
     }
 
+    /// The API key this client sends (to hand to another client of the same server, such as the
+    /// E2B SDKs through `sandlot e2b env`).
+    pub fn api_key(&self) -> &str {
+        self.auth.strip_prefix("Bearer ").unwrap_or(&self.auth)
+    }
+
     /// Checks that the server answers `GET /healthz` (no key needed); the answer names the host
     /// features the server runs without (`degraded`).
     pub fn health(&self) -> Result<sandlot_api::Health> {
         let response = self.send(self.agent.get(&format!("{}/healthz", self.base)))?;
         json(response, "the health answer")
+    }
+
+    /// How E2B clients reach this server's sandboxes (`GET /e2b/connection`, no key needed).
+    pub fn e2b_connection(&self) -> Result<sandlot_api::e2b::E2bConnection> {
+        let response = self.send(self.agent.get(&format!("{}/e2b/connection", self.base)))?;
+        json(response, "the E2B connection answer")
+    }
+
+    /// The CA (PEM) that issued the server's E2B TLS certificate (`GET /e2b/ca.pem`, no key needed).
+    pub fn e2b_ca_pem(&self) -> Result<String> {
+        let response = self.send(self.agent.get(&format!("{}/e2b/ca.pem", self.base)))?;
+        response.into_string().map_err(|e| Error::new(ErrorKind::Protocol, format!("reading the CA certificate: {e}")))
     }
 
     /// Creates an API key for `tenant` (the tenant is created if new). Needs the admin key.

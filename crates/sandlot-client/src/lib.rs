@@ -45,4 +45,4 @@ pub use client::Client;
 pub use error::{Error, ErrorKind, Result};
 pub use images::PullStream;
 pub use sandbox::Sandbox;
-pub use stream::EventStream;
+pub use stream::{EventStream, WatchEvents};

@@ -4,12 +4,12 @@ use std::io::{self, Read, Write};
 
 use sandlot_api::{
     ExecRequest, ExecResult, FileList, FileStat, KillRequest, MkdirRequest, MoveRequest, ProcessInfo, ProcessList,
-    ProcessStarted, SandboxInfo, StdinRequest, User, WriteResult, NDJSON,
+    ProcessStarted, PtySize, SandboxInfo, StdinRequest, User, WriteResult, NDJSON,
 };
 
 use crate::client::{drain, json, Client};
 use crate::error::{Error, ErrorKind, Result};
-use crate::stream::EventStream;
+use crate::stream::{EventStream, WatchEvents};
 use crate::url;
 
 /// A handle to one sandbox: its id plus the [`Client`] that reaches it. Making one sends nothing.
@@ -180,6 +180,22 @@ impl Sandbox {
         Ok(list.processes)
     }
 
+    /// The processes started with `tag`, oldest first.
+    pub fn processes_tagged(&self, tag: &str) -> Result<Vec<ProcessInfo>> {
+        let path = self.path(&format!("/processes{}", url::query(&[("tag", tag)])));
+        let response = self.client.send(self.client.request("GET", &path))?;
+        let list: ProcessList = json(response, "the process list")?;
+        Ok(list.processes)
+    }
+
+    /// Sets the terminal size of pty process `pid` (it gets SIGWINCH).
+    pub fn resize(&self, pid: u64, rows: u16, cols: u16) -> Result<()> {
+        let path = self.path(&format!("/processes/{pid}/resize"));
+        let response = self.client.send_json(self.client.request("POST", &path), &PtySize { rows, cols })?;
+        drain(response);
+        Ok(())
+    }
+
     /// Waits for background process `pid` to end and returns its result.
     pub fn wait(&self, pid: u64) -> Result<ExecResult> {
         let path = self.path(&format!("/processes/{pid}/wait"));
@@ -245,6 +261,16 @@ impl Sandbox {
         let path = self.path(&format!("/files{}", url::query(&pairs)));
         let response = self.client.send(self.client.request("GET", &path))?;
         copy(response, &mut writer, "the file")
+    }
+
+    /// Watches directory `path` (its whole tree with `recursive`) as this handle's user: its changes as
+    /// they happen, until the iterator is dropped.
+    pub fn watch(&self, path: &str, recursive: bool) -> Result<WatchEvents> {
+        let mut pairs = vec![("path", path), ("recursive", if recursive { "true" } else { "false" })];
+        self.push_user(&mut pairs);
+        let path = self.path(&format!("/files/watch{}", url::query(&pairs)));
+        let response = self.client.send(self.client.request("GET", &path).set("Accept", NDJSON))?;
+        Ok(WatchEvents::new(response.into_reader()))
     }
 
     /// Lists the entries under directory `path`, `depth` levels down (1: direct children).

@@ -1,9 +1,9 @@
-//! NDJSON event streams (`exec` with `Accept: application/x-ndjson`, and process logs).
+//! NDJSON event streams (`exec` with `Accept: application/x-ndjson`, process logs, directory watches).
 
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 
-use sandlot_api::ExecEvent;
+use sandlot_api::{ExecEvent, WatchEvent};
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -59,6 +59,51 @@ impl Iterator for EventStream {
             Some(Ok(_)) => false,
         };
         item
+    }
+}
+
+/// Iterator over the changes of a watched directory, one per NDJSON line, blocking while nothing
+/// changes. It ends (`None`) when the server ends the watch (the directory was removed, the sandbox
+/// stopped); dropping it closes the connection, which stops the watch in the sandbox.
+pub struct WatchEvents {
+    reader: BufReader<Box<dyn Read + Send + Sync + 'static>>,
+    line: Vec<u8>,
+    done: bool,
+}
+
+impl WatchEvents {
+    pub(crate) fn new(reader: Box<dyn Read + Send + Sync + 'static>) -> WatchEvents {
+        WatchEvents { reader: BufReader::new(reader), line: Vec::new(), done: false }
+    }
+}
+
+impl Iterator for WatchEvents {
+    type Item = Result<WatchEvent>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            self.line.clear();
+            match self.reader.read_until(b'\n', &mut self.line) {
+                Err(err) => {
+                    self.done = true;
+                    return Some(Err(Error::io("reading the watch stream", err)));
+                }
+                Ok(0) => self.done = true,
+                Ok(_) => {
+                    let line = self.line.trim_ascii();
+                    if !line.is_empty() {
+                        return Some(serde_json::from_slice(line).map_err(|e| Error::decode("a watch event", e)));
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+impl fmt::Debug for WatchEvents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WatchEvents").field("done", &self.done).finish_non_exhaustive()
     }
 }
 
