@@ -6,6 +6,7 @@
 mod admin;
 mod build;
 mod cp;
+mod e2b;
 mod image;
 mod network;
 mod output;
@@ -109,6 +110,9 @@ pub enum ClientCommand {
     /// Show the audit log.
     #[command(long_about = AUDIT_LONG)]
     Audit(AuditArgs),
+    /// Use the E2B SDKs with this server (`sandlot e2b env`).
+    #[command(subcommand)]
+    E2b(e2b::E2bCmd),
 }
 
 impl ClientCommand {
@@ -120,6 +124,7 @@ impl ClientCommand {
             ClientCommand::Keys(cmd) => cmd.conn(),
             ClientCommand::Tenants(cmd) => cmd.conn(),
             ClientCommand::Audit(args) => &args.conn,
+            ClientCommand::E2b(cmd) => cmd.conn(),
         }
     }
 }
@@ -140,11 +145,16 @@ pub struct Conn {
 impl Conn {
     /// A client for this server, with the given key or the admin key file.
     fn client(&self) -> anyhow::Result<Client> {
+        Ok(Client::new(&self.url, &self.key()?))
+    }
+
+    /// The API key: the given one, else the admin key file's.
+    fn key(&self) -> anyhow::Result<String> {
         if let Some(key) = self.api_key.as_deref().map(str::trim).filter(|k| !k.is_empty()) {
-            return Ok(Client::new(&self.url, key));
+            return Ok(key.to_string());
         }
         match fs::read_to_string(ADMIN_KEY_PATH) {
-            Ok(key) if !key.trim().is_empty() => Ok(Client::new(&self.url, key.trim())),
+            Ok(key) if !key.trim().is_empty() => Ok(key.trim().to_string()),
             Ok(_) => bail!("no API key: {ADMIN_KEY_PATH} is empty. {}", key_help()),
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => bail!(
                 "no API key: SANDLOT_API_KEY is not set and {ADMIN_KEY_PATH} is not readable by you \
@@ -176,6 +186,7 @@ pub fn execute(cmd: ClientCommand) -> anyhow::Result<i32> {
         ClientCommand::Keys(cmd) => admin::keys(cmd),
         ClientCommand::Tenants(cmd) => admin::tenants(cmd),
         ClientCommand::Audit(args) => admin::audit(args),
+        ClientCommand::E2b(cmd) => e2b::execute(cmd),
     };
     match result {
         Err(err) => match client_error_kind(&err) {

@@ -14,6 +14,8 @@ pub struct App {
     pub listen: SocketAddr,
     /// Where request bodies that must be read in any order (image archives) are spooled.
     pub spool_dir: std::path::PathBuf,
+    /// The E2B surface's templates and domain (`--e2b-*`).
+    pub e2b: super::e2b::E2bSettings,
 }
 
 pub type AppState = Arc<App>;
@@ -32,6 +34,31 @@ impl App {
     pub fn preview_domain(&self) -> Option<&str> {
         self.preview_domain.as_deref()
     }
+}
+
+/// The queue of a response body its producer can abandon ([`abandonable_queue`]).
+pub struct Abandon<T>(Arc<std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<T>>>>);
+
+impl<T> Abandon<T> {
+    /// Drops what is queued and ends the body: for a client that stopped reading, whose queue
+    /// would otherwise stay held for as long as its connection stays open.
+    pub fn abandon(&self) {
+        drop(self.0.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+}
+
+/// A stream of what `rx` receives, and the handle that abandons it.
+pub fn abandonable_queue<T: Send + 'static>(
+    rx: tokio::sync::mpsc::Receiver<T>,
+) -> (impl futures_util::Stream<Item = T> + Send + 'static, Abandon<T>) {
+    let queue = Arc::new(std::sync::Mutex::new(Some(rx)));
+    let reader = Arc::clone(&queue);
+    let stream =
+        futures_util::stream::poll_fn(move |cx| match reader.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(rx) => rx.poll_recv(cx),
+            None => std::task::Poll::Ready(None),
+        });
+    (stream, Abandon(queue))
 }
 
 /// A response body fed by a channel: each item is a chunk, an error aborts the transfer.

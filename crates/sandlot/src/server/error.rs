@@ -32,7 +32,7 @@ impl ApiError {
 }
 
 /// The HTTP status of each kind of control-layer error.
-fn status(kind: Kind) -> StatusCode {
+pub(super) fn status(kind: Kind) -> StatusCode {
     match kind {
         Kind::Invalid => StatusCode::BAD_REQUEST,
         Kind::Unauthenticated => StatusCode::UNAUTHORIZED,

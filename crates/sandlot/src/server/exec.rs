@@ -4,17 +4,28 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
-use sandlot_api::{ExecEvent, ExecRequest, ExecResult, KillRequest, ProcessList, ProcessStarted, StdinRequest, NDJSON};
+use sandlot_api::{
+    ExecEvent, ExecRequest, ExecResult, KillRequest, ProcessList, ProcessStarted, ResizeRequest, StdinRequest, NDJSON,
+};
 use sandlot_control::{Process, Started};
 
-use super::app::{channel_body, AppState};
+use super::app::{abandonable_queue, AppState};
 use super::error::ApiError;
-use super::extract::{optional_json, ApiJson, ApiPath, Auth};
+use super::extract::{optional_json, ApiJson, ApiPath, ApiQuery, Auth};
+
+/// Query of `GET …/processes`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only processes started with this tag.
+    tag: Option<String>,
+}
 
 fn wants_ndjson(headers: &HeaderMap) -> bool {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(NDJSON))
@@ -34,33 +45,91 @@ pub async fn exec(
     })
 }
 
-/// Streams a process's events, from its first, as NDJSON until it exits.
+/// How long an NDJSON stream waits for its client to take a line before it is abandoned: a client
+/// that stops reading keeps the process (and its output reservation) and its queued lines only this
+/// long.
+const STALL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Streams a process's events, from its first, as NDJSON until it exits or the client goes; a client
+/// that takes no line for [`STALL`] (a second once the sandbox has ended) has its queued lines
+/// dropped and its stream cut.
 fn ndjson(proc: Arc<Process>) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let (lines, queue) = abandonable_queue(rx);
     tokio::spawn(async move {
-        let line = |ev: &ExecEvent| {
-            let mut v = serde_json::to_vec(ev).expect("events serialise");
-            v.push(b'\n');
-            Ok(Bytes::from(v))
-        };
-        // The follower reads at this client's pace: a client that stops reading holds one event here
-        // and 64 lines in the channel, and costs the process nothing.
-        let mut follow = proc.follow();
-        while let Some(ev) = follow.next().await {
-            if tx.send(line(&ev)).await.is_err() {
-                return;
-            }
+        if stream_lines(&proc, &tx).await == Delivery::Stalled {
+            queue.abandon();
         }
     });
-    ([(header::CONTENT_TYPE, NDJSON)], channel_body(rx)).into_response()
+    ([(header::CONTENT_TYPE, NDJSON)], Body::from_stream(lines)).into_response()
+}
+
+fn line(ev: &ExecEvent) -> Bytes {
+    let mut v = serde_json::to_vec(ev).expect("events serialise");
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+/// How an NDJSON stream ended.
+#[derive(PartialEq)]
+enum Delivery {
+    /// Every event was sent, or the client went.
+    Done,
+    /// The client took no line within the bound.
+    Stalled,
+}
+
+/// The follower reads at this client's pace.
+async fn stream_lines(proc: &Arc<Process>, tx: &tokio::sync::mpsc::Sender<Result<Bytes, Infallible>>) -> Delivery {
+    let mut follow = proc.follow();
+    let mut pending: Option<Bytes> = None;
+    // Once the sandbox has ended its processes have too: a reading client gets the rest at once, one
+    // that does not read is cut off after a second.
+    let mut bound = STALL;
+    let mut sandbox_ended = false;
+    loop {
+        // While a line waits for room only its send, or an end, can fire: its bound is not restarted.
+        tokio::select! {
+            sent = async { tokio::time::timeout(bound, tx.send(Ok(pending.clone().expect("pending")))).await },
+                if pending.is_some() => match sent {
+                Ok(Ok(())) => pending = None,
+                Ok(Err(_)) => return Delivery::Done,
+                Err(_) => return Delivery::Stalled,
+            },
+            ev = follow.next(), if pending.is_none() => match ev {
+                Some(ev) => pending = Some(line(&ev)),
+                None => return Delivery::Done,
+            },
+            _ = tx.closed() => return Delivery::Done,
+            _ = proc.sandbox_ended(), if !sandbox_ended => {
+                sandbox_ended = true;
+                bound = std::time::Duration::from_secs(1);
+            }
+        }
+    }
 }
 
 pub async fn list(
     State(app): State<AppState>,
     Auth(caller): Auth,
     ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<ProcessList>, ApiError> {
-    Ok(Json(app.control.processes(&caller, &id).await?))
+    let mut list = app.control.processes(&caller, &id, false).await?;
+    if let Some(tag) = q.tag {
+        list.processes.retain(|p| p.tag.as_deref() == Some(tag.as_str()));
+    }
+    Ok(Json(list))
+}
+
+pub async fn resize(
+    State(app): State<AppState>,
+    Auth(caller): Auth,
+    ApiPath((id, pid)): ApiPath<(String, u64)>,
+    ApiJson(req): ApiJson<ResizeRequest>,
+) -> Result<StatusCode, ApiError> {
+    app.control.resize(&caller, &id, pid, req.rows, req.cols).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn wait(

@@ -27,7 +27,7 @@ pub struct PathQuery {
     depth: Option<u32>,
 }
 
-fn stream_body(mut s: FileStream, content_type: &'static str) -> Response {
+pub(crate) fn stream_body(mut s: FileStream, content_type: &'static str) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
     tokio::spawn(async move {
         loop {
@@ -47,14 +47,14 @@ fn stream_body(mut s: FileStream, content_type: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type)], channel_body(rx)).into_response()
 }
 
-fn body_reader(body: Body) -> impl tokio::io::AsyncRead + Unpin {
+pub(crate) fn body_reader(body: Body) -> impl tokio::io::AsyncRead + Unpin {
     let stream = body.into_data_stream().map_err(std::io::Error::other);
     tokio_util::io::StreamReader::new(stream)
 }
 
 /// Reads and discards the rest of a failed upload's body (bounded in time), so the client, still
 /// sending, gets to read the error instead of a broken pipe.
-async fn drain(reader: &mut (impl tokio::io::AsyncRead + Unpin)) {
+pub(crate) async fn drain(reader: &mut (impl tokio::io::AsyncRead + Unpin)) {
     let _ =
         tokio::time::timeout(std::time::Duration::from_secs(30), tokio::io::copy(reader, &mut tokio::io::sink())).await;
 }
@@ -134,6 +134,46 @@ pub async fn list(
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Json<FileList>, ApiError> {
     Ok(Json(app.control.list_files(&caller, &id, &q.path, q.user, q.depth).await?))
+}
+
+/// Query of `GET …/files/watch`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchQuery {
+    path: String,
+    #[serde(default)]
+    user: User,
+    #[serde(default)]
+    recursive: bool,
+}
+
+/// Streams a directory's changes as NDJSON lines until the client goes away (which stops the watch
+/// in the sandbox) or the directory is removed.
+pub async fn watch(
+    State(app): State<AppState>,
+    Auth(caller): Auth,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<WatchQuery>,
+) -> Result<Response, ApiError> {
+    let mut stream = app.control.watch(&caller, &id, &q.path, q.recursive, q.user).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(64);
+    tokio::spawn(async move {
+        loop {
+            // A client that leaves is noticed even while nothing changes, so its watch (one of the
+            // sandbox's few) is not held for nobody.
+            let ev = tokio::select! {
+                ev = stream.next() => ev,
+                () = tx.closed() => return,
+            };
+            let Some(ev) = ev else { return };
+            let mut line = serde_json::to_vec(&ev).expect("events serialise");
+            line.push(b'\n');
+            if tx.send(Ok(Bytes::from(line))).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(([(header::CONTENT_TYPE, sandlot_api::NDJSON)], channel_body(rx)).into_response())
 }
 
 pub async fn stat(

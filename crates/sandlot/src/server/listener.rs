@@ -52,6 +52,11 @@ impl Caps {
     }
 }
 
+/// The open connections of every listener that shares caps (the API's plain and TLS listeners):
+/// the caps hold for all of them together.
+#[derive(Clone, Default)]
+pub struct Shared(Arc<Mutex<Open>>);
+
 /// Open connections, in total and per peer.
 #[derive(Default)]
 struct Open {
@@ -153,14 +158,18 @@ fn refuse(tcp: TcpStream, why: Refusal, caps: Caps) {
 }
 
 /// Serves `router` on `listener` until `shutdown` completes, then lets open connections finish their
-/// current request (as `axum::serve` does) and returns.
+/// current request (as `axum::serve` does) and returns. With `tls`, each connection is a TLS one,
+/// whose handshake must end within [`HEADER_READ_TIMEOUT`] too. Listeners given the same `shared`
+/// count their connections together under `caps`.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     caps: Caps,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shared: Shared,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let open: Arc<Mutex<Open>> = Arc::default();
+    let open = shared.0;
     let mut log = RefusalLog { last: None, total: 0, per_ip: 0 };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut conns = JoinSet::new();
@@ -193,28 +202,48 @@ pub async fn serve(
         // Event streams are many small writes: without TCP_NODELAY, Nagle holds each one back until
         // the client's delayed ACK (40 ms) arrives.
         let _ = tcp.set_nodelay(true);
-        let conn = http.serve_connection(TokioIo::new(tcp), service.clone()).with_upgrades();
-        let mut stop = stop_rx.clone();
+        let (http, service, stop, tls) = (http.clone(), service.clone(), stop_rx.clone(), tls.clone());
         conns.spawn(async move {
             let _place = place;
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => {
-                    if let Err(e) = r {
-                        tracing::debug!("API connection from {peer}: {e}");
-                    }
-                    return;
-                }
-                _ = stop.changed() => {}
+            match tls {
+                None => serve_connection(&http, TokioIo::new(tcp), service, stop, peer).await,
+                Some(acceptor) => match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => serve_connection(&http, TokioIo::new(stream), service, stop, peer).await,
+                    Ok(Err(e)) => tracing::debug!("TLS handshake with {peer}: {e}"),
+                    Err(_) => tracing::debug!("TLS handshake with {peer}: not done within {HEADER_READ_TIMEOUT:?}"),
+                },
             }
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
         });
     }
     drop(listener);
     let _ = stop_tx.send(true);
     while conns.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Serves one connection until it ends, or until `stop` changes and its current request is done.
+async fn serve_connection<I>(
+    http: &hyper::server::conn::http1::Builder,
+    io: I,
+    service: TowerToHyperService<Router>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    peer: SocketAddr,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let conn = http.serve_connection(io, service).with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                tracing::debug!("API connection from {peer}: {e}");
+            }
+            return;
+        }
+        _ = stop.changed() => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
 }
 
 #[cfg(test)]

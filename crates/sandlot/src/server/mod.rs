@@ -3,6 +3,7 @@
 mod app;
 mod build;
 pub mod config;
+mod e2b;
 mod error;
 mod exec;
 mod extract;
@@ -137,6 +138,29 @@ pub struct ServeArgs {
     /// every tenant may use (pulled or imported with `public`).
     #[arg(long, default_value = "host")]
     pub default_image: String,
+    /// E2B compatibility: boot IMAGE for E2B template NAME (repeatable). `base` is always the default
+    /// image; `code-interpreter-v1` (the code-interpreter SDKs' default) maps to `code-interpreter`
+    /// unless this names it; any other template is the tenant's image of that name.
+    #[arg(long = "e2b-template", value_name = "NAME=IMAGE")]
+    pub e2b_template: Vec<String>,
+    /// E2B compatibility: requests to host `{port}-{id}.DOMAIN` go to that sandbox's port (49983:
+    /// envd), as the SDKs send them when E2B_SANDBOX_URL is unset; the SDKs learn DOMAIN from create
+    /// and connect answers. Point `*.DOMAIN` at this server; serve it over TLS (`--e2b-tls-listen`),
+    /// which the SDKs require.
+    #[arg(long = "e2b-domain", value_name = "DOMAIN")]
+    pub e2b_domain: Option<String>,
+    /// E2B compatibility: also serve the API, TLS, on this address (e.g. `0.0.0.0:443`), with the
+    /// certificate of `--e2b-tls-cert`/`--e2b-tls-key`, or else one for `*.DOMAIN` and DOMAIN issued at
+    /// every start by the server's own CA (`<state>/ca/ca.pem`; `sandlot e2b env` hands it to clients).
+    /// Needs `--e2b-domain`; the connection caps are shared with `--listen`.
+    #[arg(long = "e2b-tls-listen", value_name = "ADDR")]
+    pub e2b_tls_listen: Option<SocketAddr>,
+    /// The TLS listener's certificate chain (PEM), for `*.DOMAIN`.
+    #[arg(long = "e2b-tls-cert", value_name = "FILE")]
+    pub e2b_tls_cert: Option<PathBuf>,
+    /// The key (PEM) of `--e2b-tls-cert`.
+    #[arg(long = "e2b-tls-key", value_name = "FILE")]
+    pub e2b_tls_key: Option<PathBuf>,
     /// Longest one image pull may take, in seconds; a registry that trickles its bytes is cut off.
     #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
     pub pull_timeout_s: u64,
@@ -409,11 +433,51 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
     // Blobs and trees a crash left unnamed (a pull cut short) go before anything new is stored.
     control.collect_images().await;
 
+    let mut e2b_settings =
+        e2b::E2bSettings::new(&args.e2b_template, args.e2b_domain.as_deref()).map_err(anyhow::Error::msg)?;
+    let preview = app::preview_domain(args.preview_domain.as_deref(), args.listen);
+    if e2b_settings.domain.is_some() && e2b_settings.domain == preview {
+        bail!("--e2b-domain and --preview-domain are both {preview:?}: give the E2B surface a domain of its own");
+    }
+    let e2b_tls = match (args.e2b_tls_listen, e2b_settings.domain.clone()) {
+        (None, _) => {
+            if args.e2b_tls_cert.is_some() || args.e2b_tls_key.is_some() {
+                bail!("--e2b-tls-cert/--e2b-tls-key need --e2b-tls-listen ADDR");
+            }
+            None
+        }
+        (Some(_), None) => bail!("--e2b-tls-listen needs --e2b-domain DOMAIN (the certificate's and host routing's)"),
+        (Some(addr), Some(domain)) => {
+            let setup = e2b::tls::setup(
+                &domain,
+                args.e2b_tls_cert.as_deref(),
+                args.e2b_tls_key.as_deref(),
+                &e2b::tls::ca_dir(&state_dir),
+            )?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening on {addr} (--e2b-tls-listen)"))?;
+            let port = listener.local_addr()?.port();
+            e2b_settings.reported_domain = Some(if port == 443 { domain.clone() } else { format!("{domain}:{port}") });
+            e2b_settings.ca_pem = setup.issued_by_ca.clone();
+            tracing::info!(
+                "E2B over TLS on {}: https://PORT-ID.{domain}:{port}/ ({})",
+                listener.local_addr()?,
+                if setup.issued_by_ca.is_some() {
+                    "certificate from the server's CA"
+                } else {
+                    "the admin's certificate"
+                }
+            );
+            Some((listener, setup.acceptor))
+        }
+    };
     let app = Arc::new(App {
         control: Arc::clone(&control),
-        preview_domain: app::preview_domain(args.preview_domain.as_deref(), args.listen),
+        preview_domain: preview,
         listen: args.listen,
         spool_dir: state_dir.join("blobs"),
+        e2b: e2b_settings,
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let services = control.start_services(shutdown_rx.clone());
@@ -441,12 +505,22 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
         caps.per_ip,
         listener::HEADER_READ_TIMEOUT
     );
-    listener::serve(listener, router, caps, async move {
+    let shared = listener::Shared::default();
+    let tls_served = e2b_tls.map(|(tls_listener, acceptor)| {
+        let (router, shared, mut rx) = (router.clone(), shared.clone(), shutdown_rx.clone());
+        tokio::spawn(listener::serve(tls_listener, router, caps, Some(acceptor), shared, async move {
+            let _ = rx.changed().await;
+        }))
+    });
+    listener::serve(listener, router, caps, None, shared, async move {
         shutdown_signal().await;
         let _ = shutdown_tx.send(true);
         let _ = rx.changed().await;
     })
     .await?;
+    if let Some(t) = tls_served {
+        t.await.context("the E2B TLS listener")??;
+    }
     tracing::info!("shutting down: stopping persistent sandboxes, deleting ephemeral ones");
     control.shutdown().await;
     services.finish().await;
@@ -549,15 +623,20 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes/{id}/processes/{pid}/wait", post(exec::wait))
         .route("/v1/sandboxes/{id}/processes/{pid}/kill", post(exec::kill))
         .route("/v1/sandboxes/{id}/processes/{pid}/stdin", post(exec::stdin))
+        .route("/v1/sandboxes/{id}/processes/{pid}/resize", post(exec::resize))
         .route("/v1/sandboxes/{id}/processes/{pid}/logs", get(exec::logs))
         .route("/v1/sandboxes/{id}/files/list", get(files::list))
         .route("/v1/sandboxes/{id}/files/stat", get(files::stat))
+        .route("/v1/sandboxes/{id}/files/watch", get(files::watch))
         .route("/v1/sandboxes/{id}/files/mkdir", post(files::mkdir))
         .route("/v1/sandboxes/{id}/files/move", post(files::rename))
         .merge(uploads)
+        .nest("/e2b", e2b::control_plane())
         .fallback(|| async { ApiError::not_found("route") })
         .method_not_allowed_fallback(|| async { error::method_not_allowed() })
         .layer(DefaultBodyLimit::max(16 << 20))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), ports::by_host))
+        // Outermost: a request naming an E2B sandbox never reaches the native routes.
+        .layer(axum::middleware::from_fn_with_state((Arc::clone(&app), e2b::envd_router(&app)), e2b::by_sandbox))
         .with_state(app)
 }

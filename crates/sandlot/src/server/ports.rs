@@ -21,7 +21,9 @@ use axum::Json;
 use hyper_util::rt::TokioIo;
 use sandlot_api::{ExposePort, PortInfo};
 
-use sandlot_control::{Error, Kind};
+use std::time::Duration;
+
+use sandlot_control::{Error, Kind, Ports};
 
 use super::app::AppState;
 use super::error::ApiError;
@@ -160,6 +162,52 @@ fn host_only_cookie(v: &HeaderValue) -> Option<HeaderValue> {
 /// origin that can read nothing of the API's origin or another preview's.
 const PATH_PREVIEW_CSP: &str = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads";
 
+/// How often a port with nothing listening yet is tried again while a caller's patience lasts.
+const RETRY_EVERY: Duration = Duration::from_millis(100);
+
+/// Sends `req` (its URI and headers already as the server inside should see them) to `port` of the
+/// sandbox behind `ports`, and answers the response as that server sent it. A protocol upgrade
+/// (WebSocket) is spliced byte for byte once the server answers 101. A port with nothing listening
+/// is tried again until `patience` has passed (zero: once), for callers that know a server is still
+/// starting; the request itself is sent once, after a connection is made.
+pub(super) async fn forward(
+    ports: &Ports,
+    port: u16,
+    mut req: Request,
+    patience: Duration,
+) -> Result<hyper::Response<hyper::body::Incoming>, ApiError> {
+    let client_upgrade = req.headers().contains_key(header::UPGRADE).then(|| hyper::upgrade::on(&mut req));
+    let deadline = tokio::time::Instant::now() + patience;
+    let stream = loop {
+        match ports.connect(port).await {
+            Ok(s) => break s,
+            Err(e) if e.kind == Kind::PortUnreachable && tokio::time::Instant::now() + RETRY_EVERY <= deadline => {
+                tokio::time::sleep(RETRY_EVERY).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| Error::internal(format!("talking to port {port}: {e}")))?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    let mut resp =
+        sender.send_request(req).await.map_err(|e| Error::new(Kind::PortUnreachable, format!("port {port}: {e}")))?;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_upgrade) = client_upgrade {
+            let server_upgrade = hyper::upgrade::on(&mut resp);
+            tokio::spawn(async move {
+                if let (Ok(c), Ok(s)) = (client_upgrade.await, server_upgrade.await) {
+                    let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(c), &mut TokioIo::new(s)).await;
+                }
+            });
+        }
+    }
+    Ok(resp)
+}
+
 async fn proxy_inner(app: &AppState, id: String, port: u16, req: Request, route: Route) -> Result<Response, ApiError> {
     // Who may pass: the owner's API key, or this port's token.
     // A malformed Authorization header is no key: the port token may still admit the request.
@@ -185,10 +233,6 @@ async fn proxy_inner(app: &AppState, id: String, port: u16, req: Request, route:
         Route::Host => String::new(),
         Route::Path => format!("/v1/sandboxes/{id}/ports/{port}"),
     };
-    let mut req = req;
-    // A protocol upgrade (WebSocket) is spliced byte for byte once the server inside answers 101.
-    let wants_upgrade = req.headers().contains_key(header::UPGRADE);
-    let client_upgrade = wants_upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     parts.uri = inner_uri(&parts.uri, &prefix).parse().map_err(|_| ApiError::invalid("bad path"))?;
     // The sandbox's server sees its own request, not our key nor our token.
@@ -201,27 +245,7 @@ async fn proxy_inner(app: &AppState, id: String, port: u16, req: Request, route:
             parts.headers.remove(header::COOKIE);
         }
     }
-    let stream = ports.connect(port).await?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| Error::internal(format!("talking to port {port}: {e}")))?;
-    tokio::spawn(async move {
-        let _ = conn.with_upgrades().await;
-    });
-    let mut resp = sender
-        .send_request(hyper::Request::from_parts(parts, body))
-        .await
-        .map_err(|e| Error::new(Kind::PortUnreachable, format!("port {port}: {e}")))?;
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-        if let Some(client_upgrade) = client_upgrade {
-            let server_upgrade = hyper::upgrade::on(&mut resp);
-            tokio::spawn(async move {
-                if let (Ok(c), Ok(s)) = (client_upgrade.await, server_upgrade.await) {
-                    let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(c), &mut TokioIo::new(s)).await;
-                }
-            });
-        }
-    }
+    let resp = forward(&ports, port, Request::from_parts(parts, body), Duration::ZERO).await?;
     let (mut rparts, rbody) = resp.into_parts();
     let theirs: Vec<HeaderValue> = rparts.headers.get_all(header::SET_COOKIE).iter().cloned().collect();
     rparts.headers.remove(header::SET_COOKIE);

@@ -1,0 +1,185 @@
+//! `filesystem.Filesystem`: stat, make, move, list and remove, each done by the supervisor inside
+//! the sandbox as the calling user (`Control`'s file operations), with entries in envd's form.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::Extension;
+use sandlot_api::{FileKind, FileStat};
+use sandlot_control::Kind;
+
+use super::connect;
+use super::proto::{self, EntryInfo, FileType};
+use super::{basic_user, ConnectError, Target};
+use crate::server::app::AppState;
+
+type Reply = Result<Response, ConnectError>;
+
+/// Go's `os.FileMode` type bits, which envd's `mode` carries above the permission bits.
+const GO_MODE_DIR: u32 = 1 << 31;
+const GO_MODE_SYMLINK: u32 = 1 << 27;
+const GO_MODE_SETUID: u32 = 1 << 23;
+const GO_MODE_SETGID: u32 = 1 << 22;
+const GO_MODE_STICKY: u32 = 1 << 20;
+
+/// The name of a sandbox uid: the two users sandlot sandboxes have, else the number.
+fn user_name(uid: u32) -> String {
+    match uid {
+        0 => "root".into(),
+        1000 => "user".into(),
+        n => n.to_string(),
+    }
+}
+
+/// `mode` and `permissions` as envd (Go's `FileMode` and its `String()`) writes them.
+fn go_mode(kind: FileKind, mode: u32) -> (u32, String) {
+    let mut go = mode & 0o777;
+    let mut letters = String::new();
+    match kind {
+        FileKind::Dir => {
+            go |= GO_MODE_DIR;
+            letters.push('d');
+        }
+        FileKind::Symlink => {
+            go |= GO_MODE_SYMLINK;
+            letters.push('L');
+        }
+        _ => {}
+    }
+    for (bit, go_bit, letter) in
+        [(0o4000, GO_MODE_SETUID, 'u'), (0o2000, GO_MODE_SETGID, 'g'), (0o1000, GO_MODE_STICKY, 't')]
+    {
+        if mode & bit != 0 {
+            go |= go_bit;
+            letters.push(letter);
+        }
+    }
+    if letters.is_empty() {
+        letters.push('-');
+    }
+    for (i, c) in "rwxrwxrwx".chars().enumerate() {
+        letters.push(if mode & (1 << (8 - i)) != 0 { c } else { '-' });
+    }
+    (go, letters)
+}
+
+/// An entry in envd's form. The group is the owner's own (sandlot's users each have one group of
+/// their name, and the supervisor reports no gid).
+pub fn entry(s: FileStat) -> EntryInfo {
+    let (mode, permissions) = go_mode(s.kind, s.mode);
+    let kind = match s.kind {
+        FileKind::File => FileType::File,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Other => FileType::Unspecified,
+    };
+    EntryInfo {
+        name: s.name,
+        r#type: kind as i32,
+        path: s.path,
+        size: i64::try_from(s.size).unwrap_or(i64::MAX),
+        mode,
+        permissions,
+        owner: user_name(s.uid),
+        group: user_name(s.uid),
+        modified_time: Some(proto::Timestamp {
+            seconds: s.mtime_ms.div_euclid(1000),
+            nanos: (s.mtime_ms.rem_euclid(1000) * 1_000_000) as i32,
+        }),
+        symlink_target: s.link_target,
+    }
+}
+
+fn entry_response(codec: connect::Codec, s: FileStat) -> Response {
+    connect::unary(codec, &proto::EntryResponse { entry: Some(entry(s)) })
+}
+
+/// `Stat`.
+pub async fn stat(
+    State(app): State<AppState>,
+    Extension(t): Extension<Target>,
+    headers: HeaderMap,
+    body: Body,
+) -> Reply {
+    let (codec, req) = connect::read_unary::<proto::PathRequest>(&headers, body).await?;
+    let user = basic_user(&headers)?;
+    Ok(entry_response(codec, app.control.stat(&t.caller, &t.id, &req.path, user).await?))
+}
+
+/// `MakeDir`: the directory and its parents; `already_exists` when something is there already.
+pub async fn make_dir(
+    State(app): State<AppState>,
+    Extension(t): Extension<Target>,
+    headers: HeaderMap,
+    body: Body,
+) -> Reply {
+    let (codec, req) = connect::read_unary::<proto::PathRequest>(&headers, body).await?;
+    let user = basic_user(&headers)?;
+    match app.control.stat(&t.caller, &t.id, &req.path, user).await {
+        Ok(_) => {
+            return Err(ConnectError::new(
+                "already_exists",
+                axum::http::StatusCode::CONFLICT,
+                format!("{} already exists", req.path),
+            ))
+        }
+        Err(e) if matches!(e.kind, Kind::FileNotFound | Kind::NotFound) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(entry_response(codec, app.control.mkdir(&t.caller, &t.id, &req.path, user, true).await?))
+}
+
+/// `Move`: a rename that replaces what is at the destination, as envd's (`os.Rename`) does.
+pub async fn move_entry(
+    State(app): State<AppState>,
+    Extension(t): Extension<Target>,
+    headers: HeaderMap,
+    body: Body,
+) -> Reply {
+    let (codec, req) = connect::read_unary::<proto::MoveRequest>(&headers, body).await?;
+    let user = basic_user(&headers)?;
+    let s = app.control.move_file(&t.caller, &t.id, &req.source, &req.destination, user, true).await?;
+    Ok(entry_response(codec, s))
+}
+
+/// `ListDir`: entries `depth` levels deep (0 means 1, as envd takes it).
+pub async fn list_dir(
+    State(app): State<AppState>,
+    Extension(t): Extension<Target>,
+    headers: HeaderMap,
+    body: Body,
+) -> Reply {
+    let (codec, req) = connect::read_unary::<proto::ListDirRequest>(&headers, body).await?;
+    let user = basic_user(&headers)?;
+    let depth = Some(req.depth.max(1));
+    let list = app.control.list_files(&t.caller, &t.id, &req.path, user, depth).await?;
+    let entries = list.entries.into_iter().map(entry).collect();
+    Ok(connect::unary(codec, &proto::ListDirResponse { entries }))
+}
+
+/// `Remove`: a file, or a directory with what is in it.
+pub async fn remove(
+    State(app): State<AppState>,
+    Extension(t): Extension<Target>,
+    headers: HeaderMap,
+    body: Body,
+) -> Reply {
+    let (codec, req) = connect::read_unary::<proto::PathRequest>(&headers, body).await?;
+    let user = basic_user(&headers)?;
+    app.control.remove_file(&t.caller, &t.id, &req.path, user, true).await?;
+    Ok(connect::unary(codec, &proto::Empty {}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_are_gos() {
+        assert_eq!(go_mode(FileKind::Dir, 0o755), (GO_MODE_DIR | 0o755, "drwxr-xr-x".into()));
+        assert_eq!(go_mode(FileKind::File, 0o644), (0o644, "-rw-r--r--".into()));
+        assert_eq!(go_mode(FileKind::Symlink, 0o777), (GO_MODE_SYMLINK | 0o777, "Lrwxrwxrwx".into()));
+        assert_eq!(go_mode(FileKind::File, 0o4755).1, "urwxr-xr-x");
+    }
+}
