@@ -6,10 +6,11 @@
 //! are measured beside `skopeo copy` + `umoci unpack` from the bench's own registry.
 //!
 //! One module per group of `--only`: [`start`], [`exec`], [`lifecycle`], [`network`], [`images`]
-//! (with its [`registry`] and [`source_image`]), [`baseline`]; [`report`] turns samples into figures
+//! (with its [`registry`] and [`source_image`]), [`e2b`] (the official E2B Python SDK), [`baseline`]; [`report`] turns samples into figures
 //! and prints them.
 
 mod baseline;
+mod e2b;
 mod exec;
 mod images;
 mod lifecycle;
@@ -51,9 +52,14 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Measure only these groups, comma separated: start, exec, lifecycle, network, images, baseline.
-    #[arg(long, value_delimiter = ',', value_parser = ["start", "exec", "lifecycle", "network", "images", "baseline"])]
+    /// Measure only these groups, comma separated: start, exec, lifecycle, network, images, e2b,
+    /// baseline.
+    #[arg(long, value_delimiter = ',', value_parser = ["start", "exec", "lifecycle", "network", "images", "e2b", "baseline"])]
     only: Vec<String>,
+    /// Python with the E2B SDK installed (`pip install -r tests/e2b/requirements.txt`), for the `e2b`
+    /// figures: the official SDK against this server beside the native API.
+    #[arg(long, value_name = "PYTHON", default_value = "python3")]
+    e2b_python: PathBuf,
 }
 
 impl BenchArgs {
@@ -199,6 +205,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     }
     if let Some(registry) = &registry {
         figures.extend(images::figures(&client, registry, n)?);
+    }
+    if args.wants("e2b") {
+        match e2b::check_python(&args.e2b_python) {
+            Ok(()) => figures.extend(e2b::figures(&client, &args.e2b_python, n)?),
+            Err(e) if args.named("e2b") => return Err(e),
+            Err(e) => eprintln!("E2B SDK figures skipped: {e:#}"),
+        }
     }
     if args.wants("baseline") {
         figures.extend(baseline::figures(&args.concurrency, n)?);
