@@ -47,3 +47,13 @@ else
     cargo test --locked --workspace --no-fail-fast
     cargo test --locked -p sandlot --test fairness -- --ignored --test-threads 1 --nocapture
 fi
+# The E2B-compatibility suite: the official `e2b` and `e2b-code-interpreter` SDKs (pinned, in a venv made
+# once per machine) against a real server (docs/TESTING.md, "The E2B suite").
+e2b_venv=$(scripts/e2b-venv.sh)
+cargo build --locked -p sandlot
+SANDLOT_BIN=$PWD/target/debug/sandlot "$e2b_venv/bin/pytest" -q tests/e2b
+# The `e2b` npm package's main calls, pinned in tests/e2b-node/package-lock.json.
+(cd tests/e2b-node && npm ci --no-audit --no-fund --silent && SANDLOT_BIN=$PWD/../../target/debug/sandlot node --test)
+# The code interpreter's runner (resources/code-interpreter/server.py) on the host, in a venv of its
+# pinned packages (ipykernel, matplotlib, numpy, pandas).
+"$(scripts/interp-test-venv.sh)" -m pytest -q tests/code-interpreter

@@ -29,7 +29,7 @@ fn debian_tarball() -> PathBuf {
 }
 
 /// Imports the Debian tarball into `server` as [`IMAGE`] (admin tenant) and returns the import's time.
-fn import_debian(server: &Server) -> Duration {
+pub(crate) fn import_debian(server: &Server) -> Duration {
     let tarball = debian_tarball();
     let t0 = Instant::now();
     let file = File::open(&tarball).unwrap_or_else(|e| panic!("opening {}: {e}", tarball.display()));

@@ -4,6 +4,8 @@
 //! The catalogue, one module per area; each test is named after the behaviour or threat it checks:
 //! - [`api`]: authentication, tenants, error codes, request validation, audit.
 //! - [`build`]: image builds from a Dockerfile, the step cache, and snapshots published as images.
+//! - [`code_interpreter`]: the code-interpreter image built offline by its script, its runner started
+//!   by the `sandlot.start` label at every boot and answering on port 49999; a failing start command.
 //! - [`doctor`]: `sandlot doctor`'s host checks, the same at `serve`'s start, `/healthz`'s degraded list.
 //! - [`exec`]: running commands, their output, exit codes, environment and streaming.
 //! - [`processes`]: background processes, stdin, signals, logs, zombie reaping.
@@ -27,6 +29,7 @@ mod harness;
 
 mod api;
 mod build;
+mod code_interpreter;
 mod doctor;
 mod exec;
 mod files;
@@ -37,3 +40,5 @@ mod lifecycle;
 mod limits;
 mod network;
 mod processes;
+mod pty;
+mod watch;

@@ -158,3 +158,38 @@ fn process_list_shows_history() {
     assert_ne!(r.status, ExitStatus::Exited);
     sb.delete().unwrap();
 }
+
+/// A client that asks for an NDJSON stream and stops reading does not hold the stream past its
+/// sandbox: once the sandbox is deleted the server gives the client a second, then drops the queued
+/// lines and ends the stream, so what the client finally reads ends without the `exited` event. (The
+/// stream's task used to wait on such a client forever, holding the process and its output room.)
+#[test]
+fn an_unread_ndjson_stream_is_cut_when_its_sandbox_ends() {
+    use std::io::{Read, Write};
+    let server = Server::start();
+    let sb = server.sandbox();
+    // 32 MiB of head, streamed live: more than the queue and the socket buffers hold.
+    let body = r#"{"argv":["yes","sandlot flood"],"max_output_bytes":67108864,"timeout_s":600}"#;
+    let head = format!(
+        "POST /v1/sandboxes/{}/exec HTTP/1.1\r\nHost: sandlot\r\nAuthorization: Bearer {}\r\n\
+         Accept: application/x-ndjson\r\nContent-Type: application/json\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        sb.id(),
+        server.admin_key(),
+        body.len()
+    );
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    conn.write_all(head.as_bytes()).unwrap();
+    // Not reading while the flood fills everything between the process and this socket.
+    std::thread::sleep(Duration::from_secs(3));
+    sb.delete().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut got = Vec::new();
+    conn.read_to_end(&mut got).expect("the server ends the stream");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{}", &text[..text.len().min(300)]);
+    assert!(text.contains("sandlot flood"), "the stream began");
+    assert!(!text.contains(r#""type":"exited""#), "the stream was cut, not delivered to its end");
+    assert!(got.len() < 32 << 20, "{} bytes: the dropped queue was never sent", got.len());
+}

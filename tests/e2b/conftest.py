@@ -1,0 +1,317 @@
+"""The E2B-compatibility suite's harness: one real `sandlot serve` per test session, and the
+environment the official E2B SDKs read pointed at it (docs/TESTING.md, "The E2B suite").
+
+SANDLOT_BIN names the binary (default: target/debug/sandlot of this checkout). The server listens on
+loopback only; its state is a temporary directory removed at the end. On a pure cgroup v2 host the
+daemon gets a cgroup of its own beside this process's (a daemon refuses to share one).
+"""
+
+import contextlib
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pure_cgroup_v2() -> bool:
+    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        return False
+    with open("/proc/self/mountinfo") as f:
+        return not any(" - cgroup cgroup " in line and "memory" in line for line in f)
+
+
+class Server:
+    """A running `sandlot serve` and the keys to reach it."""
+
+    def __init__(self, extra_args=()):
+        binary = os.environ.get("SANDLOT_BIN") or str(REPO / "target" / "debug" / "sandlot")
+        if not os.access(binary, os.X_OK):
+            raise RuntimeError(f"no sandlot binary at {binary}: run `cargo build -p sandlot` or set SANDLOT_BIN")
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.state = tempfile.mkdtemp(prefix="sandlot-e2b-")
+        self.cgroup = None
+        preexec = None
+        if _pure_cgroup_v2():
+            with open("/proc/self/cgroup") as f:
+                own = next(l.split("::", 1)[1].strip() for l in f if l.startswith("0::"))
+            parent = pathlib.Path("/sys/fs/cgroup" + own).parent
+            self.cgroup = parent / f"sandlot-e2b-test-{os.getpid()}-{self.port}"
+            self.cgroup.mkdir()
+            procs = str(self.cgroup / "cgroup.procs")
+
+            def preexec():
+                with open(procs, "w") as f:
+                    f.write(str(os.getpid()))
+
+        self.log_path = pathlib.Path(self.state + ".log")
+        self.log = open(self.log_path, "wb")
+        cmd = [
+            binary, "serve",
+            "--listen", f"127.0.0.1:{self.port}",
+            "--state-dir", self.state,
+            "--layers-volume-gb", "16",
+            "--test-loopback-only",
+            *extra_args,
+        ]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=preexec)
+        deadline = time.time() + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sandlot serve exited {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
+            try:
+                urllib.request.urlopen(self.url + "/healthz", timeout=1).read()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise RuntimeError(f"sandlot serve did not answer in 60 s:\n{self.log_path.read_text()[-4000:]}")
+                time.sleep(0.1)
+        self.admin_key = (pathlib.Path(self.state) / "admin.key").read_text().strip()
+        self.e2b_key = e2b_key(self.admin_key)
+
+    def native(self, method, path, body=None, key=None):
+        """A call to sandlot's own API, answered as parsed JSON (None when empty)."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {key or self.admin_key}")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            text = r.read()
+        return json.loads(text) if text else None
+
+    def exec(self, e2b_id: str, shell: str, key=None) -> dict:
+        """Runs `shell` in E2B sandbox `e2b_id` through sandlot's own API (the E2B surface is what is
+        under test; this is the independent way in). Answers the ExecResult."""
+        return self.native("POST", f"/v1/sandboxes/sb_{e2b_id}/exec", {"shell": shell}, key=key)
+
+    def e2b(self, method, path, body=None, key=None):
+        """A raw call to the E2B control plane: (status, parsed JSON body or None, headers)."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + "/e2b" + path, data=data, method=method)
+        req.add_header("X-API-Key", key or self.e2b_key)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                status, text, headers = r.status, r.read(), r.headers
+        except urllib.error.HTTPError as e:
+            status, text, headers = e.code, e.read(), e.headers
+        return status, (json.loads(text) if text else None), headers
+
+    def tenant_key(self, tenant: str) -> str:
+        """A new E2B-format API key of `tenant`."""
+        return e2b_key(self.native("POST", "/v1/keys", {"tenant": tenant})["key"])
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.state, ignore_errors=True)
+        # The daemon's log goes with its state unless asked for (E2B_KEEP_LOGS=1, to read a failure).
+        if not os.environ.get("E2B_KEEP_LOGS"):
+            self.log_path.unlink(missing_ok=True)
+        if self.cgroup is not None:
+            for _ in range(50):
+                try:
+                    self.cgroup.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
+def e2b_key(sandlot_key: str) -> str:
+    """The E2B-format key of a sandlot key: `e2b_` and its bytes in hex (what `sandlot e2b env` prints)."""
+    return "e2b_" + sandlot_key.encode().hex()
+
+
+_E2B_ENV = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN")
+
+
+@contextlib.contextmanager
+def _sdk_env(s: Server):
+    """Points the SDKs' environment at `s` while the block runs, then restores what was there."""
+    saved = {k: os.environ.get(k) for k in _E2B_ENV}
+    os.environ["E2B_API_URL"] = s.url + "/e2b"
+    os.environ["E2B_SANDBOX_URL"] = s.url
+    os.environ["E2B_API_KEY"] = s.e2b_key
+    os.environ["E2B_DOMAIN"] = "sandlot.test"
+    try:
+        yield s
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = Server()
+    try:
+        with _sdk_env(s):
+            yield s
+    finally:
+        s.stop()
+
+
+#: Names the `net_server` resolves to 127.0.0.1 for its sandboxes (the tests' loopback "internet").
+NET_NAMES = ("api.e2b.test", "other.e2b.test")
+
+
+@pytest.fixture(scope="module")
+def net_server():
+    """A server whose sandboxes reach NET_NAMES on loopback (`--resolve`; `--test-loopback-only`
+    keeps every other dial off the network), with the SDKs pointed at it for the module."""
+    args = [a for name in NET_NAMES for a in ("--resolve", f"{name}=127.0.0.1")]
+    s = Server(extra_args=args)
+    try:
+        with _sdk_env(s):
+            yield s
+    finally:
+        s.stop()
+
+
+#: The E2B domain of `tls_server`; the test process reaches `*.DOMAIN` through `LoopbackConnectProxy`.
+TLS_DOMAIN = "e2b.test"
+
+
+class LoopbackConnectProxy:
+    """An HTTP CONNECT proxy of the test process that sends every `*.TLS_DOMAIN` tunnel to the TLS
+    listener on loopback and refuses anything else: the test harness's stand-in for DNS that points
+    `*.TLS_DOMAIN` at the server (the SDKs take a proxy as an ordinary option; nothing in them changes).
+    TLS stays end to end, so the client checks the server's certificate for the name it asked for."""
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.tunnels = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._tunnel, args=(conn,), daemon=True).start()
+
+    def _tunnel(self, conn):
+        conn.settimeout(30)
+        try:
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 16384:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            method, target = head.split(b"\r\n", 1)[0].decode().split(" ")[:2]
+            host = target.rsplit(":", 1)[0].lower()
+            if method != "CONNECT" or not (host == TLS_DOMAIN or host.endswith("." + TLS_DOMAIN)):
+                conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                return
+            self.tunnels.append(target)
+            up = socket.create_connection(("127.0.0.1", self.target_port), timeout=30)
+            conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            rest = head.split(b"\r\n\r\n", 1)[1]
+            if rest:
+                up.sendall(rest)
+
+            def pipe(a, b):
+                try:
+                    while True:
+                        d = a.recv(65536)
+                        if not d:
+                            break
+                        b.sendall(d)
+                except OSError:
+                    pass
+                finally:
+                    for s in (a, b):
+                        try:
+                            s.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
+
+            t = threading.Thread(target=pipe, args=(up, conn), daemon=True)
+            t.start()
+            pipe(conn, up)
+            t.join(30)
+            up.close()
+        except (OSError, ValueError):
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    """A server with `--e2b-domain TLS_DOMAIN` and a TLS listener whose certificate its own CA
+    issued; the SDK environment is what `sandlot e2b env` prints for it (E2B_DOMAIN with the TLS
+    port, the CA bundle in SSL_CERT_FILE), the control plane over TLS too. `.proxy` is the test
+    process's way to `*.TLS_DOMAIN` (pass it as the SDKs' `proxy` option)."""
+    tls_port = _free_port()
+    s = Server(extra_args=["--e2b-domain", TLS_DOMAIN, "--e2b-tls-listen", f"127.0.0.1:{tls_port}"])
+    s.tls_port = tls_port
+    proxy = LoopbackConnectProxy(tls_port)
+    s.proxy = proxy.url
+    s.proxy_tunnels = proxy.tunnels
+    env_keys = (*_E2B_ENV, "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS")
+    saved = {k: os.environ.get(k) for k in env_keys}
+    try:
+        binary = os.environ.get("SANDLOT_BIN") or str(REPO / "target" / "debug" / "sandlot")
+        ca_dir = tmp_path_factory.mktemp("e2b-ca")
+        out = subprocess.run(
+            [binary, "e2b", "env", "--url", s.url, "--api-key", s.admin_key, "--ca-dir", str(ca_dir)],
+            check=True, capture_output=True, text=True, timeout=60,
+        ).stdout
+        s.env_lines = out
+        s.env = {}
+        for line in out.splitlines():
+            if line.startswith("export "):
+                k, v = line[len("export "):].split("=", 1)
+                s.env[k] = v.strip("'")
+        for k in env_keys:
+            os.environ.pop(k, None)
+        os.environ.update(s.env)
+        # The control plane over the TLS listener as well: every SDK request then takes the proxy.
+        os.environ["E2B_API_URL"] = f"https://api.{TLS_DOMAIN}:{tls_port}/e2b"
+        yield s
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        proxy.close()
+        s.stop()

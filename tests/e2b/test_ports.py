@@ -1,0 +1,91 @@
+"""Sandbox ports other than envd's (`E2b-Sandbox-Port`), proxied to that port inside the sandbox:
+authorised by the traffic token, the access token or the API key (never by the id alone), E2B's
+headers kept from the server inside, and a server that is still starting waited for.
+"""
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+from e2b import Sandbox
+
+# A server that answers every GET with the request's path and headers, as JSON.
+ECHO = r"""
+import http.server, json
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", 8000), H).serve_forever()
+"""
+
+
+def _get(server, sandbox_id, port, path="/", **headers):
+    req = urllib.request.Request(server.url + path)
+    req.add_header("E2b-Sandbox-Id", sandbox_id)
+    req.add_header("E2b-Sandbox-Port", str(port))
+    for k, v in headers.items():
+        req.add_header(k.replace("_", "-"), v)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_a_port_is_proxied_with_the_traffic_token_and_waited_for(server):
+    sbx = Sandbox.create(timeout=120)
+    try:
+        assert sbx.traffic_access_token and sbx.traffic_access_token.startswith("stt_")
+        # The server starts two seconds after the first request is sent: the proxy waits for it.
+        script = ECHO.replace("'", "'\\''")
+        server.native("POST", f"/v1/sandboxes/sb_{sbx.sandbox_id}/exec",
+                      {"shell": f"sleep 2; exec python3 -c '{script}'", "background": True})
+        t0 = time.monotonic()
+        status, body = _get(server, sbx.sandbox_id, 8000, "/hello?x=1",
+                            E2B_Traffic_Access_Token=sbx.traffic_access_token, X_Custom="kept")
+        assert status == 200, body
+        assert time.monotonic() - t0 >= 1.5
+        seen = json.loads(body)
+        assert seen["path"] == "/hello?x=1"
+        assert seen["headers"]["x-custom"] == "kept"
+        for h in ("e2b-traffic-access-token", "x-access-token", "x-api-key", "e2b-sandbox-id", "e2b-sandbox-port"):
+            assert h not in seen["headers"], seen
+        # The access token and the API key admit too; their headers are dropped as well.
+        status, body = _get(server, sbx.sandbox_id, 8000, X_Access_Token=sbx._envd_access_token)
+        assert status == 200 and "x-access-token" not in json.loads(body)["headers"]
+        status, body = _get(server, sbx.sandbox_id, 8000, X_API_Key=server.e2b_key)
+        assert status == 200 and "x-api-key" not in json.loads(body)["headers"]
+    finally:
+        sbx.kill()
+
+
+def test_no_token_a_wrong_one_or_another_sandboxs_is_refused(server):
+    a = Sandbox.create(timeout=60)
+    b = Sandbox.create(timeout=60)
+    try:
+        assert _get(server, a.sandbox_id, 8000)[0] == 401
+        forged = a.traffic_access_token[:-1] + ("1" if a.traffic_access_token.endswith("0") else "0")
+        assert _get(server, a.sandbox_id, 8000, E2B_Traffic_Access_Token=forged)[0] == 404
+        assert _get(server, a.sandbox_id, 8000, E2B_Traffic_Access_Token=b.traffic_access_token)[0] == 404
+        assert _get(server, a.sandbox_id, 8000, X_API_Key=server.tenant_key("bob"))[0] == 404
+        # A traffic token opens ports, not envd.
+        assert _get(server, a.sandbox_id, 49983, "/health", E2B_Traffic_Access_Token=a.traffic_access_token)[0] == 401
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_a_port_nobody_listens_on_is_a_502_after_a_bounded_wait(server):
+    sbx = Sandbox.create(timeout=60)
+    try:
+        t0 = time.monotonic()
+        status, body = _get(server, sbx.sandbox_id, 8001, E2B_Traffic_Access_Token=sbx.traffic_access_token)
+        waited = time.monotonic() - t0
+        assert status == 502, body
+        assert 9 <= waited <= 15, waited
+        assert b"8001" in body
+    finally:
+        sbx.kill()
