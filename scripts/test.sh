@@ -57,3 +57,6 @@ SANDLOT_BIN=$PWD/target/debug/sandlot "$e2b_venv/bin/pytest" -q tests/e2b
 # The code interpreter's runner (resources/code-interpreter/server.py) on the host, in a venv of its
 # pinned packages (ipykernel, matplotlib, numpy, pandas).
 "$(scripts/interp-test-venv.sh)" -m pytest -q tests/code-interpreter
+# The Python SDK (sdk/python) against a real server, sync and async; its mypy --strict check is a test.
+sdk_venv=$(scripts/sdk-python-venv.sh)
+SANDLOT_BIN=$PWD/target/debug/sandlot "$sdk_venv/bin/pytest" -q sdk/python/tests
