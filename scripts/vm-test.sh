@@ -236,6 +236,8 @@ smoke_tests=(
     "sandlot::e2e isolation::network_is_loopback_only"
     "sandlot::e2e network::policy::deny_cidr_beats_allow"
     "sandlot::e2e processes::orphans_are_reaped_no_zombies"
+    "sandlot::e2e pty::a_pty_process_has_a_terminal_of_its_size_that_echoes_input"
+    "sandlot::e2e watch::a_watch_reports_each_kind_of_change"
     "sandlot::e2e images::an_imported_root_filesystem_boots_with_its_own_files"
     "sandlot::e2e images::a_pulled_image_runs_with_its_config"
     "sandlot-linux idmap::tests::an_image_file_shows_with_the_slots_owner_through_the_mount"

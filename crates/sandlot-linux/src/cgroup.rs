@@ -763,6 +763,36 @@ mod tests {
         assert_eq!(fs::read_to_string(mount.path().join("cgroup.subtree_control")).unwrap(), "+memory +pids +cpu");
     }
 
+    /// The figures metrics report, read from each hierarchy's own files (as the kernel writes them).
+    #[test]
+    fn usage_reads_cpu_and_memory_from_either_hierarchy() {
+        let tmp = tempfile::tempdir().unwrap();
+        let v2 = Cgroups::V2 { base: tmp.path().join("v2") }.handle("sb");
+        let dir = tmp.path().join("v2/sb");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("cpu.stat"), "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n").unwrap();
+        fs::write(dir.join("memory.current"), "8388608\n").unwrap();
+        fs::write(dir.join("memory.stat"), "anon 4194304\nfile 2097152\nfile_mapped 0\n").unwrap();
+        let want = CgroupUsage { cpu_usec: Some(1500), memory_bytes: Some(8 << 20), cache_bytes: 2 << 20 };
+        assert_eq!(v2.usage(), want);
+
+        let bases = ["memory", "cpuacct"].map(|c| (c, tmp.path().join(c))).to_vec();
+        let v1 = Cgroups::V1 { bases }.handle("sb");
+        let (mem, acct) = (tmp.path().join("memory/sb"), tmp.path().join("cpuacct/sb"));
+        fs::create_dir_all(&mem).unwrap();
+        fs::create_dir_all(&acct).unwrap();
+        fs::write(acct.join("cpuacct.usage"), "1500999\n").unwrap();
+        fs::write(mem.join("memory.usage_in_bytes"), "8388608\n").unwrap();
+        fs::write(mem.join("memory.stat"), "cache 1\nrss 2\ntotal_cache 2097152\ntotal_rss 4194304\n").unwrap();
+        assert_eq!(v1.usage(), want, "nanoseconds to microseconds, the hierarchical cache");
+
+        // Without CPU accounting (v1 without cpuacct) or with no files at all: unknown, not zero.
+        fs::remove_dir_all(&acct).unwrap();
+        assert_eq!(v1.usage().cpu_usec, None);
+        let gone = Cgroups::V2 { base: tmp.path().join("nowhere") }.handle("sb").usage();
+        assert_eq!(gone, CgroupUsage::default());
+    }
+
     #[test]
     fn parses_mountinfo_lines() {
         let mi = "30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid shared:9 - cgroup cgroup rw,memory\n";
