@@ -60,3 +60,6 @@ SANDLOT_BIN=$PWD/target/debug/sandlot "$e2b_venv/bin/pytest" -q tests/e2b
 # The Python SDK (sdk/python) against a real server, sync and async; its mypy --strict check is a test.
 sdk_venv=$(scripts/sdk-python-venv.sh)
 SANDLOT_BIN=$PWD/target/debug/sandlot "$sdk_venv/bin/pytest" -q sdk/python/tests
+# The TypeScript SDK (sdk/typescript): built with its pinned tsc, then its suite against a real server.
+(cd sdk/typescript && npm ci --no-audit --no-fund --silent && npm run build --silent &&
+    SANDLOT_BIN=$PWD/../../target/debug/sandlot node --test test/)
