@@ -271,7 +271,8 @@ class Sandbox:
         return self.get_info().state == "running"
 
     def delete(self) -> None:
-        """Deletes the sandbox: every process killed, its files removed. Then the id answers 404."""
+        """Deletes the sandbox: every process killed, its files removed. The record stays readable with
+        state ``deleted``; anything else on it is :class:`Conflict`, a second delete :class:`NotFound`."""
         self._client.request("DELETE", self._path(), wait=True)
 
     def kill(self) -> None:
