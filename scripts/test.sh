@@ -66,3 +66,5 @@ SANDLOT_BIN=$PWD/target/debug/sandlot "$sdk_venv/bin/pytest" -q sdk/python/tests
 # The agent framework examples (examples/): their tools called the frameworks' own way against a real server.
 examples_venv=$(scripts/examples-venv.sh)
 SANDLOT_BIN=$PWD/target/debug/sandlot "$examples_venv/bin/pytest" -q examples/tests
+# The MCP tools with the official MCP Python client, over stdio (`sandlot mcp`) and streamable HTTP (`/mcp`).
+SANDLOT_BIN=$PWD/target/debug/sandlot "$(scripts/mcp-venv.sh)/bin/pytest" -q tests/mcp

@@ -8,6 +8,7 @@ mod build;
 mod cp;
 mod e2b;
 mod image;
+mod mcp;
 mod network;
 mod output;
 mod run;
@@ -113,6 +114,9 @@ pub enum ClientCommand {
     /// Use the E2B SDKs with this server (`sandlot e2b env`).
     #[command(subcommand)]
     E2b(e2b::E2bCmd),
+    /// Serve sandlot's tools to an AI agent over MCP on stdin/stdout (desktop agents, IDEs).
+    #[command(long_about = mcp::LONG_ABOUT)]
+    Mcp(mcp::McpArgs),
 }
 
 impl ClientCommand {
@@ -125,6 +129,7 @@ impl ClientCommand {
             ClientCommand::Tenants(cmd) => cmd.conn(),
             ClientCommand::Audit(args) => &args.conn,
             ClientCommand::E2b(cmd) => cmd.conn(),
+            ClientCommand::Mcp(args) => &args.conn,
         }
     }
 }
@@ -187,6 +192,7 @@ pub fn execute(cmd: ClientCommand) -> anyhow::Result<i32> {
         ClientCommand::Tenants(cmd) => admin::tenants(cmd),
         ClientCommand::Audit(args) => admin::audit(args),
         ClientCommand::E2b(cmd) => e2b::execute(cmd),
+        ClientCommand::Mcp(args) => mcp::run(args),
     };
     match result {
         Err(err) => match client_error_kind(&err) {

@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod doctor;
+mod mcp;
 mod server;
 
 use clap::{CommandFactory, Parser, Subcommand};

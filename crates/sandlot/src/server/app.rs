@@ -16,6 +16,8 @@ pub struct App {
     pub spool_dir: std::path::PathBuf,
     /// The E2B surface's templates and domain (`--e2b-*`).
     pub e2b: super::e2b::E2bSettings,
+    /// Cancelled when the server stops: ends every MCP session and its open event streams.
+    pub mcp_shutdown: tokio_util::sync::CancellationToken,
 }
 
 pub type AppState = Arc<App>;

@@ -11,6 +11,7 @@ mod files;
 mod images;
 mod keys;
 mod listener;
+mod mcp;
 mod ports;
 mod sandboxes;
 mod snapshots;
@@ -478,6 +479,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
         listen: args.listen,
         spool_dir: state_dir.join("blobs"),
         e2b: e2b_settings,
+        mcp_shutdown: tokio_util::sync::CancellationToken::new(),
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let services = control.start_services(shutdown_rx.clone());
@@ -512,9 +514,12 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
             let _ = rx.changed().await;
         }))
     });
+    let mcp_shutdown = app.mcp_shutdown.clone();
     listener::serve(listener, router, caps, None, shared, async move {
         shutdown_signal().await;
         let _ = shutdown_tx.send(true);
+        // MCP event streams stay open until their session ends: end them, or the listener would wait.
+        mcp_shutdown.cancel();
         let _ = rx.changed().await;
     })
     .await?;
@@ -631,6 +636,7 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes/{id}/files/mkdir", post(files::mkdir))
         .route("/v1/sandboxes/{id}/files/move", post(files::rename))
         .merge(uploads)
+        .merge(mcp::routes(&app, app.mcp_shutdown.clone()))
         .nest("/e2b", e2b::control_plane())
         .fallback(|| async { ApiError::not_found("route") })
         .method_not_allowed_fallback(|| async { error::method_not_allowed() })

@@ -39,21 +39,27 @@ pub async fn expose(
     ApiJson(req): ApiJson<ExposePort>,
 ) -> Result<impl IntoResponse, ApiError> {
     let token = app.control.expose(&caller, &id, req.port).await?.token;
+    let url = preview_url(&app, &headers, &id, req.port, &token);
+    Ok((StatusCode::CREATED, Json(PortInfo { port: req.port, url, token })))
+}
+
+/// The preview URL of `port` of sandbox `id` with its token, as seen by the client that sent `headers`
+/// (its `Host` gives the server's address and port).
+pub(super) fn preview_url(app: &AppState, headers: &axum::http::HeaderMap, id: &str, port: u16, token: &str) -> String {
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .map(str::to_string)
         .unwrap_or_else(|| app.listen.to_string());
-    let url = match app.preview_domain() {
+    match app.preview_domain() {
         Some(domain) => {
             // The port the client reached this server on, kept in the preview URL.
-            let port =
+            let api_port =
                 host.rsplit_once(':').map(|(_, p)| p.to_string()).unwrap_or_else(|| app.listen.port().to_string());
-            format!("http://{}-{id}.{domain}:{port}/?{TOKEN_PARAM}={token}", req.port)
+            format!("http://{port}-{id}.{domain}:{api_port}/?{TOKEN_PARAM}={token}")
         }
-        None => format!("http://{host}/v1/sandboxes/{id}/ports/{}/?{TOKEN_PARAM}={token}", req.port),
-    };
-    Ok((StatusCode::CREATED, Json(PortInfo { port: req.port, url, token })))
+        None => format!("http://{host}/v1/sandboxes/{id}/ports/{port}/?{TOKEN_PARAM}={token}"),
+    }
 }
 
 fn token_from(req: &Request) -> (Option<String>, bool) {
