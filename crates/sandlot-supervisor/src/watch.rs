@@ -301,10 +301,14 @@ impl Watcher {
 
     /// Reports one batch of events; `false` once the watched directory itself is gone.
     fn handle(&mut self, batch: Vec<Raw>) -> bool {
-        // A directory renamed within the tree keeps its watch: its path is updated when the
-        // `moved_to` of the same cookie comes; one moved out of the tree loses its watches.
-        let mut moved_dirs: HashMap<u32, PathBuf> = HashMap::new();
-        for ev in batch {
+        // A directory renamed within the tree keeps its watch: the kernel queues a rename's
+        // `moved_from` and `moved_to` (same cookie) one after the other, and the path is updated when
+        // the second comes. A `moved_from` not followed by its `moved_to` moved out of the tree: its
+        // watches go at once, before the events after it, so that what is written in it afterwards
+        // (already queued behind it) is not reported under a path it no longer has.
+        let mut renaming: Option<(u32, PathBuf)> = None;
+        let mut batch = batch.into_iter().peekable();
+        while let Some(ev) = batch.next() {
             if ev.mask & libc::IN_Q_OVERFLOW != 0 {
                 let root = self.root.clone();
                 self.send(WatchKind::Overflow, &root);
@@ -329,18 +333,22 @@ impl Watcher {
                 continue;
             }
             if ev.mask & libc::IN_MOVED_FROM != 0 {
-                moved_dirs.insert(ev.cookie, path);
+                let paired = batch.peek().is_some_and(|n| n.mask & libc::IN_MOVED_TO != 0 && n.cookie == ev.cookie);
+                if paired {
+                    renaming = Some((ev.cookie, path));
+                } else {
+                    // Moved out, or a rename whose halves fell into two reads: then the `moved_to`
+                    // watches it again as a new directory, its entries reported as created.
+                    self.unwatch_below(&path);
+                }
             } else if ev.mask & libc::IN_MOVED_TO != 0 {
-                match moved_dirs.remove(&ev.cookie) {
-                    Some(from) => self.rename_dirs(&from, &path),
-                    None => self.add_new_dir(&path),
+                match renaming.take() {
+                    Some((cookie, from)) if cookie == ev.cookie => self.rename_dirs(&from, &path),
+                    _ => self.add_new_dir(&path),
                 }
             } else if ev.mask & libc::IN_CREATE != 0 {
                 self.add_new_dir(&path);
             }
-        }
-        for gone in moved_dirs.into_values() {
-            self.unwatch_below(&gone);
         }
         true
     }
@@ -367,9 +375,7 @@ impl Watcher {
 
     /// Forgets the watches of a directory moved out of the tree, at once: events already queued for
     /// them would carry paths that are no longer where the files are, so they are dropped (their
-    /// watch descriptors are unknown from here on). A rename whose two halves fell into two reads is
-    /// taken for a move out and back in: the directory is watched again, and its entries reported as
-    /// created, so nothing is missed.
+    /// watch descriptors are unknown from here on).
     fn unwatch_below(&mut self, top: &Path) {
         let wds: Vec<i32> = self.dirs.iter().filter(|(_, d)| d.starts_with(top)).map(|(wd, _)| *wd).collect();
         for wd in wds {
@@ -391,6 +397,58 @@ impl Drop for Watcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The events `handle` sent for one batch read from the watcher's own inotify descriptor.
+    fn one_batch(w: &mut Watcher, events: &mut std::os::unix::net::UnixStream) -> Vec<(WatchKind, String)> {
+        let mut buf = vec![0u8; 64 << 10];
+        // SAFETY: read into a buffer of its length from a valid fd.
+        let n = unsafe { libc::read(w.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        assert!(n > 0, "no inotify events queued");
+        assert!(w.handle(parse(&buf[..n as usize])));
+        events.set_nonblocking(true).unwrap();
+        let mut seen = Vec::new();
+        while let Ok(frame) = sandlot_protocol::read_frame::<Event, _>(events) {
+            if let Event::WatchEvent { kind, path, .. } = frame.header {
+                seen.push((kind, path));
+            }
+        }
+        events.set_nonblocking(false).unwrap();
+        seen
+    }
+
+    /// What is written in a directory after it moved out of the tree is not reported, even when its
+    /// events are in the same read as the move (they used to come under the old path); a rename
+    /// within the tree keeps the directory watched under its new path.
+    #[test]
+    fn a_directory_moved_out_is_unwatched_before_the_events_queued_behind_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, outside) = (tmp.path().join("w"), tmp.path().join("outside"));
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let out = Outbox { sock: Arc::new(Mutex::new(a)) };
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut w = Watcher::new(1, &out, Arc::new(AtomicUsize::new(0)), &root, true, stop).unwrap();
+
+        // All of it before the watcher reads: one batch.
+        std::fs::rename(root.join("sub"), root.join("sub2")).unwrap();
+        std::fs::write(root.join("sub2/d"), "y").unwrap();
+        std::fs::rename(root.join("sub2"), outside.join("sub2")).unwrap();
+        std::fs::write(outside.join("sub2/e"), "z").unwrap();
+        std::fs::write(root.join("end"), "").unwrap();
+        let at = |p: &str| root.join(p).to_string_lossy().into_owned();
+        let want = vec![
+            (WatchKind::RenameFrom, at("sub")),
+            (WatchKind::RenameTo, at("sub2")),
+            (WatchKind::Create, at("sub2/d")),
+            (WatchKind::Write, at("sub2/d")),
+            (WatchKind::RenameFrom, at("sub2")),
+            (WatchKind::Create, at("end")),
+            (WatchKind::Write, at("end")),
+        ];
+        assert_eq!(one_batch(&mut w, &mut b), want);
+        assert_eq!(w.dirs.len(), 1, "only the root is watched: {:?}", w.dirs);
+    }
 
     fn raw(wd: i32, mask: u32, cookie: u32, name: &[u8], pad: usize) -> Vec<u8> {
         let mut b = Vec::new();
