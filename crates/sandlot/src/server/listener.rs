@@ -24,6 +24,11 @@ use crate::lock;
 /// working network (a head is a few hundred bytes) and short enough that a client holding
 /// connections open without sending must keep opening new ones, each under the caps below.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long, once the server is stopping, requests in flight have to finish before their connections
+/// are closed. Streams (exec output, watches, envd, MCP) last as long as their clients stay and the
+/// sandboxes behind them are torn down only after the listener returns: without a bound, one open
+/// `watch` held a SIGTERM for as long as its client liked.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How often refusals are logged at most: a flood must not flood the log either.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// Share of the descriptor limit the API's connections may hold by default (one descriptor each, two
@@ -158,7 +163,7 @@ fn refuse(tcp: TcpStream, why: Refusal, caps: Caps) {
 }
 
 /// Serves `router` on `listener` until `shutdown` completes, then lets open connections finish their
-/// current request (as `axum::serve` does) and returns. With `tls`, each connection is a TLS one,
+/// current request (as `axum::serve` does) within [`SHUTDOWN_GRACE`], closes the rest and returns. With `tls`, each connection is a TLS one,
 /// whose handshake must end within [`HEADER_READ_TIMEOUT`] too. Listeners given the same `shared`
 /// count their connections together under `caps`.
 pub async fn serve(
@@ -217,7 +222,18 @@ pub async fn serve(
     }
     drop(listener);
     let _ = stop_tx.send(true);
-    while conns.join_next().await.is_some() {}
+    let grace = tokio::time::sleep(SHUTDOWN_GRACE);
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            next = conns.join_next() => if next.is_none() { break },
+            () = &mut grace => {
+                tracing::info!("shutting down: closing {} API connections still open after {SHUTDOWN_GRACE:?}", conns.len());
+                conns.shutdown().await;
+                break;
+            }
+        }
+    }
     Ok(())
 }
 

@@ -142,6 +142,26 @@ fn supervisor_death_marks_the_sandbox_failed() {
     fresh.delete().unwrap();
 }
 
+/// Clients that keep streams open (a directory watch, a command's output) do not hold a SIGTERM: their
+/// connections are closed after the shutdown grace, and the server exits well within the harness's
+/// limit (31 s before, waiting on the watch).
+#[test]
+fn open_streams_do_not_hold_shutdown() {
+    let mut server = Server::start();
+    let sb = server.sandbox();
+    let watch = sb.watch("/tmp", false).unwrap();
+    let mut output = sb.exec_stream(&crate::harness::sh("echo started; sleep 300")).unwrap();
+    assert!(output.next().is_some(), "the command's stream has begun");
+    let started = Instant::now();
+    let status = server.terminate();
+    assert!(status.success(), "exit status {status}\n{}", server.log_text());
+    assert!(started.elapsed() < Duration::from_secs(9), "shutdown took {:?}", started.elapsed());
+    // Both streams were cut, not left hanging.
+    assert!(watch.into_iter().all(|ev| ev.is_err()), "the watch ended with its connection");
+    assert!(output.all(|ev| ev.is_err() || !matches!(ev, Ok(sandlot_client::api::ExecEvent::Exited { .. }))));
+    server.assert_clean();
+}
+
 /// SIGTERM shuts the server down cleanly: running sandboxes are deleted, their processes killed.
 #[test]
 fn sigterm_shutdown_deletes_running_sandboxes() {
