@@ -68,3 +68,5 @@ examples_venv=$(scripts/examples-venv.sh)
 SANDLOT_BIN=$PWD/target/debug/sandlot "$examples_venv/bin/pytest" -q examples/tests
 # The MCP tools with the official MCP Python client, over stdio (`sandlot mcp`) and streamable HTTP (`/mcp`).
 SANDLOT_BIN=$PWD/target/debug/sandlot "$(scripts/mcp-venv.sh)/bin/pytest" -q tests/mcp
+# The OpenAPI document (docs/API.md, "OpenAPI"): valid OpenAPI 3.1, and the Python SDK's models agree with it.
+"$(scripts/openapi-venv.sh)/bin/pytest" -q tests/openapi

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// One audit record.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct AuditEntry {
     /// Sequence number.
     pub seq: i64,
@@ -22,6 +23,7 @@ pub struct AuditEntry {
 
 /// Body of `GET /v1/audit`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct AuditList {
     /// Records, newest first.
     pub entries: Vec<AuditEntry>,

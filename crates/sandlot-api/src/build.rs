@@ -30,6 +30,7 @@ pub struct BuildImage {
 
 /// One line of the NDJSON stream of a build.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum BuildEvent {
     /// Instruction `index` (0-based, in the Dockerfile's order) starts; `cached` when its result
@@ -83,6 +84,7 @@ pub enum BuildEvent {
 
 /// `POST /v1/snapshots/{id}/image`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotImage {
     /// Name to store the image under.

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Error body of every non-2xx answer.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ErrorBody {
     /// The error.
     pub error: ErrorDetail,
@@ -11,6 +12,7 @@ pub struct ErrorBody {
 
 /// Stable code plus a message meant for a human.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ErrorDetail {
     /// Stable machine code, see [`codes`].
     pub code: String,

@@ -9,6 +9,7 @@ use crate::User;
 
 /// Body of `POST /v1/sandboxes/{id}/exec`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     /// Program and arguments, run directly (no shell). Exactly one of `argv` and `shell`.
@@ -57,6 +58,7 @@ pub struct ExecRequest {
 
 /// Size of a pseudo-terminal, in character cells; each between 1 and 1000.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PtySize {
     /// Rows.
@@ -70,6 +72,7 @@ pub type ResizeRequest = PtySize;
 
 /// How a command ended. `exited` carries `exit_code`, `signaled` carries `signal`.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ExitStatus {
     /// Returned from main or called exit.
@@ -100,6 +103,7 @@ impl ExitStatus {
 
 /// Result of a foreground exec, or of waiting on a background process.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ExecResult {
     /// How it ended.
     pub status: ExitStatus,
@@ -125,6 +129,7 @@ pub struct ExecResult {
 
 /// One line of an NDJSON exec or log stream.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ExecEvent {
     /// The process is running.
@@ -176,6 +181,7 @@ pub enum ExecEvent {
 
 /// Answer to a `background: true` exec.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ProcessStarted {
     /// Process id within the sandbox's API (not the kernel pid).
     pub pid: u64,
@@ -183,6 +189,7 @@ pub struct ProcessStarted {
 
 /// A process started through the API.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ProcessInfo {
     /// API process id.
     pub pid: u64,
@@ -214,6 +221,7 @@ pub struct ProcessInfo {
 
 /// Body of `GET /v1/sandboxes/{id}/processes`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ProcessList {
     /// Processes started through the API, oldest first.
     pub processes: Vec<ProcessInfo>,
@@ -221,6 +229,7 @@ pub struct ProcessList {
 
 /// Body of `POST …/processes/{pid}/kill`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct KillRequest {
     /// Signal number (default 9, SIGKILL); sent to the whole process group.
@@ -230,6 +239,7 @@ pub struct KillRequest {
 
 /// Body of `POST …/processes/{pid}/stdin`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct StdinRequest {
     /// Text to write.

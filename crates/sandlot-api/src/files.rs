@@ -6,6 +6,7 @@ use crate::User;
 
 /// Kind of a directory entry.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FileKind {
     /// Regular file.
@@ -20,6 +21,7 @@ pub enum FileKind {
 
 /// Metadata of one path, as seen inside the sandbox.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct FileStat {
     /// Absolute path inside the sandbox.
     pub path: String,
@@ -42,6 +44,7 @@ pub struct FileStat {
 
 /// Body of `GET …/files/list`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct FileList {
     /// Entries below the listed directory (to the asked depth), sorted by path.
     pub entries: Vec<FileStat>,
@@ -49,6 +52,7 @@ pub struct FileList {
 
 /// Body of `POST …/files/mkdir`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MkdirRequest {
     /// Directory to create.
@@ -63,6 +67,7 @@ pub struct MkdirRequest {
 
 /// Body of `POST …/files/move`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MoveRequest {
     /// Existing path.
@@ -79,6 +84,7 @@ pub struct MoveRequest {
 
 /// Answer to a file write or tar upload.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct WriteResult {
     /// Path written (the file, or the directory unpacked into).
     pub path: String,
@@ -95,6 +101,7 @@ fn default_true() -> bool {
 
 /// What changed, in one line of `GET /v1/sandboxes/{id}/files/watch`.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum WatchKind {
     /// An entry was created (or moved in from outside the watched tree).
@@ -115,6 +122,7 @@ pub enum WatchKind {
 
 /// One line of a watch stream.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct WatchEvent {
     /// What happened.
     #[serde(rename = "type")]

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Body of `GET /healthz` (no key needed).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Health {
     /// `ok` whenever the server answers.
     pub status: String,

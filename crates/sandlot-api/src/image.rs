@@ -8,6 +8,7 @@ use crate::ErrorDetail;
 
 /// Credentials for one pull. They are used for that pull only: never stored, logged or returned.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RegistryAuth {
     /// User name.
@@ -24,6 +25,7 @@ impl std::fmt::Debug for RegistryAuth {
 
 /// Body of `POST /v1/images/pull`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PullImage {
     /// What to pull: `python:3.12-slim`, `ghcr.io/org/app:1`, `registry:5000/x@sha256:…`.
@@ -45,6 +47,7 @@ pub struct PullImage {
 
 /// What an image's config says about how to run it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ImageRunConfig {
     /// `NAME=value` pairs every command starts with (a sandbox's and a command's own env win).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -71,6 +74,7 @@ pub struct ImageRunConfig {
 
 /// Who may use an image.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ImageOwner {
     /// The caller's tenant only.
@@ -83,6 +87,7 @@ pub enum ImageOwner {
 
 /// An image as `GET /v1/images` lists it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ImageInfo {
     /// The name sandboxes use (`"image"` of a create).
     pub name: String,
@@ -115,6 +120,7 @@ pub struct ImageInfo {
 
 /// One layer of an image.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ImageLayer {
     /// Digest of the blob.
     pub digest: String,
@@ -124,6 +130,7 @@ pub struct ImageLayer {
 
 /// Answer of `GET /v1/images`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ImageList {
     /// The caller's images, the public ones and `host`, by name.
     pub images: Vec<ImageInfo>,
@@ -131,6 +138,7 @@ pub struct ImageList {
 
 /// One line of the NDJSON stream of a pull (or import): progress, then `done` or `error`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum PullEvent {
     /// The manifest was found: these layers will be fetched (blob digest, bytes), bottom first.

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Body of `POST /v1/keys` (admin only).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateKey {
     /// Tenant the key acts for; created if new.
@@ -19,6 +20,7 @@ pub struct CreateKey {
 
 /// A freshly created API key. The secret is shown once and stored only as a hash.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct KeyCreated {
     /// Tenant of the key.
     pub tenant: String,
@@ -34,6 +36,7 @@ pub struct KeyCreated {
 
 /// One API key as `GET /v1/keys` shows it: never the secret or its hash.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct KeyInfo {
     /// Id (`key_` and 16 hex digits), for `DELETE /v1/keys/{id}`.
     pub id: String,
@@ -55,6 +58,7 @@ pub struct KeyInfo {
 
 /// `GET /v1/keys`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct KeyList {
     /// Keys, oldest first.
     pub keys: Vec<KeyInfo>,

@@ -40,6 +40,8 @@ mod health;
 mod image;
 mod keys;
 mod network;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 mod ports;
 mod sandbox;
 mod snapshot;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Network egress mode of a sandbox.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// Nothing leaves (the default).
@@ -19,6 +20,7 @@ pub enum Mode {
 
 /// Per-host transforms (credential brokering).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct HostRule {
     /// Headers added or replaced on every request to the host. Write-only through the API.
@@ -28,6 +30,7 @@ pub struct HostRule {
 
 /// The `network` object of `POST /v1/sandboxes` and `PATCH /v1/sandboxes/{id}/network`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NetworkSpec {
     /// Mode.
@@ -46,6 +49,7 @@ pub struct NetworkSpec {
 
 /// The network as `GET` reports it: header values of rules are never returned.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct NetworkInfo {
     /// Mode.
     pub mode: Mode,
@@ -84,6 +88,7 @@ impl NetworkSpec {
 /// sandboxes may reach. An exemption only lifts the always-deny list; each sandbox's own policy must
 /// still allow the destination (an `allow` CIDR or `allow-all`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TenantNetwork {
     /// CIDRs (private ranges, metadata, the host's own addresses …) the tenant is opted into.

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Body of `POST /v1/sandboxes/{id}/ports`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ExposePort {
     /// Port a server listens on inside the sandbox (on its loopback or any address).
@@ -12,6 +13,7 @@ pub struct ExposePort {
 
 /// An exposed port: its preview URL works without an API key (the token is in it).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct PortInfo {
     /// The port.
     pub port: u16,

@@ -9,6 +9,7 @@ use crate::NetworkSpec;
 
 /// Body of `POST /v1/sandboxes`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
     /// Image to boot; `host` (the default) is the host's `/usr`, read-only, with a generated `/etc`.
@@ -69,6 +70,7 @@ pub struct CreateSandbox {
 
 /// What happens when a sandbox's lifetime or idle time runs out.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TimeoutAction {
     /// Delete it, files and all.
@@ -102,6 +104,7 @@ impl TimeoutAction {
 
 /// Lifecycle state of a sandbox.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxState {
     /// Being set up.
@@ -147,6 +150,7 @@ impl SandboxState {
 
 /// Resource limits in force for a sandbox (defaults filled in).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Limits {
     /// CPU cores.
     pub cpu: f64,
@@ -163,6 +167,7 @@ pub struct Limits {
 
 /// A sandbox as the API reports it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct SandboxInfo {
     /// Opaque identifier (`sb_…`); knowing it grants nothing without the owner's key.
     pub id: String,
@@ -210,6 +215,7 @@ pub struct SandboxInfo {
 
 /// Body of `POST /v1/sandboxes/{id}/timeout`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SetTimeout {
     /// New lifetime, in seconds from now.
@@ -218,6 +224,7 @@ pub struct SetTimeout {
 
 /// What a running sandbox uses, sampled now.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct SandboxMetrics {
     /// When the sample ended, Unix milliseconds.
     pub at_ms: i64,
@@ -239,6 +246,7 @@ pub struct SandboxMetrics {
 
 /// Body of `GET /v1/sandboxes`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct SandboxList {
     /// Sandboxes of the caller's tenant, newest first.
     pub sandboxes: Vec<SandboxInfo>,

@@ -6,6 +6,7 @@ use crate::SandboxInfo;
 
 /// A read-only snapshot of a sandbox's files.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct SnapshotInfo {
     /// Opaque identifier (`snap_…`); pass it as `snapshot` when creating a sandbox.
     pub id: String,
@@ -26,6 +27,7 @@ pub struct SnapshotInfo {
 
 /// Body of `GET /v1/snapshots`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct SnapshotList {
     /// Snapshots of the caller's tenant, newest first.
     pub snapshots: Vec<SnapshotInfo>,
@@ -33,6 +35,7 @@ pub struct SnapshotList {
 
 /// Body of `POST /v1/sandboxes/{id}/snapshot`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateSnapshot {
     /// Optional name.
@@ -42,6 +45,7 @@ pub struct CreateSnapshot {
 
 /// Body of `POST /v1/sandboxes/{id}/fork`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ForkRequest {
     /// How many copies (1–32).
@@ -50,6 +54,7 @@ pub struct ForkRequest {
 
 /// Answer of a fork.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ForkResult {
     /// The new sandboxes, running, each with a copy-on-write copy of the files.
     pub sandboxes: Vec<SandboxInfo>,

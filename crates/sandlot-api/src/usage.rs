@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A tenant's sandboxes, snapshots and images, and the bytes each is charged.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct TenantUsage {
     /// The tenant.
     pub tenant: String,

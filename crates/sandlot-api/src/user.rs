@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Identity a command or file operation runs as inside the sandbox.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum User {
     /// `user`, uid/gid 1000, home `/home/user` (the default).

@@ -31,6 +31,11 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Measure create, exec and delete latency through the API, beside bubblewrap.
     Bench(bench::BenchArgs),
+    /// Print the OpenAPI 3.1 document of the HTTP API (what `GET /v1/openapi.json` serves).
+    ///
+    /// It is generated from the wire types: `sandlot openapi > docs/openapi.json` regenerates the
+    /// committed copy, which a test holds to the code.
+    Openapi,
     #[command(flatten)]
     Client(cli::ClientCommand),
 }
@@ -69,6 +74,10 @@ fn main() {
                 1
             }
         },
+        Command::Openapi => {
+            print!("{}", server::openapi::text());
+            0
+        }
         Command::Client(cmd) => match cli::execute(cmd) {
             Ok(code) => code,
             Err(e) => {

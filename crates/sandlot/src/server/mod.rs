@@ -12,6 +12,7 @@ mod images;
 mod keys;
 mod listener;
 mod mcp;
+pub mod openapi;
 mod ports;
 mod sandboxes;
 mod snapshots;
@@ -596,6 +597,7 @@ fn router(app: AppState) -> Router {
         .layer(DefaultBodyLimit::disable());
     Router::new()
         .route("/healthz", get(|State(app): State<AppState>| async move { axum::Json(app.control.health()) }))
+        .route("/v1/openapi.json", get(openapi::get))
         .route("/v1/keys", post(keys::create).get(keys::list))
         .route("/v1/keys/{id}", axum::routing::delete(keys::revoke))
         .route("/v1/tenants/{tenant}/network", get(tenants::get_network).put(tenants::set_network))
