@@ -13,13 +13,17 @@ use sandlot_client::api::{
 use sandlot_client::{Client, ErrorKind};
 
 use super::Conn;
-use crate::mcp::{Connector, FileHead, SandboxBackend, SandlotMcp, ToolError, ToolResult};
+use crate::mcp::{
+    parse_interpreter_lines, Connector, FileHead, SandboxBackend, SandlotMcp, ToolError, ToolResult, INTERPRETER_PORT,
+    MAX_INTERPRETER_ANSWER, START_TAG,
+};
 
 pub const LONG_ABOUT: &str = "\
 Serve sandlot's tools to an AI agent over MCP (the Model Context Protocol) on stdin/stdout: the \
 transport desktop agents and IDEs (Claude Desktop, Cursor, VS Code, …) start as a child process. \
-The agent gets tools to create sandboxes, run commands and code (python or bash), read, write and \
-list files, change a sandbox's network, snapshot it and expose a port.
+The agent gets tools to create sandboxes, run commands and code (python or bash; in the code \
+interpreter, with state kept between calls, where the sandbox's image runs it), read, write and list \
+files, change a sandbox's network, snapshot it and expose a port.
 
 The first tool call that needs a sandbox creates this session's sandbox (default image and limits, no \
 network) and later calls reuse it. Sandboxes the session creates are deleted when it ends (stdin \
@@ -138,6 +142,37 @@ impl SandboxBackend for ClientBackend {
 
     async fn expose_port(&self, id: String, port: u16) -> ToolResult<PortInfo> {
         self.call(move |c| c.sandbox(id).expose_port(port)).await
+    }
+
+    async fn interpreter_execute(
+        &self,
+        id: String,
+        body: serde_json::Value,
+    ) -> ToolResult<Option<Vec<serde_json::Value>>> {
+        let client = self.client.clone();
+        let read = tokio::task::spawn_blocking(move || -> ToolResult<Option<Vec<u8>>> {
+            let reader = match client.sandbox(id).port_post_json(INTERPRETER_PORT, "/execute", &body) {
+                Ok(r) => r,
+                Err(e) if e.code() == Some(sandlot_client::api::codes::PORT_UNREACHABLE) => return Ok(None),
+                Err(e) => return Err(tool_error(e)),
+            };
+            let mut bytes = Vec::new();
+            // The interpreter bounds a cell's output; this bounds what is read whatever answers there.
+            std::io::Read::read_to_end(&mut std::io::Read::take(reader, MAX_INTERPRETER_ANSWER as u64), &mut bytes)
+                .map_err(|e| ToolError::new("internal", format!("reading the code interpreter's answer: {e}")))?;
+            Ok(Some(bytes))
+        })
+        .await
+        .map_err(|e| ToolError::new("internal", format!("the client call failed: {e}")))??;
+        match read {
+            Some(bytes) => parse_interpreter_lines(&bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn start_command_running(&self, id: String) -> ToolResult<bool> {
+        let list = self.call(move |c| c.sandbox(id).processes_tagged(START_TAG)).await?;
+        Ok(list.iter().any(|p| p.running))
     }
 }
 
