@@ -105,6 +105,30 @@ pub trait SandboxBackend: Clone + Send + Sync + 'static {
     /// Whether the image's start command (`sandlot.start`) runs in the sandbox now: what starts a code
     /// interpreter, which may not listen yet right after a boot.
     fn start_command_running(&self, id: String) -> impl Future<Output = ToolResult<bool>> + Send;
+    /// Streams the file `local` of the machine this backend runs on into `path` of the sandbox. Only
+    /// a backend on the user's machine (stdio) has one; the server's refuses.
+    fn upload_local(
+        &self,
+        id: String,
+        local: String,
+        path: String,
+    ) -> impl Future<Output = ToolResult<WriteResult>> + Send {
+        let _ = (id, local, path);
+        async { Err(no_local_files()) }
+    }
+    /// Streams the sandbox's file `path` into the file `local` of the machine this backend runs on
+    /// (replaced whole once complete); answers its size. Only on the user's machine (stdio).
+    fn download_local(&self, id: String, path: String, local: String) -> impl Future<Output = ToolResult<u64>> + Send {
+        let _ = (id, path, local);
+        async { Err(no_local_files()) }
+    }
+}
+
+fn no_local_files() -> ToolError {
+    ToolError::new(
+        "invalid_request",
+        "this MCP transport has no client filesystem: upload_file and download_file are stdio's",
+    )
 }
 
 /// Gives the backend that acts for the caller of one MCP request: on HTTP, the one its own
@@ -112,4 +136,9 @@ pub trait SandboxBackend: Clone + Send + Sync + 'static {
 pub trait Connector: Send + Sync + 'static {
     type Backend: SandboxBackend;
     fn connect(&self, ctx: &RequestContext<RoleServer>) -> ToolResult<Self::Backend>;
+    /// Whether the backend runs on the user's own machine (stdio), so files move between it and a
+    /// sandbox (`upload_file`, `download_file`). The HTTP server has no client filesystem.
+    fn local_files(&self) -> bool {
+        false
+    }
 }

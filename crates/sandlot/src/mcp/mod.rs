@@ -45,11 +45,16 @@ Sandboxes this session creates are deleted when the session ends, unless created
 Pass sandbox_id to act on another of your sandboxes (list_sandboxes). Outputs over the cap are cut \
 in the middle; the text says how many bytes were left out.";
 
+const LOCAL_FILES_INSTRUCTIONS: &str = "This server runs on the user's machine: upload_file and download_file \
+copy files (any size, binary too) between it and a sandbox.";
+
 /// The MCP server of one session: its tools, its state, and how it reaches sandlot.
 pub struct SandlotMcp<C: Connector> {
     connector: Arc<C>,
     session: Arc<Session<C::Backend>>,
     tool_router: ToolRouter<Self>,
+    /// Whether the transport offers `upload_file` and `download_file` (stdio).
+    local_files: bool,
 }
 
 impl<C: Connector> Clone for SandlotMcp<C> {
@@ -58,6 +63,7 @@ impl<C: Connector> Clone for SandlotMcp<C> {
             connector: Arc::clone(&self.connector),
             session: Arc::clone(&self.session),
             tool_router: self.tool_router.clone(),
+            local_files: self.local_files,
         }
     }
 }
@@ -263,6 +269,32 @@ pub struct ExposePortArgs {
     pub sandbox_id: Option<String>,
 }
 
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UploadArgs {
+    /// The file on your machine (where `sandlot mcp` runs); a relative path is from its working directory.
+    pub local_path: String,
+    /// Where it goes in the sandbox (replaced if it exists; parent directories are made). Relative
+    /// paths are under /home/user.
+    pub path: String,
+    /// The sandbox (default: this session's sandbox).
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DownloadArgs {
+    /// The file in the sandbox. Relative paths are under /home/user.
+    pub path: String,
+    /// Where it goes on your machine (where `sandlot mcp` runs; replaced if it exists, parent
+    /// directories are made); a relative path is from its working directory.
+    pub local_path: String,
+    /// The sandbox (default: this session's sandbox).
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+}
+
 fn ok(text: impl Into<String>) -> Result<CallToolResult, ErrorData> {
     Ok(CallToolResult::success(vec![ContentBlock::text(text.into())]))
 }
@@ -343,7 +375,12 @@ impl<C: Connector> SandlotMcp<C> {
 #[tool_router]
 impl<C: Connector> SandlotMcp<C> {
     pub fn new(connector: Arc<C>) -> Self {
-        SandlotMcp { connector, session: Arc::default(), tool_router: Self::tool_router() }
+        let local_files = connector.local_files();
+        let mut tool_router = Self::tool_router();
+        if local_files {
+            tool_router += Self::local_files_router();
+        }
+        SandlotMcp { connector, session: Arc::default(), tool_router, local_files }
     }
 
     #[tool(description = "Create a sandbox and make it this session's sandbox (later calls without sandbox_id use \
@@ -677,12 +714,59 @@ impl<C: Connector> SandlotMcp<C> {
     }
 }
 
+/// The tools that move files between the user's machine and a sandbox: offered only where the MCP
+/// server runs on that machine (stdio).
+#[tool_router(router = local_files_router)]
+impl<C: Connector> SandlotMcp<C> {
+    #[tool(description = "Copy a file from your machine into a sandbox (any size, any bytes; streamed). Only \
+                          offered over stdio (`sandlot mcp` runs on your machine and reads the file there). \
+                          Returns the bytes copied.")]
+    async fn upload_file(
+        &self,
+        Parameters(a): Parameters<UploadArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        answer(
+            async {
+                let b = self.backend(&ctx)?;
+                let id = self.session.sandbox(&b, a.sandbox_id).await?;
+                let w = b.upload_local(id.clone(), a.local_path.clone(), a.path).await?;
+                Ok(format!("uploaded {} bytes from {} to {} in sandbox {id}", w.bytes, a.local_path, w.path))
+            }
+            .await,
+        )
+    }
+
+    #[tool(description = "Copy a file from a sandbox to your machine (any size, any bytes; streamed). Only \
+                          offered over stdio (`sandlot mcp` runs on your machine and writes the file there). \
+                          Returns the bytes copied.")]
+    async fn download_file(
+        &self,
+        Parameters(a): Parameters<DownloadArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        answer(
+            async {
+                let b = self.backend(&ctx)?;
+                let id = self.session.sandbox(&b, a.sandbox_id).await?;
+                let n = b.download_local(id.clone(), a.path.clone(), a.local_path.clone()).await?;
+                Ok(format!("downloaded {n} bytes from {} in sandbox {id} to {}", a.path, a.local_path))
+            }
+            .await,
+        )
+    }
+}
+
 #[tool_handler(router = self.tool_router)]
 impl<C: Connector> ServerHandler for SandlotMcp<C> {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("sandlot", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(if self.local_files {
+                format!("{INSTRUCTIONS} {LOCAL_FILES_INSTRUCTIONS}")
+            } else {
+                INSTRUCTIONS.to_string()
+            })
     }
 }
 
