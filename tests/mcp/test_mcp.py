@@ -2,6 +2,7 @@
 HTTP (`/mcp`): every test that takes `transport` runs on both. Effects are checked through sandlot's
 native API, not through the tools themselves."""
 
+import hashlib
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import urllib.error
 import urllib.request
 
 import anyio
+import mcp.shared.exceptions
 import mcp.types
 import pytest
 from mcp import ClientSession
@@ -22,6 +24,8 @@ TOOLS = {
     "create_sandbox", "list_sandboxes", "delete_sandbox", "run_command", "run_code", "read_file",
     "write_file", "list_files", "set_network", "snapshot", "expose_port",
 }
+#: Offered over stdio only: `sandlot mcp` runs on the user's machine; the HTTP server has no client files.
+LOCAL_FILE_TOOLS = {"upload_file", "download_file"}
 
 
 def sandbox_of(text: str) -> str:
@@ -34,7 +38,7 @@ def test_tools_are_listed_with_their_schemas(server, alice, transport):
     async def main():
         async with open_mcp(server, transport, alice) as m:
             tools = {t.name: t for t in (await m.session.list_tools()).tools}
-            assert set(tools) == TOOLS
+            assert set(tools) == (TOOLS | LOCAL_FILE_TOOLS if transport == "stdio" else TOOLS)
             for t in tools.values():
                 assert len(t.description) > 40, t
                 assert t.inputSchema["type"] == "object", t
@@ -128,6 +132,46 @@ def fetch_preview(server, url: str) -> bytes:
                 raise
         time.sleep(0.2)
     raise AssertionError("the preview never answered")
+
+
+def test_stdio_files_go_up_and_back_binary_and_whole(server, alice, tmp_path):
+    src = tmp_path / "random.bin"
+    data = os.urandom(5 << 20)
+    src.write_bytes(data)
+    back = tmp_path / "sub" / "back.bin"
+
+    async def main():
+        async with open_mcp(server, "stdio", alice) as m:
+            out = await m.ok("upload_file", local_path=str(src), path="data/random.bin")
+            sid = sandbox_of(out)
+            assert f"uploaded {5 << 20} bytes from {src} to /home/user/data/random.bin" in out, out
+            stored = server.read(sid, "/home/user/data/random.bin", key=alice)
+            assert hashlib.sha256(stored).digest() == hashlib.sha256(data).digest()
+            out = await m.ok("download_file", path="data/random.bin", local_path=str(back))
+            assert f"downloaded {5 << 20} bytes from data/random.bin in sandbox {sid} to {back}" in out, out
+            assert hashlib.sha256(back.read_bytes()).digest() == hashlib.sha256(data).digest()
+            assert sorted(p.name for p in back.parent.iterdir()) == ["back.bin"]  # no partial file left
+
+            is_error, text = await m.call("upload_file", local_path=str(tmp_path / "missing.bin"), path="x.bin")
+            assert is_error and "file_not_found" in text and "missing.bin" in text and "this machine" in text, text
+            is_error, text = await m.call("download_file", path="no/such.bin", local_path=str(tmp_path / "n.bin"))
+            assert is_error and "file_not_found" in text, text
+            assert not (tmp_path / "n.bin").exists() and not list(tmp_path.glob(".n.bin.*"))
+
+    anyio.run(main)
+
+
+def test_http_offers_no_client_file_tools(server, alice):
+    async def main():
+        async with open_mcp(server, "http", alice) as m:
+            names = {t.name for t in (await m.session.list_tools()).tools}
+            assert not names & LOCAL_FILE_TOOLS, names
+            # An unknown tool to this server: a protocol error, as for any name it does not offer.
+            with pytest.raises(mcp.shared.exceptions.McpError) as e:
+                await m.call("upload_file", local_path="/etc/hostname", path="h")
+            assert "tool not found" in str(e.value), e.value
+
+    anyio.run(main)
 
 
 def test_a_kept_sandbox_outlives_the_session(server, alice, transport):

@@ -121,6 +121,21 @@ impl Sandbox {
         json(response, "the sandbox")
     }
 
+    /// Sends a JSON `body` with `POST` to `path` (e.g. `/execute`) of the server listening on `port`
+    /// inside the sandbox, through the server's port proxy (`/v1/sandboxes/{id}/ports/{port}/…`, with
+    /// this client's key), and answers the response body as it arrives. Nothing listening there is
+    /// an error with code `port_unreachable` (502), answered at once.
+    pub fn port_post_json<T: serde::Serialize + ?Sized>(
+        &self,
+        port: u16,
+        path: &str,
+        body: &T,
+    ) -> Result<impl Read + Send + 'static> {
+        let path = format!("/ports/{port}/{}", path.trim_start_matches('/'));
+        let response = self.client.send_json(self.client.request("POST", &self.path(&path)), body)?;
+        Ok(response.into_reader())
+    }
+
     /// Same as [`Sandbox::delete`] (the name other sandbox SDKs use).
     pub fn kill(&self) -> Result<()> {
         self.delete()

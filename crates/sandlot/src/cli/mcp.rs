@@ -13,13 +13,18 @@ use sandlot_client::api::{
 use sandlot_client::{Client, ErrorKind};
 
 use super::Conn;
-use crate::mcp::{Connector, FileHead, SandboxBackend, SandlotMcp, ToolError, ToolResult};
+use crate::mcp::{
+    parse_interpreter_lines, Connector, FileHead, SandboxBackend, SandlotMcp, ToolError, ToolResult, INTERPRETER_PORT,
+    MAX_INTERPRETER_ANSWER, START_TAG,
+};
 
 pub const LONG_ABOUT: &str = "\
 Serve sandlot's tools to an AI agent over MCP (the Model Context Protocol) on stdin/stdout: the \
 transport desktop agents and IDEs (Claude Desktop, Cursor, VS Code, …) start as a child process. \
-The agent gets tools to create sandboxes, run commands and code (python or bash), read, write and \
-list files, change a sandbox's network, snapshot it and expose a port.
+The agent gets tools to create sandboxes, run commands and code (python or bash; in the code \
+interpreter, with state kept between calls, where the sandbox's image runs it), read, write and list \
+files, copy files between this machine and a sandbox (upload_file, download_file: stdio only), change \
+a sandbox's network, snapshot it and expose a port.
 
 The first tool call that needs a sandbox creates this session's sandbox (default image and limits, no \
 network) and later calls reuse it. Sandboxes the session creates are deleted when it ends (stdin \
@@ -139,6 +144,93 @@ impl SandboxBackend for ClientBackend {
     async fn expose_port(&self, id: String, port: u16) -> ToolResult<PortInfo> {
         self.call(move |c| c.sandbox(id).expose_port(port)).await
     }
+
+    async fn interpreter_execute(
+        &self,
+        id: String,
+        body: serde_json::Value,
+    ) -> ToolResult<Option<Vec<serde_json::Value>>> {
+        let client = self.client.clone();
+        let read = tokio::task::spawn_blocking(move || -> ToolResult<Option<Vec<u8>>> {
+            let reader = match client.sandbox(id).port_post_json(INTERPRETER_PORT, "/execute", &body) {
+                Ok(r) => r,
+                Err(e) if e.code() == Some(sandlot_client::api::codes::PORT_UNREACHABLE) => return Ok(None),
+                Err(e) => return Err(tool_error(e)),
+            };
+            let mut bytes = Vec::new();
+            // The interpreter bounds a cell's output; this bounds what is read whatever answers there.
+            std::io::Read::read_to_end(&mut std::io::Read::take(reader, MAX_INTERPRETER_ANSWER as u64), &mut bytes)
+                .map_err(|e| ToolError::new("internal", format!("reading the code interpreter's answer: {e}")))?;
+            Ok(Some(bytes))
+        })
+        .await
+        .map_err(|e| ToolError::new("internal", format!("the client call failed: {e}")))??;
+        match read {
+            Some(bytes) => parse_interpreter_lines(&bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn upload_local(&self, id: String, local: String, path: String) -> ToolResult<WriteResult> {
+        let file = std::fs::File::open(&local).map_err(|e| local_error(&local, "reading", &e))?;
+        if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+            return Err(ToolError::new(
+                "invalid_request",
+                format!("{local} is a directory on this machine; give a file"),
+            ));
+        }
+        self.call(move |c| c.sandbox(id).write_file_from(&path, std::io::BufReader::new(file), None)).await
+    }
+
+    async fn download_local(&self, id: String, path: String, local: String) -> ToolResult<u64> {
+        let target = std::path::PathBuf::from(&local);
+        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).ok_or_else(|| {
+            ToolError::new("invalid_request", format!("{local} names no file on this machine; give a file path"))
+        })?;
+        if target.is_dir() {
+            return Err(ToolError::new(
+                "invalid_request",
+                format!("{local} is a directory on this machine; give a file path"),
+            ));
+        }
+        let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| local_error(&dir.to_string_lossy(), "making", &e))?;
+        // Written beside the target and renamed over it once complete: a failed copy leaves no half file.
+        let part = dir.join(format!(".{name}.sandlot-part-{}", std::process::id()));
+        let file = std::fs::File::create(&part).map_err(|e| local_error(&part.to_string_lossy(), "writing", &e))?;
+        let copied = self
+            .call(move |c| {
+                let mut out = std::io::BufWriter::new(file);
+                let n = c.sandbox(id).read_file_to(&path, &mut out)?;
+                // The local write's own failure (a full disk) is told apart from the download's.
+                Ok((n, std::io::Write::flush(&mut out)))
+            })
+            .await;
+        let renamed = copied.and_then(|(n, flushed)| {
+            flushed.map_err(|e| local_error(&local, "writing", &e))?;
+            std::fs::rename(&part, &target).map_err(|e| local_error(&local, "writing", &e))?;
+            Ok(n)
+        });
+        if renamed.is_err() {
+            let _ = std::fs::remove_file(&part);
+        }
+        renamed
+    }
+
+    async fn start_command_running(&self, id: String) -> ToolResult<bool> {
+        let list = self.call(move |c| c.sandbox(id).processes_tagged(START_TAG)).await?;
+        Ok(list.iter().any(|p| p.running))
+    }
+}
+
+/// A failure with a file of this machine, said as the model needs it: which file, on which side.
+fn local_error(path: &str, doing: &str, e: &std::io::Error) -> ToolError {
+    let code = match e.kind() {
+        std::io::ErrorKind::NotFound => "file_not_found",
+        std::io::ErrorKind::PermissionDenied => "permission_denied",
+        _ => "invalid_request",
+    };
+    ToolError::new(code, format!("{doing} {path} on this machine (where `sandlot mcp` runs): {e}"))
 }
 
 /// Keeps the first `limit` bytes written to it and takes (and drops) the rest.
@@ -169,6 +261,10 @@ impl Connector for ClientConnector {
 
     fn connect(&self, _ctx: &RequestContext<RoleServer>) -> ToolResult<ClientBackend> {
         Ok(self.backend.clone())
+    }
+
+    fn local_files(&self) -> bool {
+        true
     }
 }
 

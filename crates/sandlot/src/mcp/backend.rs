@@ -36,6 +36,26 @@ impl ToolError {
 
 pub type ToolResult<T> = std::result::Result<T, ToolError>;
 
+/// The port the code interpreter (`resources/code-interpreter/server.py`) listens on in a sandbox.
+pub const INTERPRETER_PORT: u16 = 49999;
+/// The most of a cell's NDJSON answer read (the interpreter itself stops a cell's output at 16 MiB).
+pub const MAX_INTERPRETER_ANSWER: usize = 24 << 20;
+
+/// A cell's NDJSON answer as values; a line that is not JSON is an error (not the interpreter).
+pub fn parse_interpreter_lines(body: &[u8]) -> ToolResult<Vec<serde_json::Value>> {
+    body.split(|b| *b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .map(|l| {
+            serde_json::from_slice(l).map_err(|e| {
+                ToolError::new(
+                    "internal",
+                    format!("port {INTERPRETER_PORT} answered something other than the code interpreter's lines: {e}"),
+                )
+            })
+        })
+        .collect()
+}
+
 /// A file's first bytes and its whole size.
 #[derive(Debug, Default)]
 pub struct FileHead {
@@ -74,6 +94,41 @@ pub trait SandboxBackend: Clone + Send + Sync + 'static {
     fn snapshot(&self, id: String, name: Option<String>) -> impl Future<Output = ToolResult<SnapshotInfo>> + Send;
     /// The port's preview URL.
     fn expose_port(&self, id: String, port: u16) -> impl Future<Output = ToolResult<PortInfo>> + Send;
+    /// Runs one cell in the sandbox's code interpreter (`POST /execute` with `body` on port
+    /// [`INTERPRETER_PORT`]) and answers its NDJSON lines, or `None` when nothing listens on that
+    /// port (answered at once, without waiting for one to start).
+    fn interpreter_execute(
+        &self,
+        id: String,
+        body: serde_json::Value,
+    ) -> impl Future<Output = ToolResult<Option<Vec<serde_json::Value>>>> + Send;
+    /// Whether the image's start command (`sandlot.start`) runs in the sandbox now: what starts a code
+    /// interpreter, which may not listen yet right after a boot.
+    fn start_command_running(&self, id: String) -> impl Future<Output = ToolResult<bool>> + Send;
+    /// Streams the file `local` of the machine this backend runs on into `path` of the sandbox. Only
+    /// a backend on the user's machine (stdio) has one; the server's refuses.
+    fn upload_local(
+        &self,
+        id: String,
+        local: String,
+        path: String,
+    ) -> impl Future<Output = ToolResult<WriteResult>> + Send {
+        let _ = (id, local, path);
+        async { Err(no_local_files()) }
+    }
+    /// Streams the sandbox's file `path` into the file `local` of the machine this backend runs on
+    /// (replaced whole once complete); answers its size. Only on the user's machine (stdio).
+    fn download_local(&self, id: String, path: String, local: String) -> impl Future<Output = ToolResult<u64>> + Send {
+        let _ = (id, path, local);
+        async { Err(no_local_files()) }
+    }
+}
+
+fn no_local_files() -> ToolError {
+    ToolError::new(
+        "invalid_request",
+        "this MCP transport has no client filesystem: upload_file and download_file are stdio's",
+    )
 }
 
 /// Gives the backend that acts for the caller of one MCP request: on HTTP, the one its own
@@ -81,4 +136,9 @@ pub trait SandboxBackend: Clone + Send + Sync + 'static {
 pub trait Connector: Send + Sync + 'static {
     type Backend: SandboxBackend;
     fn connect(&self, ctx: &RequestContext<RoleServer>) -> ToolResult<Self::Backend>;
+    /// Whether the backend runs on the user's own machine (stdio), so files move between it and a
+    /// sandbox (`upload_file`, `download_file`). The HTTP server has no client filesystem.
+    fn local_files(&self) -> bool {
+        false
+    }
 }

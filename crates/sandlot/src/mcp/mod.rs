@@ -9,6 +9,7 @@ mod session;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -18,12 +19,22 @@ use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, RoleServer, Ser
 use sandlot_api::{CreateSandbox, ExecRequest, ExecResult, Mode, NetworkSpec, User};
 use serde::Deserialize;
 
-pub use backend::{Connector, FileHead, SandboxBackend, ToolError, ToolResult};
+pub use backend::{
+    parse_interpreter_lines, Connector, FileHead, SandboxBackend, ToolError, ToolResult, INTERPRETER_PORT,
+    MAX_INTERPRETER_ANSWER,
+};
+
+/// The tag of the process an image's `sandlot.start` command runs as.
+pub const START_TAG: &str = "sandlot.start";
 pub use session::Session;
 
 /// Default cap of each output stream and of a file read, in bytes: enough to read, little enough not
 /// to flood a model's context.
 pub const DEFAULT_OUTPUT_BYTES: u64 = 16 << 10;
+/// Wall-clock limit of a `run_code` cell when none is given, in seconds.
+const DEFAULT_CODE_TIMEOUT_S: f64 = 60.0;
+/// How long `run_code` waits for a code interpreter to listen while the image's start command runs.
+const INTERPRETER_START_WAIT: Duration = Duration::from_secs(10);
 /// Entries `list_files` shows at most.
 const MAX_ENTRIES: usize = 500;
 
@@ -34,11 +45,16 @@ Sandboxes this session creates are deleted when the session ends, unless created
 Pass sandbox_id to act on another of your sandboxes (list_sandboxes). Outputs over the cap are cut \
 in the middle; the text says how many bytes were left out.";
 
+const LOCAL_FILES_INSTRUCTIONS: &str = "This server runs on the user's machine: upload_file and download_file \
+copy files (any size, binary too) between it and a sandbox.";
+
 /// The MCP server of one session: its tools, its state, and how it reaches sandlot.
 pub struct SandlotMcp<C: Connector> {
     connector: Arc<C>,
     session: Arc<Session<C::Backend>>,
     tool_router: ToolRouter<Self>,
+    /// Whether the transport offers `upload_file` and `download_file` (stdio).
+    local_files: bool,
 }
 
 impl<C: Connector> Clone for SandlotMcp<C> {
@@ -47,6 +63,7 @@ impl<C: Connector> Clone for SandlotMcp<C> {
             connector: Arc::clone(&self.connector),
             session: Arc::clone(&self.session),
             tool_router: self.tool_router.clone(),
+            local_files: self.local_files,
         }
     }
 }
@@ -140,10 +157,10 @@ pub struct RunCommandArgs {
 #[derive(Debug, Clone, Copy, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Language {
-    /// `python3 -c CODE` (the default).
+    /// Python (the default): the code interpreter's kernel, else `python3 -c CODE`.
     #[default]
     Python,
-    /// `bash -c CODE`.
+    /// bash: the code interpreter's bash, else `bash -c CODE`.
     Bash,
 }
 
@@ -252,6 +269,32 @@ pub struct ExposePortArgs {
     pub sandbox_id: Option<String>,
 }
 
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UploadArgs {
+    /// The file on your machine (where `sandlot mcp` runs); a relative path is from its working directory.
+    pub local_path: String,
+    /// Where it goes in the sandbox (replaced if it exists; parent directories are made). Relative
+    /// paths are under /home/user.
+    pub path: String,
+    /// The sandbox (default: this session's sandbox).
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DownloadArgs {
+    /// The file in the sandbox. Relative paths are under /home/user.
+    pub path: String,
+    /// Where it goes on your machine (where `sandlot mcp` runs; replaced if it exists, parent
+    /// directories are made); a relative path is from its working directory.
+    pub local_path: String,
+    /// The sandbox (default: this session's sandbox).
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+}
+
 fn ok(text: impl Into<String>) -> Result<CallToolResult, ErrorData> {
     Ok(CallToolResult::success(vec![ContentBlock::text(text.into())]))
 }
@@ -283,12 +326,61 @@ impl<C: Connector> SandlotMcp<C> {
         let r = b.exec(id.clone(), req).await?;
         Ok(format_exec(&id, &r))
     }
+
+    /// Runs a cell in `id`'s code interpreter: its lines, or `None` when the sandbox has none (then
+    /// remembered for the session, so later calls go straight to the fallback). Nothing listening is
+    /// waited for only while the image's start command runs (the interpreter may be starting right
+    /// after a boot), at most [`INTERPRETER_START_WAIT`].
+    async fn interpreter(
+        &self,
+        b: &C::Backend,
+        id: &str,
+        body: serde_json::Value,
+        timeout_s: f64,
+    ) -> ToolResult<Option<Vec<serde_json::Value>>> {
+        if self.session.interpreter(id) == Some(false) {
+            return Ok(None);
+        }
+        let give_up = tokio::time::Instant::now() + INTERPRETER_START_WAIT;
+        // The interpreter ends the cell at `timeout`; this is for one that never answers at all.
+        let limit = Duration::from_secs_f64(timeout_s.clamp(0.0, 86_400.0)) + Duration::from_secs(30);
+        let mut starting = None;
+        loop {
+            match tokio::time::timeout(limit, b.interpreter_execute(id.to_string(), body.clone())).await {
+                Err(_) => {
+                    return Err(ToolError::new(
+                        "timeout",
+                        format!("the code interpreter of sandbox {id} did not answer in {} s", limit.as_secs()),
+                    ))
+                }
+                Ok(r) => {
+                    if let Some(lines) = r? {
+                        self.session.set_interpreter(id, true);
+                        return Ok(Some(lines));
+                    }
+                }
+            }
+            if starting.is_none() {
+                starting = Some(b.start_command_running(id.to_string()).await.unwrap_or(false));
+            }
+            if starting == Some(false) || tokio::time::Instant::now() >= give_up {
+                self.session.set_interpreter(id, false);
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }
 
 #[tool_router]
 impl<C: Connector> SandlotMcp<C> {
     pub fn new(connector: Arc<C>) -> Self {
-        SandlotMcp { connector, session: Arc::default(), tool_router: Self::tool_router() }
+        let local_files = connector.local_files();
+        let mut tool_router = Self::tool_router();
+        if local_files {
+            tool_router += Self::local_files_router();
+        }
+        SandlotMcp { connector, session: Arc::default(), tool_router, local_files }
     }
 
     #[tool(description = "Create a sandbox and make it this session's sandbox (later calls without sandbox_id use \
@@ -416,25 +508,48 @@ impl<C: Connector> SandlotMcp<C> {
         answer(self.exec(&ctx, a.sandbox_id, req).await)
     }
 
-    #[tool(description = "Run a program in a sandbox: Python by default (`python3 -c CODE`), or bash. Returns \
-                          exit code, stdout and stderr (print what you want to see). Each call is a fresh process; \
-                          files persist in the sandbox between calls.")]
+    #[tool(description = "Run code in a sandbox: Python by default, or bash. Where the sandbox's image runs \
+                          sandlot's code interpreter (image `code-interpreter`), the cell runs there and state is \
+                          kept between calls (variables, imports, functions; a Jupyter kernel for Python): the \
+                          answer has stdout, stderr, the cell's results (its last expression's value; figures as \
+                          `[image/png: N bytes]`) and an exception's traceback. Elsewhere each call is a fresh \
+                          process (`python3 -c CODE`, `bash -c CODE`) and the answer has its exit code, stdout and \
+                          stderr (print what you want to see). Files persist in the sandbox between calls either way.")]
     async fn run_code(
         &self,
         Parameters(a): Parameters<RunCodeArgs>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let argv = match a.language {
-            Language::Python => vec!["python3".to_string(), "-c".to_string(), a.code],
-            Language::Bash => vec!["bash".to_string(), "-c".to_string(), a.code],
-        };
-        let req = ExecRequest {
-            argv: Some(argv),
-            timeout_s: a.timeout_s,
-            max_output_bytes: Some(a.max_output_bytes.unwrap_or(DEFAULT_OUTPUT_BYTES)),
-            ..Default::default()
-        };
-        answer(self.exec(&ctx, a.sandbox_id, req).await)
+        answer(
+            async {
+                let b = self.backend(&ctx)?;
+                let id = self.session.sandbox(&b, a.sandbox_id).await?;
+                let cap = a.max_output_bytes.unwrap_or(DEFAULT_OUTPUT_BYTES).max(1024);
+                let timeout_s = a.timeout_s.filter(|t| *t > 0.0).unwrap_or(DEFAULT_CODE_TIMEOUT_S);
+                let language = match a.language {
+                    Language::Python => "python",
+                    Language::Bash => "bash",
+                };
+                let body = serde_json::json!({"code": &a.code, "language": language, "timeout": timeout_s});
+                let started = std::time::Instant::now();
+                if let Some(lines) = self.interpreter(&b, &id, body, timeout_s).await? {
+                    return Ok(format_cell(&id, &lines, cap as usize, started.elapsed()));
+                }
+                let argv = match a.language {
+                    Language::Python => vec!["python3".to_string(), "-c".to_string(), a.code],
+                    Language::Bash => vec!["bash".to_string(), "-c".to_string(), a.code],
+                };
+                let req = ExecRequest {
+                    argv: Some(argv),
+                    timeout_s: a.timeout_s,
+                    max_output_bytes: Some(cap),
+                    ..Default::default()
+                };
+                let r = b.exec(id.clone(), req).await?;
+                Ok(format_exec(&id, &r))
+            }
+            .await,
+        )
     }
 
     #[tool(description = "Read a text file from a sandbox. Returns at most max_bytes (default 16384) from the \
@@ -599,12 +714,59 @@ impl<C: Connector> SandlotMcp<C> {
     }
 }
 
+/// The tools that move files between the user's machine and a sandbox: offered only where the MCP
+/// server runs on that machine (stdio).
+#[tool_router(router = local_files_router)]
+impl<C: Connector> SandlotMcp<C> {
+    #[tool(description = "Copy a file from your machine into a sandbox (any size, any bytes; streamed). Only \
+                          offered over stdio (`sandlot mcp` runs on your machine and reads the file there). \
+                          Returns the bytes copied.")]
+    async fn upload_file(
+        &self,
+        Parameters(a): Parameters<UploadArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        answer(
+            async {
+                let b = self.backend(&ctx)?;
+                let id = self.session.sandbox(&b, a.sandbox_id).await?;
+                let w = b.upload_local(id.clone(), a.local_path.clone(), a.path).await?;
+                Ok(format!("uploaded {} bytes from {} to {} in sandbox {id}", w.bytes, a.local_path, w.path))
+            }
+            .await,
+        )
+    }
+
+    #[tool(description = "Copy a file from a sandbox to your machine (any size, any bytes; streamed). Only \
+                          offered over stdio (`sandlot mcp` runs on your machine and writes the file there). \
+                          Returns the bytes copied.")]
+    async fn download_file(
+        &self,
+        Parameters(a): Parameters<DownloadArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        answer(
+            async {
+                let b = self.backend(&ctx)?;
+                let id = self.session.sandbox(&b, a.sandbox_id).await?;
+                let n = b.download_local(id.clone(), a.path.clone(), a.local_path.clone()).await?;
+                Ok(format!("downloaded {n} bytes from {} in sandbox {id} to {}", a.path, a.local_path))
+            }
+            .await,
+        )
+    }
+}
+
 #[tool_handler(router = self.tool_router)]
 impl<C: Connector> ServerHandler for SandlotMcp<C> {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("sandlot", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(if self.local_files {
+                format!("{INSTRUCTIONS} {LOCAL_FILES_INSTRUCTIONS}")
+            } else {
+                INSTRUCTIONS.to_string()
+            })
     }
 }
 
@@ -641,6 +803,116 @@ pub fn format_exec(id: &str, r: &ExecResult) -> String {
     text
 }
 
+/// A code interpreter cell's lines as text, in `format_exec`'s shape: how it ended, then stdout,
+/// stderr, each result and the error, each cut to `cap` bytes (head and tail kept).
+pub fn format_cell(id: &str, lines: &[serde_json::Value], cap: usize, took: Duration) -> String {
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let mut results = Vec::new();
+    let mut error = None;
+    let mut count = None;
+    for l in lines {
+        let text = || l.get("text").and_then(|t| t.as_str()).unwrap_or_default();
+        match l.get("type").and_then(|t| t.as_str()).unwrap_or_default() {
+            "stdout" => stdout.push_str(text()),
+            "stderr" => stderr.push_str(text()),
+            "result" => results.push(describe_result(l)),
+            "error" => error = Some(l),
+            "number_of_executions" => count = l.get("execution_count").and_then(|n| n.as_u64()),
+            _ => {}
+        }
+    }
+    let field = |v: &serde_json::Value, k: &str| v.get(k).and_then(|t| t.as_str()).unwrap_or_default().to_string();
+    let ended = match error {
+        Some(e) => format!("error {}", field(e, "name")),
+        None => "ok".to_string(),
+    };
+    let count = count.map(|n| format!(", execution {n}")).unwrap_or_default();
+    let mut text = format!(
+        "{ended} in {} ms, sandbox {id} (code interpreter{count}; state is kept between calls)\n",
+        took.as_millis()
+    );
+    let mut sections: Vec<(String, String)> = vec![("stdout".into(), stdout), ("stderr".into(), stderr)];
+    sections.extend(results.into_iter().map(|r| ("result".to_string(), r)));
+    if let Some(e) = error {
+        let head = format!("error: {}: {}", field(e, "name"), field(e, "value"));
+        sections.push((head, field(e, "traceback")));
+    }
+    let mut any = false;
+    for (name, body) in sections {
+        if body.is_empty() && name != "stdout" && name != "stderr" {
+            text.push_str(&format!("--- {name} ---\n"));
+            any = true;
+            continue;
+        }
+        if body.is_empty() {
+            continue;
+        }
+        any = true;
+        let (kept, omitted) = cut_middle(&body, cap);
+        let note = if omitted > 0 { format!(", {omitted} omitted from the middle") } else { String::new() };
+        text.push_str(&format!("--- {name} ({} bytes{note}) ---\n{kept}", body.len()));
+        if !kept.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    if !any {
+        text.push_str("(no output)\n");
+    }
+    text
+}
+
+/// A result line as text: its `text`, and each other format it has by kind and size (a figure's
+/// base64 is never shown).
+fn describe_result(r: &serde_json::Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(t) = r.get("text").and_then(|t| t.as_str()) {
+        parts.push(t.to_string());
+    }
+    for (field, mime, base64) in [
+        ("png", "image/png", true),
+        ("jpeg", "image/jpeg", true),
+        ("pdf", "application/pdf", true),
+        ("svg", "image/svg+xml", false),
+        ("html", "text/html", false),
+        ("markdown", "text/markdown", false),
+        ("latex", "text/latex", false),
+        ("json", "application/json", false),
+        ("javascript", "application/javascript", false),
+        ("chart", "e2b/chart", false),
+        ("data", "e2b/data", false),
+    ] {
+        let Some(v) = r.get(field) else { continue };
+        let size = match v.as_str() {
+            Some(s) if base64 => {
+                let s = s.trim_end();
+                (s.len() / 4 * 3).saturating_sub(s.len() - s.trim_end_matches('=').len())
+            }
+            Some(s) => s.len(),
+            None => v.to_string().len(),
+        };
+        parts.push(format!("[{mime}: {size} bytes]"));
+    }
+    parts.join("\n")
+}
+
+/// `s` cut to about `cap` bytes, head and tail kept around `[sandlot: N bytes omitted]` (as the
+/// server cuts a command's output), and the number of bytes left out.
+fn cut_middle(s: &str, cap: usize) -> (String, usize) {
+    if s.len() <= cap {
+        return (s.to_string(), 0);
+    }
+    let mut head = cap / 2;
+    while !s.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = s.len() - (cap - cap / 2);
+    while !s.is_char_boundary(tail) {
+        tail += 1;
+    }
+    let omitted = tail - head;
+    (format!("{}\n[sandlot: {omitted} bytes omitted]\n{}", &s[..head], &s[tail..]), omitted)
+}
+
 /// The bytes the server's cap left out of a stream, from its marker (`[sandlot: N bytes omitted]`).
 fn omitted_bytes(out: &str) -> u64 {
     let Some(start) = out.find("\n[sandlot: ") else { return 0 };
@@ -675,5 +947,36 @@ mod tests {
         assert!(t.starts_with("exit code 3 in 5 ms, sandbox sb_1\n"), "{t}");
         assert!(t.contains("--- stdout (14 bytes, 10 omitted from the middle) ---\nab\n"), "{t}");
         assert!(!t.contains("stderr"), "{t}");
+    }
+
+    #[test]
+    fn a_cell_reads_as_text_with_results_and_the_error() {
+        let lines: Vec<serde_json::Value> = [
+            r#"{"type":"number_of_executions","execution_count":3}"#,
+            r#"{"type":"stdout","text":"a\n","timestamp":"t"}"#,
+            r#"{"type":"stdout","text":"b\n","timestamp":"t"}"#,
+            r#"{"type":"result","is_main_result":false,"text":"<Figure>","png":"iVBORw0KGgo="}"#,
+            r#"{"type":"error","name":"ZeroDivisionError","value":"division by zero","traceback":"Traceback\n  1/0"}"#,
+            r#"{"type":"end_of_execution"}"#,
+        ]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+        let t = format_cell("sb_1", &lines, 1024, Duration::from_millis(7));
+        assert!(t.starts_with("error ZeroDivisionError in 7 ms, sandbox sb_1 (code interpreter, execution 3;"), "{t}");
+        assert!(t.contains("--- stdout (4 bytes) ---\na\nb\n"), "{t}");
+        assert!(t.contains("--- result (29 bytes) ---\n<Figure>\n[image/png: 8 bytes]\n"), "{t}");
+        assert!(t.contains("--- error: ZeroDivisionError: division by zero (15 bytes) ---\nTraceback\n  1/0\n"), "{t}");
+        assert!(!t.contains("iVBOR"), "{t}");
+    }
+
+    #[test]
+    fn long_text_keeps_its_head_and_tail() {
+        let s = format!("{}{}", "a".repeat(3000), "b".repeat(3000));
+        let (kept, omitted) = cut_middle(&s, 1024);
+        assert_eq!(omitted, 6000 - 1024);
+        assert!(kept.starts_with(&"a".repeat(512)) && kept.ends_with(&"b".repeat(512)), "{kept}");
+        assert!(kept.contains("\n[sandlot: 4976 bytes omitted]\n"));
+        assert_eq!(cut_middle("short", 1024), ("short".to_string(), 0));
     }
 }

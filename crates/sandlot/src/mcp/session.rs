@@ -1,6 +1,7 @@
 //! One MCP session's state: whom it belongs to, its sandbox (made on first need and reused), and the
 //! sandboxes it made, deleted when it ends unless one was created with `keep`.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::backend::{SandboxBackend, ToolError, ToolResult};
@@ -18,11 +19,19 @@ pub struct Session<B: SandboxBackend> {
     /// make one sandbox.
     current: tokio::sync::Mutex<Option<String>>,
     made: Mutex<Vec<Made<B>>>,
+    /// Per sandbox, whether its code interpreter answered (true) or nothing listens for one (false),
+    /// as found by the first `run_code` on it.
+    interpreters: Mutex<HashMap<String, bool>>,
 }
 
 impl<B: SandboxBackend> Default for Session<B> {
     fn default() -> Self {
-        Session { owner: Mutex::new(None), current: tokio::sync::Mutex::new(None), made: Mutex::new(Vec::new()) }
+        Session {
+            owner: Mutex::new(None),
+            current: tokio::sync::Mutex::new(None),
+            made: Mutex::new(Vec::new()),
+            interpreters: Mutex::new(HashMap::new()),
+        }
     }
 }
 
@@ -91,10 +100,21 @@ impl<B: SandboxBackend> Session<B> {
     /// Forgets a sandbox that was deleted.
     pub async fn forget(&self, id: &str) {
         lock(&self.made).retain(|m| m.id != id);
+        lock(&self.interpreters).remove(id);
         let mut current = self.current.lock().await;
         if current.as_deref() == Some(id) {
             *current = None;
         }
+    }
+
+    /// Whether `id`'s code interpreter answered (`Some(true)`), or did not (`Some(false)`), as last found.
+    pub fn interpreter(&self, id: &str) -> Option<bool> {
+        lock(&self.interpreters).get(id).copied()
+    }
+
+    /// Remembers whether `id` has a code interpreter answering.
+    pub fn set_interpreter(&self, id: &str, answers: bool) {
+        lock(&self.interpreters).insert(id.to_string(), answers);
     }
 
     /// Deletes the sandboxes the session made (stdio: at stdin's end, before the process exits).

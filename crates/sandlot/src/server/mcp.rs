@@ -29,7 +29,10 @@ use tokio_util::sync::CancellationToken;
 use super::app::AppState;
 use super::error::ApiError;
 use super::extract::bearer_key;
-use crate::mcp::{Connector, FileHead, SandboxBackend, SandlotMcp, ToolError, ToolResult};
+use crate::mcp::{
+    parse_interpreter_lines, Connector, FileHead, SandboxBackend, SandlotMcp, ToolError, ToolResult, INTERPRETER_PORT,
+    MAX_INTERPRETER_ANSWER, START_TAG,
+};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 /// Open sessions a tenant may hold, and the server in all. A session is a task and its queues held
@@ -118,6 +121,40 @@ impl SandboxBackend for ControlBackend {
         let token = self.app.control.expose(&self.caller, &id, port).await.map_err(tool_error)?.token;
         let url = super::ports::preview_url(&self.app, &self.headers, &id, port, &token);
         Ok(PortInfo { port, url, token })
+    }
+
+    async fn interpreter_execute(
+        &self,
+        id: String,
+        body: serde_json::Value,
+    ) -> ToolResult<Option<Vec<serde_json::Value>>> {
+        let ports = self.app.control.ports(&self.caller, &id).await.map_err(tool_error)?;
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri("/execute")
+            .header(header::HOST, format!("127.0.0.1:{INTERPRETER_PORT}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(axum::body::Body::from(body.to_string()))
+            .map_err(|e| ToolError::new("internal", e.to_string()))?;
+        let resp = match super::ports::forward(&ports, INTERPRETER_PORT, req, Duration::ZERO).await {
+            Ok(r) => r,
+            Err(e) if e.code == codes::PORT_UNREACHABLE => return Ok(None),
+            Err(e) => return Err(ToolError { code: e.code.to_string(), message: e.message, retryable: e.retryable }),
+        };
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(axum::body::Body::new(resp.into_body()), MAX_INTERPRETER_ANSWER)
+            .await
+            .map_err(|e| ToolError::new("internal", format!("reading the code interpreter's answer: {e}")))?;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&bytes);
+            return Err(ToolError::new("invalid_request", format!("the code interpreter answered {status}: {text}")));
+        }
+        parse_interpreter_lines(&bytes).map(Some)
+    }
+
+    async fn start_command_running(&self, id: String) -> ToolResult<bool> {
+        let list = self.app.control.processes(&self.caller, &id, true).await.map_err(tool_error)?;
+        Ok(list.processes.iter().any(|p| p.running && p.tag.as_deref() == Some(START_TAG)))
     }
 }
 
