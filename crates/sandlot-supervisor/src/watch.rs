@@ -117,6 +117,10 @@ struct Watcher {
     /// The sandbox-wide count of inotify watches, this watcher's `dirs.len()` included.
     budget: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
+    /// A directory's `moved_from` that ended a read: its `moved_to` (same cookie) may open the next
+    /// one, since a reader can come between the two halves of a rename. Settled by the next read,
+    /// or as a move out of the tree once the queue has stayed empty for a poll interval.
+    moved_from_last: Option<(u32, PathBuf)>,
 }
 
 /// A raw inotify event.
@@ -202,6 +206,7 @@ impl Watcher {
             dirs: HashMap::new(),
             budget,
             stop,
+            moved_from_last: None,
         };
         w.root_wd = w.add(path)?;
         if recursive && !w.add_below(path, false) {
@@ -286,6 +291,10 @@ impl Watcher {
             let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             // SAFETY: poll on one valid pollfd.
             if unsafe { libc::poll(&mut pfd, 1, 100) } <= 0 {
+                // Nothing for a poll interval: a rename's second half would have come by now.
+                if let Some((_, from)) = self.moved_from_last.take() {
+                    self.unwatch_below(&from);
+                }
                 continue;
             }
             // SAFETY: read into a buffer of the given length from a valid fd.
@@ -308,6 +317,13 @@ impl Watcher {
         // (already queued behind it) is not reported under a path it no longer has.
         let mut renaming: Option<(u32, PathBuf)> = None;
         let mut batch = batch.into_iter().peekable();
+        if let Some((cookie, from)) = self.moved_from_last.take() {
+            if batch.peek().is_some_and(|n| n.mask & libc::IN_MOVED_TO != 0 && n.cookie == cookie) {
+                renaming = Some((cookie, from));
+            } else {
+                self.unwatch_below(&from);
+            }
+        }
         while let Some(ev) = batch.next() {
             if ev.mask & libc::IN_Q_OVERFLOW != 0 {
                 let root = self.root.clone();
@@ -333,13 +349,15 @@ impl Watcher {
                 continue;
             }
             if ev.mask & libc::IN_MOVED_FROM != 0 {
-                let paired = batch.peek().is_some_and(|n| n.mask & libc::IN_MOVED_TO != 0 && n.cookie == ev.cookie);
-                if paired {
-                    renaming = Some((ev.cookie, path));
-                } else {
-                    // Moved out, or a rename whose halves fell into two reads: then the `moved_to`
-                    // watches it again as a new directory, its entries reported as created.
-                    self.unwatch_below(&path);
+                match batch.peek() {
+                    Some(n) if n.mask & libc::IN_MOVED_TO != 0 && n.cookie == ev.cookie => {
+                        renaming = Some((ev.cookie, path));
+                    }
+                    // Moved out (or the rename's halves were parted by another event: then the
+                    // `moved_to` watches it again as a new directory, its entries reported as created).
+                    Some(_) => self.unwatch_below(&path),
+                    // The last of this read: the next one says which it was.
+                    None => self.moved_from_last = Some((ev.cookie, path)),
                 }
             } else if ev.mask & libc::IN_MOVED_TO != 0 {
                 match renaming.take() {
@@ -398,13 +416,26 @@ impl Drop for Watcher {
 mod tests {
     use super::*;
 
-    /// The events `handle` sent for one batch read from the watcher's own inotify descriptor.
-    fn one_batch(w: &mut Watcher, events: &mut std::os::unix::net::UnixStream) -> Vec<(WatchKind, String)> {
+    /// The events `handle` sent for what is queued on the watcher's own inotify descriptor, read
+    /// at once and handed over as one batch, or (`one_by_one`) as if each event came in a read
+    /// of its own.
+    fn handled(
+        w: &mut Watcher,
+        events: &mut std::os::unix::net::UnixStream,
+        one_by_one: bool,
+    ) -> Vec<(WatchKind, String)> {
         let mut buf = vec![0u8; 64 << 10];
         // SAFETY: read into a buffer of its length from a valid fd.
         let n = unsafe { libc::read(w.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         assert!(n > 0, "no inotify events queued");
-        assert!(w.handle(parse(&buf[..n as usize])));
+        let batch = parse(&buf[..n as usize]);
+        if one_by_one {
+            for ev in batch {
+                assert!(w.handle(vec![ev]));
+            }
+        } else {
+            assert!(w.handle(batch));
+        }
         events.set_nonblocking(true).unwrap();
         let mut seen = Vec::new();
         while let Ok(frame) = sandlot_protocol::read_frame::<Event, _>(events) {
@@ -416,11 +447,47 @@ mod tests {
         seen
     }
 
-    /// What is written in a directory after it moved out of the tree is not reported, even when its
-    /// events are in the same read as the move (they used to come under the old path); a rename
-    /// within the tree keeps the directory watched under its new path.
+    /// What is written in a directory after it moved out of the tree is not reported, and a rename
+    /// within the tree keeps the directory watched under its new path, however the events fall
+    /// into reads: all in one (the moved-out directory's events used to come under its old path),
+    /// or each in its own (a rename's halves in two reads used to lose the directory's watch).
     #[test]
     fn a_directory_moved_out_is_unwatched_before_the_events_queued_behind_it() {
+        for one_by_one in [false, true] {
+            let tmp = tempfile::tempdir().unwrap();
+            let (root, outside) = (tmp.path().join("w"), tmp.path().join("outside"));
+            std::fs::create_dir_all(root.join("sub")).unwrap();
+            std::fs::create_dir(&outside).unwrap();
+            let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let out = Outbox { sock: Arc::new(Mutex::new(a)) };
+            let stop = Arc::new(AtomicBool::new(false));
+            let mut w = Watcher::new(1, &out, Arc::new(AtomicUsize::new(0)), &root, true, stop).unwrap();
+
+            // All of it before the watcher reads.
+            std::fs::rename(root.join("sub"), root.join("sub2")).unwrap();
+            std::fs::write(root.join("sub2/d"), "y").unwrap();
+            std::fs::rename(root.join("sub2"), outside.join("sub2")).unwrap();
+            std::fs::write(outside.join("sub2/e"), "z").unwrap();
+            std::fs::write(root.join("end"), "").unwrap();
+            let at = |p: &str| root.join(p).to_string_lossy().into_owned();
+            let want = vec![
+                (WatchKind::RenameFrom, at("sub")),
+                (WatchKind::RenameTo, at("sub2")),
+                (WatchKind::Create, at("sub2/d")),
+                (WatchKind::Write, at("sub2/d")),
+                (WatchKind::RenameFrom, at("sub2")),
+                (WatchKind::Create, at("end")),
+                (WatchKind::Write, at("end")),
+            ];
+            assert_eq!(handled(&mut w, &mut b, one_by_one), want, "one by one: {one_by_one}");
+            assert_eq!(w.dirs.len(), 1, "only the root is watched: {:?}", w.dirs);
+        }
+    }
+
+    /// A directory's `moved_from` that ends a read, with nothing after it for a poll interval,
+    /// was a move out of the tree: its watch goes.
+    #[test]
+    fn a_move_out_that_ends_a_read_is_settled_when_the_queue_stays_empty() {
         let tmp = tempfile::tempdir().unwrap();
         let (root, outside) = (tmp.path().join("w"), tmp.path().join("outside"));
         std::fs::create_dir_all(root.join("sub")).unwrap();
@@ -428,25 +495,17 @@ mod tests {
         let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
         let out = Outbox { sock: Arc::new(Mutex::new(a)) };
         let stop = Arc::new(AtomicBool::new(false));
-        let mut w = Watcher::new(1, &out, Arc::new(AtomicUsize::new(0)), &root, true, stop).unwrap();
-
-        // All of it before the watcher reads: one batch.
-        std::fs::rename(root.join("sub"), root.join("sub2")).unwrap();
-        std::fs::write(root.join("sub2/d"), "y").unwrap();
-        std::fs::rename(root.join("sub2"), outside.join("sub2")).unwrap();
-        std::fs::write(outside.join("sub2/e"), "z").unwrap();
-        std::fs::write(root.join("end"), "").unwrap();
-        let at = |p: &str| root.join(p).to_string_lossy().into_owned();
-        let want = vec![
-            (WatchKind::RenameFrom, at("sub")),
-            (WatchKind::RenameTo, at("sub2")),
-            (WatchKind::Create, at("sub2/d")),
-            (WatchKind::Write, at("sub2/d")),
-            (WatchKind::RenameFrom, at("sub2")),
-            (WatchKind::Create, at("end")),
-            (WatchKind::Write, at("end")),
-        ];
-        assert_eq!(one_batch(&mut w, &mut b), want);
+        let mut w = Watcher::new(1, &out, Arc::new(AtomicUsize::new(0)), &root, true, stop.clone()).unwrap();
+        std::fs::rename(root.join("sub"), outside.join("sub")).unwrap();
+        let seen = handled(&mut w, &mut b, false);
+        assert_eq!(seen, vec![(WatchKind::RenameFrom, root.join("sub").to_string_lossy().into_owned())]);
+        assert_eq!(w.dirs.len(), 2, "undecided until the next read or a quiet poll");
+        let stopper = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(350));
+            stop.store(true, Ordering::SeqCst);
+        });
+        w.run();
+        stopper.join().unwrap();
         assert_eq!(w.dirs.len(), 1, "only the root is watched: {:?}", w.dirs);
     }
 
