@@ -200,3 +200,34 @@ fn a_renamed_subdirectory_is_watched_under_its_new_path() {
     assert_eq!(seen, want);
     sb.delete().unwrap();
 }
+
+/// A watch outlives a pause: its thread in pid 1 is frozen with the sandbox, the stream stays open,
+/// and what changes after the resume is reported on the same stream. A stop ends the stream (pid 1
+/// is gone) rather than leaving it open and silent.
+#[test]
+fn a_watch_survives_a_pause_and_ends_with_a_stop() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    sh_ok(&sb, "mkdir /tmp/w");
+    let rx = reader(sb.watch("/tmp/w", true).unwrap());
+    sh_ok(&sb, "touch /tmp/w/before");
+    until(&rx, |e| *e == ev(WatchKind::Create, "/tmp/w/before"));
+    sb.pause().unwrap();
+    // Paused for longer than the watch thread's poll interval and the stream's keepalive.
+    std::thread::sleep(Duration::from_secs(2));
+    sb.resume().unwrap();
+    sh_ok(&sb, "mkdir /tmp/w/sub && sleep 0.3 && echo x > /tmp/w/sub/after");
+    let seen = until(&rx, |e| *e == ev(WatchKind::Write, "/tmp/w/sub/after"));
+    assert!(seen.contains(&ev(WatchKind::Create, "/tmp/w/sub")), "{seen:?}");
+    sb.stop().unwrap();
+    // The reader thread's channel closes when the stream ends.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(_) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("the watch stream stayed open after a stop"),
+        }
+    }
+    sb.delete().unwrap();
+}
