@@ -15,8 +15,10 @@ mod audit;
 mod build;
 pub mod capacity;
 mod config;
+mod delivery;
 mod entries;
 mod error;
+pub mod events;
 mod exec;
 mod files;
 pub mod images;
@@ -30,6 +32,7 @@ mod recovery;
 mod services;
 mod snapshots;
 pub mod transitions;
+mod webhooks;
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -68,6 +71,8 @@ pub struct Control {
     /// The access tokens' server secret, read from the store once (on first use): credential checks
     /// then cost no store write.
     access_secret: std::sync::OnceLock<[u8; 32]>,
+    /// Lifecycle events: the newest id (wakes the webhook deliveries) and the OOM counts seen.
+    events: events::Hub,
     /// This control layer itself, for work that outlives the call that starts it (watching a start
     /// command started from `boot`, which borrows `self`).
     me: Weak<Control>,
@@ -94,6 +99,7 @@ impl Control {
             audit_gate: Default::default(),
             images,
             access_secret: std::sync::OnceLock::new(),
+            events: Default::default(),
             me: me.clone(),
         })
     }
