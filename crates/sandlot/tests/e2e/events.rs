@@ -201,3 +201,36 @@ fn webhooks_to_loopback_private_or_metadata_targets_are_refused_without_the_admi
     let r = server.raw("GET", "/v1/webhooks", Some(&key), &[], b"");
     assert_eq!(r.json()["webhooks"], serde_json::json!([]));
 }
+
+/// Pending deliveries live in the events table, not in memory: a daemon killed with -9 while a
+/// delivery waits for its retry sends it again after the restart (with the recovery's `deleted` of
+/// the ephemeral sandbox the crash ended after it).
+#[test]
+fn a_delivery_pending_at_a_crash_is_made_after_the_restart() {
+    let server = Server::start_with(&["--webhook-allow-private", "--webhook-retry-base-ms", "600000"]);
+    let key = server.client().create_key("dave").unwrap().key;
+    let dave = sandlot_client::Client::new(server.url(), key.clone());
+    let (url, got) = receiver(vec![503]);
+    let secret = "crash-secret-0123456789";
+    let hook = dave.create_webhook(&CreateWebhook { url, events: Vec::new(), secret: Some(secret.into()) }).unwrap();
+    let sb = dave.create(&Default::default()).unwrap();
+    let first = verified(&got.recv_timeout(Duration::from_secs(20)).expect("the first attempt"), secret);
+    assert_eq!((first.kind, first.sandbox_id.as_str()), (EventKind::Created, sb.id()));
+    // The retry would come in ~5-10 minutes: the daemon dies before it.
+    let mut server = server;
+    server.kill9();
+    let server = Server::restart_on(server);
+    let dave = sandlot_client::Client::new(server.url(), key);
+    let again = verified(&got.recv_timeout(Duration::from_secs(20)).expect("the delivery after the restart"), secret);
+    assert_eq!(again.id, first.id, "the event whose delivery was pending is sent again");
+    let gone = verified(&got.recv_timeout(Duration::from_secs(20)).expect("the recovery's event"), secret);
+    assert_eq!((gone.kind, gone.sandbox_id.as_str()), (EventKind::Deleted, sb.id()));
+    assert_eq!(gone.detail["why"], "recovery");
+    let mut log = Vec::new();
+    assert!(eventually(Duration::from_secs(10), || {
+        log = dave.webhook_deliveries(&hook.id, None).unwrap();
+        log.len() == 3
+    }), "{log:?}");
+    let rows: Vec<_> = log.iter().rev().map(|d| (d.event_id, d.status, d.ok)).collect();
+    assert_eq!(rows, [(first.id, Some(503), false), (first.id, Some(200), true), (gone.id, Some(200), true)]);
+}
