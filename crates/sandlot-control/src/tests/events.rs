@@ -160,47 +160,70 @@ async fn webhooks_are_per_tenant_capped_and_refuse_private_targets_by_default() 
     assert!(audit.contains(&"webhook.create".to_string()) && audit.contains(&"webhook.delete".to_string()));
 }
 
-/// A receiver on loopback that answers `statuses` in turn (then 200) and hands each request over.
-async fn receiver(
+type Got = (Vec<(String, String)>, String);
+
+/// Reads one request off `s`, hands it over and answers `status`.
+async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut s: S,
+    status: u16,
+    tx: &tokio::sync::mpsc::UnboundedSender<Got>,
+) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let (head, body) = loop {
+        let n = s.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the request ended early");
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
+        let head = String::from_utf8(buf[..end].to_vec()).unwrap();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+            .unwrap();
+        if buf.len() >= end + 4 + len {
+            break (head, String::from_utf8(buf[end + 4..end + 4 + len].to_vec()).unwrap());
+        }
+    };
+    let headers = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let _ = tx.send((headers, body));
+    let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    let _ = s.write_all(answer.as_bytes()).await;
+    let _ = s.shutdown().await;
+}
+
+/// A receiver on loopback that answers `statuses` in turn (then 200) and hands each request over;
+/// over TLS with `tls`.
+async fn receiver_with(
     statuses: Vec<u16>,
-) -> (String, tokio::sync::mpsc::UnboundedReceiver<(Vec<(String, String)>, String)>) {
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> (String, tokio::sync::mpsc::UnboundedReceiver<Got>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}/hook", listener.local_addr().unwrap());
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut statuses = statuses.into_iter();
-        while let Ok((mut s, _)) = listener.accept().await {
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            let (head, body) = loop {
-                let n = s.read(&mut chunk).await.unwrap();
-                assert!(n > 0, "the request ended early");
-                buf.extend_from_slice(&chunk[..n]);
-                let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
-                let head = String::from_utf8(buf[..end].to_vec()).unwrap();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap())
-                    })
-                    .unwrap();
-                if buf.len() >= end + 4 + len {
-                    break (head, String::from_utf8(buf[end + 4..end + 4 + len].to_vec()).unwrap());
-                }
-            };
-            let headers = head
-                .lines()
-                .skip(1)
-                .filter_map(|l| l.split_once(':'))
-                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-                .collect();
-            let status = statuses.next().unwrap_or(200);
-            let _ = tx.send((headers, body));
-            let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-            let _ = s.write_all(answer.as_bytes()).await;
+        while let Ok((s, _)) = listener.accept().await {
+            match &tls {
+                // A client that refuses the certificate ends the handshake: no request, no answer.
+                Some(acceptor) => match acceptor.accept(s).await {
+                    Ok(s) => answer(s, statuses.next().unwrap_or(200), &tx).await,
+                    Err(_) => continue,
+                },
+                None => answer(s, statuses.next().unwrap_or(200), &tx).await,
+            }
         }
     });
     (url, rx)
+}
+
+async fn receiver(statuses: Vec<u16>) -> (String, tokio::sync::mpsc::UnboundedReceiver<Got>) {
+    receiver_with(statuses, None).await
 }
 
 #[tokio::test]
@@ -282,4 +305,60 @@ async fn a_dead_receiver_is_retried_a_bounded_number_of_times_then_skipped() {
     };
     assert_eq!(log.iter().map(|d| (d.attempt, d.will_retry)).collect::<Vec<_>>(), [(3, false), (2, true), (1, true)]);
     assert!(log.iter().all(|d| d.status.is_none() && d.error.as_deref().unwrap().contains("connect")), "{log:?}");
+}
+
+/// A self-signed certificate for 127.0.0.1: its PEM and a TLS acceptor serving it.
+fn tls_receiver_setup() -> (Vec<u8>, tokio_rustls::TlsAcceptor) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().self_signed(&key).unwrap();
+    let der = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+    let config =
+        rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], der)
+            .unwrap();
+    (cert.pem().into_bytes(), tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
+}
+
+async fn first_delivery(h: &Harness, hook: &str) -> sandlot_api::Delivery {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = h.control.webhook_deliveries(&h.alice, hook, None).unwrap().deliveries;
+        if let Some(d) = log.into_iter().last() {
+            return d;
+        }
+        assert!(std::time::Instant::now() < deadline, "no delivery was attempted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_https_webhook_is_delivered_when_its_ca_is_trusted_and_refused_when_not() {
+    let (pem, acceptor) = tls_receiver_setup();
+    for trusted in [true, false] {
+        let events = EventsConfig {
+            webhook_allow_private: true,
+            webhook_attempts: 1,
+            webhook_extra_roots_pem: if trusted { pem.clone() } else { Vec::new() },
+            ..Default::default()
+        };
+        let h = harness_with(Config { events, ..test_config() }, HOST);
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let _services = h.control.start_services(rx);
+        let (url, mut got) = receiver_with(Vec::new(), Some(acceptor.clone())).await;
+        let hook = h.control.create_webhook(&h.alice, CreateWebhook { url, ..Default::default() }).unwrap();
+        h.sandbox().await;
+        let d = first_delivery(&h, &hook.id).await;
+        if trusted {
+            assert_eq!((d.status, d.ok), (Some(200), true), "{d:?}");
+            let (_, body) = got.recv().await.unwrap();
+            assert!(body.contains("\"kind\":\"created\""), "{body}");
+        } else {
+            assert_eq!((d.status, d.ok, d.will_retry), (None, false, false), "{d:?}");
+            assert!(d.error.as_deref().unwrap().contains("TLS"), "{d:?}");
+            assert!(got.try_recv().is_err(), "nothing was sent to an untrusted server");
+        }
+    }
 }

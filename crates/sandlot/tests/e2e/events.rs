@@ -227,10 +227,13 @@ fn a_delivery_pending_at_a_crash_is_made_after_the_restart() {
     assert_eq!((gone.kind, gone.sandbox_id.as_str()), (EventKind::Deleted, sb.id()));
     assert_eq!(gone.detail["why"], "recovery");
     let mut log = Vec::new();
-    assert!(eventually(Duration::from_secs(10), || {
-        log = dave.webhook_deliveries(&hook.id, None).unwrap();
-        log.len() == 3
-    }), "{log:?}");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            log = dave.webhook_deliveries(&hook.id, None).unwrap();
+            log.len() == 3
+        }),
+        "{log:?}"
+    );
     let rows: Vec<_> = log.iter().rev().map(|d| (d.event_id, d.status, d.ok)).collect();
     assert_eq!(rows, [(first.id, Some(503), false), (first.id, Some(200), true), (gone.id, Some(200), true)]);
 }
