@@ -165,7 +165,8 @@ impl WebhooksCmd {
 #[derive(clap::Args, Debug)]
 pub struct CreateArgs {
     /// Where events are POSTed (http:// or https://).
-    url: String,
+    #[arg(value_name = "URL")]
+    target: String,
     /// Only these kinds, comma-separated (default: every kind).
     #[arg(long, value_name = "KINDS")]
     events: Option<String>,
@@ -224,8 +225,8 @@ pub(super) fn webhooks(cmd: WebhooksCmd) -> anyhow::Result<i32> {
                 ),
                 None => None,
             };
-            let req = CreateWebhook { url: a.url.clone(), events: kinds(a.events.as_deref())?, secret };
-            let hook = client.create_webhook(&req).doing(&format!("registering webhook {}", a.url))?;
+            let req = CreateWebhook { url: a.target.clone(), events: kinds(a.events.as_deref())?, secret };
+            let hook = client.create_webhook(&req).doing(&format!("registering webhook {}", a.target))?;
             if a.json {
                 print_json(&hook)?;
             } else {

@@ -200,6 +200,41 @@ fn webhooks_to_loopback_private_or_metadata_targets_are_refused_without_the_admi
     assert_eq!(r.status, 400, "{}", r.body);
     let r = server.raw("GET", "/v1/webhooks", Some(&key), &[], b"");
     assert_eq!(r.json()["webhooks"], serde_json::json!([]));
+
+    // The CLI: the same refusal, then a webhook made, listed and removed (`.invalid` never resolves,
+    // and carol has no sandbox: nothing is ever sent).
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandlot"))
+            .args(args)
+            .env("SANDLOT_URL", server.url())
+            .env("SANDLOT_API_KEY", &key)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, _, err) = cli(&["webhooks", "create", "http://127.0.0.1:9/hook"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--webhook-allow-private"), "{err}");
+    let (code, id, err) = cli(&["webhooks", "create", "https://hooks.invalid/sandlot", "--events", "created,oom"]);
+    assert_eq!(code, Some(0), "{err}");
+    let id = id.trim().to_string();
+    assert!(id.starts_with("wh_") && err.contains("whsec_"), "the made secret is shown once: {err}");
+    let (_, out, _) = cli(&["webhooks", "ls", "--json"]);
+    let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(list["webhooks"][0]["events"], serde_json::json!(["created", "oom"]));
+    assert!(list["webhooks"][0].get("secret").is_none(), "{list}");
+    let (_, out, _) = cli(&["webhooks", "deliveries", &id, "--json"]);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["deliveries"], serde_json::json!([]));
+    assert_eq!(cli(&["webhooks", "rm", &id]).0, Some(0));
+    let (_, out, _) = cli(&["events", "--json"]);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["events"], serde_json::json!([]));
+    let (code, _, err) = cli(&["events", "--kind", "exploded"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("unknown event kind"), "{err}");
 }
 
 /// Pending deliveries live in the events table, not in memory: a daemon killed with -9 while a
@@ -216,7 +251,8 @@ fn a_delivery_pending_at_a_crash_is_made_after_the_restart() {
     let sb = dave.create(&Default::default()).unwrap();
     let first = verified(&got.recv_timeout(Duration::from_secs(20)).expect("the first attempt"), secret);
     assert_eq!((first.kind, first.sandbox_id.as_str()), (EventKind::Created, sb.id()));
-    // The retry would come in ~5-10 minutes: the daemon dies before it.
+    // The retry would come in ~5-10 minutes: the daemon dies before it, once the attempt is logged.
+    assert!(eventually(Duration::from_secs(10), || dave.webhook_deliveries(&hook.id, None).unwrap().len() == 1));
     let mut server = server;
     server.kill9();
     let server = Server::restart_on(server);
