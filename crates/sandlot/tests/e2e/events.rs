@@ -273,3 +273,24 @@ fn a_delivery_pending_at_a_crash_is_made_after_the_restart() {
     let rows: Vec<_> = log.iter().rev().map(|d| (d.event_id, d.status, d.ok)).collect();
     assert_eq!(rows, [(first.id, Some(503), false), (first.id, Some(200), true), (gone.id, Some(200), true)]);
 }
+
+/// A real OOM kill (a cgroup's memory limit, v1 or v2) becomes an `oom` event within seconds, and
+/// the sandbox goes on running.
+#[test]
+fn an_oom_kill_in_a_sandbox_is_an_oom_event() {
+    let server = Server::start();
+    let client = server.client();
+    let sb = server.create(&sandlot_client::api::CreateSandbox { memory_mb: Some(64), ..Default::default() });
+    let r = sb.run(&["python3", "-c", "b = bytearray(512 << 20)"]).unwrap();
+    assert_eq!(r.status, sandlot_client::api::ExitStatus::Oom, "{r:?}");
+    let q = EventsQuery {
+        sandbox_id: Some(sb.id().into()),
+        kinds: vec![EventKind::Oom],
+        wait_s: Some(10),
+        ..Default::default()
+    };
+    let events = client.events(&q).unwrap().events;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].detail["kills"].as_u64().unwrap() >= 1, "{:?}", events[0]);
+    sb.delete().unwrap();
+}
