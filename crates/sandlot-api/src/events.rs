@@ -93,8 +93,8 @@ pub struct Event {
 pub struct EventList {
     /// Events with an id above `since`, oldest first.
     pub events: Vec<Event>,
-    /// The cursor to pass as `since` next time: the last id answered, or `since` itself when there
-    /// was none.
+    /// The cursor to pass as `since` next time: the last id answered; when none, the server's newest
+    /// event id (what lies between belongs to other tenants, sandboxes or kinds).
     pub next: i64,
 }
 

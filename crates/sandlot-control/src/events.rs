@@ -176,9 +176,12 @@ impl Control {
         let mut latest = self.events.latest.subscribe();
         let deadline = tokio::time::Instant::now() + wait;
         loop {
+            // Read first: every event up to it is committed, so an empty read may move the cursor
+            // past the other tenants' and kinds' events it skipped.
+            let upto = self.store.last_event_id()?;
             let events = self.store.list_events(&filter, since, limit)?;
             if !events.is_empty() || tokio::time::Instant::now() >= deadline {
-                let next = events.last().map_or(since, |e| e.id);
+                let next = events.last().map_or(since.max(upto), |e| e.id);
                 return Ok(EventList { events, next });
             }
             if tokio::time::timeout_at(deadline, latest.changed()).await.is_err() {

@@ -83,19 +83,26 @@ async fn events_page_by_cursor_and_each_tenant_sees_its_own() {
     assert_eq!(rest.events.iter().map(|e| e.kind).collect::<Vec<_>>(), [EventKind::Deleted]);
     let empty = h.control.events(&h.alice, EventQuery { since: Some(rest.next), ..Default::default() }).await.unwrap();
     assert!(empty.events.is_empty());
-    assert_eq!(empty.next, rest.next, "an empty read answers the same cursor");
+    assert_eq!(empty.next, rest.next, "nothing new: the same cursor");
+    // Bob's event comes next: alice's empty read moves her cursor past it.
+    let b2 = h.control.create(&h.bob, CreateSandbox::default()).await.unwrap().info.id;
+    let skipped =
+        h.control.events(&h.alice, EventQuery { since: Some(rest.next), ..Default::default() }).await.unwrap();
+    assert!(skipped.events.is_empty());
+    let bobs_last = h.control.events(&h.bob, EventQuery::default()).await.unwrap().events.pop().unwrap();
+    assert_eq!((bobs_last.sandbox_id.as_str(), skipped.next), (b2.as_str(), bobs_last.id));
     // Bob sees his own only; naming alice's sandbox finds nothing; naming her tenant is refused.
     let bobs = h.control.events(&h.bob, EventQuery::default()).await.unwrap().events;
-    assert!(bobs.iter().all(|e| e.sandbox_id == b));
+    assert!(bobs.iter().all(|e| e.sandbox_id == b || e.sandbox_id == b2));
     let q = EventQuery { sandbox_id: Some(a.clone()), ..Default::default() };
     assert!(h.control.events(&h.bob, q).await.unwrap().events.is_empty());
     let q = EventQuery { tenant: Some("alice".into()), ..Default::default() };
     assert_eq!(h.control.events(&h.bob, q).await.unwrap_err().kind, Kind::Forbidden);
     // The admin sees both, or one tenant's.
     let admin = Caller { tenant: "admin".into(), admin: true };
-    assert_eq!(h.control.events(&admin, EventQuery::default()).await.unwrap().events.len(), 3);
+    assert_eq!(h.control.events(&admin, EventQuery::default()).await.unwrap().events.len(), 4);
     let q = EventQuery { tenant: Some("bob".into()), ..Default::default() };
-    assert_eq!(h.control.events(&admin, q).await.unwrap().events.len(), 1);
+    assert_eq!(h.control.events(&admin, q).await.unwrap().events.len(), 2);
     let q = EventQuery { kind: Some("bogus".into()), ..Default::default() };
     assert_eq!(h.control.events(&admin, q).await.unwrap_err().kind, Kind::Invalid);
 }
