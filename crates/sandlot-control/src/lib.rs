@@ -3,8 +3,9 @@
 //! request into a call here, and turns the answer back into its own format. Nothing here sees HTTP.
 //!
 //! It owns the sandbox state machine ([`transitions`]), tenancy (a caller sees only its tenant's
-//! sandboxes), the host's capacity ledger, quotas, the audit log, and the background services (expiry,
-//! supervisor deaths, network audit, audit retention), and calls the engine and the store.
+//! sandboxes), the host's capacity ledger, quotas, the audit log, lifecycle events and webhooks, and
+//! the background services (expiry, supervisor deaths, network audit, audit retention, events,
+//! webhook delivery), and calls the engine and the store.
 //!
 //! Data flows one way: surface → [`Control`] → engine (→ driver) and store.
 

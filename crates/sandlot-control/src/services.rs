@@ -1,5 +1,6 @@
 //! The control layer's background services: expiry, supervisor deaths, the network audit and the
-//! host-network watcher (plus audit retention, in `audit`). Each ends on a signal (see [`Services`]).
+//! host-network watcher (plus audit retention, in `audit`; OOM events and event pruning, in `events`;
+//! webhook delivery, in `delivery`). Each ends on a signal (see [`Services`]).
 
 use std::sync::Arc;
 use std::time::Duration;
