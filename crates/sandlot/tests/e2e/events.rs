@@ -235,6 +235,34 @@ fn webhooks_to_loopback_private_or_metadata_targets_are_refused_without_the_admi
     let (code, _, err) = cli(&["events", "--kind", "exploded"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("unknown event kind"), "{err}");
+
+    // `--follow` prints events as they happen, one JSON object per line.
+    let mut follow = std::process::Command::new(env!("CARGO_BIN_EXE_sandlot"))
+        .args(["events", "--follow", "--json"])
+        .env("SANDLOT_URL", server.url())
+        .env("SANDLOT_API_KEY", &key)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(follow.stdout.take().unwrap()));
+    let carol = sandlot_client::Client::new(server.url(), key.clone());
+    let sb = carol.create(&Default::default()).unwrap();
+    sb.delete().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.by_ref().take(2) {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    let kinds: Vec<String> = (0..2)
+        .map(|_| {
+            let line = rx.recv_timeout(Duration::from_secs(20)).expect("a followed event");
+            serde_json::from_str::<Event>(&line).unwrap().kind.to_string()
+        })
+        .collect();
+    assert_eq!(kinds, ["created", "deleted"]);
+    let _ = follow.kill();
+    let _ = follow.wait();
 }
 
 /// Pending deliveries live in the events table, not in memory: a daemon killed with -9 while a
