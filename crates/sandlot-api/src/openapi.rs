@@ -544,6 +544,7 @@ fn path_params(path: &str) -> Vec<&str> {
 fn path_param(path: &str, name: &str) -> Value {
     let (schema, description) = match name {
         "id" if path.starts_with("/v1/keys") => (json!({"type": "string"}), "Key id (`key_…`)."),
+        "id" if path.starts_with("/v1/webhooks") => (json!({"type": "string"}), "Webhook id (`wh_…`)."),
         "id" if path.starts_with("/v1/snapshots") => (json!({"type": "string"}), "Snapshot id (`snap_…`) or name."),
         "id" => (json!({"type": "string"}), "Sandbox id (`sb_…`)."),
         "pid" => (
@@ -625,6 +626,33 @@ fn routes() -> Vec<Op> {
         op("get", "/v1/tenants/{tenant}/usage", "tenantUsage", "tenants", "What a tenant holds (the admin key, or the tenant's own)")
             .ok::<TenantUsage>(200, "Sandboxes, snapshots, images and the bytes they are charged.")
             .errors(&[403, 404]),
+        op("get", "/v1/events", "listEvents", "events", "Lifecycle events after a cursor, oldest first")
+            .doc("created, started, paused, resumed, stopped, deleted, expired, oom, failed. A tenant key sees its tenant's events; the admin key every tenant's, or one's with `tenant`. Events are kept for the server's retention window (`--events-retention-s`, 7 days by default) and up to a count per tenant. Pass the answer's `next` as `since` to read on.")
+            .query("since", false, json!({"type": "integer", "minimum": 0, "default": 0}), "Events with an id above this.")
+            .query("limit", false, json!({"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}), "At most this many.")
+            .query("sandbox_id", false, string(), "Only this sandbox's events.")
+            .query("kind", false, string(), "Only these kinds, comma-separated (`created,deleted`).")
+            .query("tenant", false, string(), "The admin key: only this tenant's events.")
+            .query("wait_s", false, json!({"type": "integer", "minimum": 0, "maximum": 60, "default": 0}), "When none is there yet, wait up to this long for one (long poll).")
+            .ok::<EventList>(200, "Events and the next cursor.")
+            .errors(&[403]),
+        op("post", "/v1/webhooks", "createWebhook", "events", "Register a webhook for the tenant's events")
+            .doc("Each event of the kinds named is POSTed as JSON (an `Event`) with headers `Sandlot-Event-Id`, `Sandlot-Timestamp` (Unix seconds) and `Sandlot-Signature: v1=<hex HMAC-SHA256(secret, \"<timestamp>.<body>\")>`; retried with backoff on connection errors, timeouts, 408, 429 and 5xx; redirects are not followed. Loopback, private and link-local targets are refused unless the server allows them.")
+            .json::<CreateWebhook>()
+            .ok::<Webhook>(201, "The webhook; `secret` only when the server made it (shown once).")
+            .errors(&[429]),
+        op("get", "/v1/webhooks", "listWebhooks", "events", "List the tenant's webhooks (the admin key: every tenant's)")
+            .ok::<WebhookList>(200, "Webhooks, oldest first, without their secrets."),
+        op("get", "/v1/webhooks/{id}", "getWebhook", "events", "Inspect a webhook")
+            .ok::<Webhook>(200, "The webhook, without its secret.")
+            .errors(&[404]),
+        op("delete", "/v1/webhooks/{id}", "deleteWebhook", "events", "Delete a webhook and its delivery log")
+            .no_content("Deleted: no further delivery starts.")
+            .errors(&[404]),
+        op("get", "/v1/webhooks/{id}/deliveries", "webhookDeliveries", "events", "A webhook's delivery log")
+            .query("limit", false, json!({"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}), "At most this many.")
+            .ok::<DeliveryList>(200, "Attempts, newest first (the newest 1000 are kept).")
+            .errors(&[404]),
         op("post", "/v1/sandboxes", "createSandbox", "sandboxes", "Create a sandbox")
             .doc("Answers once the sandbox is `running`. With `name` and `get_or_create`, the tenant's live sandbox of that name is returned (resumed if needed) with 200.")
             .json::<CreateSandbox>()

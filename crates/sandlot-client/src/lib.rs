@@ -33,6 +33,7 @@
 mod build;
 mod client;
 mod error;
+mod events;
 mod images;
 mod sandbox;
 mod stream;
@@ -43,6 +44,7 @@ pub use sandlot_api as api;
 pub use build::BuildStream;
 pub use client::Client;
 pub use error::{Error, ErrorKind, Result};
+pub use events::EventsQuery;
 pub use images::PullStream;
 pub use sandbox::Sandbox;
 pub use stream::{EventStream, WatchEvents};

@@ -43,6 +43,8 @@ pub struct Config {
     /// Names of the host features the start-up checks (`sandlot doctor`) found degraded, for
     /// `/healthz`.
     pub degraded: Vec<String>,
+    /// Lifecycle events and webhooks.
+    pub events: crate::events::EventsConfig,
 }
 
 /// A setting that cannot work.
@@ -102,6 +104,7 @@ impl Config {
         if self.max_sandboxes == 0 {
             return bad("--max-sandboxes", "must be at least 1".into());
         }
+        self.events.validate()?;
         Ok(self)
     }
 }
@@ -121,5 +124,6 @@ pub(crate) fn test_config() -> Config {
         overcommit: 1.5,
         default_image: "host".into(),
         degraded: Vec::new(),
+        events: Default::default(),
     }
 }

@@ -3,8 +3,9 @@
 //! request into a call here, and turns the answer back into its own format. Nothing here sees HTTP.
 //!
 //! It owns the sandbox state machine ([`transitions`]), tenancy (a caller sees only its tenant's
-//! sandboxes), the host's capacity ledger, quotas, the audit log, and the background services (expiry,
-//! supervisor deaths, network audit, audit retention), and calls the engine and the store.
+//! sandboxes), the host's capacity ledger, quotas, the audit log, lifecycle events and webhooks, and
+//! the background services (expiry, supervisor deaths, network audit, audit retention, events,
+//! webhook delivery), and calls the engine and the store.
 //!
 //! Data flows one way: surface → [`Control`] → engine (→ driver) and store.
 
@@ -15,8 +16,10 @@ mod audit;
 mod build;
 pub mod capacity;
 mod config;
+mod delivery;
 mod entries;
 mod error;
+pub mod events;
 mod exec;
 mod files;
 pub mod images;
@@ -30,6 +33,7 @@ mod recovery;
 mod services;
 mod snapshots;
 pub mod transitions;
+mod webhooks;
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -68,6 +72,8 @@ pub struct Control {
     /// The access tokens' server secret, read from the store once (on first use): credential checks
     /// then cost no store write.
     access_secret: std::sync::OnceLock<[u8; 32]>,
+    /// Lifecycle events: the newest id (wakes the webhook deliveries) and the OOM counts seen.
+    events: events::Hub,
     /// This control layer itself, for work that outlives the call that starts it (watching a start
     /// command started from `boot`, which borrows `self`).
     me: Weak<Control>,
@@ -94,6 +100,7 @@ impl Control {
             audit_gate: Default::default(),
             images,
             access_secret: std::sync::OnceLock::new(),
+            events: Default::default(),
             me: me.clone(),
         })
     }

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use sandlot_api::{CreateSandbox, SandboxInfo, SandboxList, SandboxState};
+use sandlot_api::{CreateSandbox, EventKind, SandboxInfo, SandboxList, SandboxState};
 use sandlot_engine::{LayerSource, Resources, Sandbox, StartSpec};
 use sandlot_store::{now_ms, SandboxRecord};
 use serde_json::json;
@@ -144,6 +144,7 @@ impl Control {
                     &json!({"image": rec.info.image, "name": rec.info.name, "limits": rec.info.limits,
                             "snapshot": rec.info.snapshot, "ms": t0.elapsed().as_secs_f64() * 1000.0}),
                 )?;
+                self.emit(&rec, EventKind::Created, json!({"image": rec.info.image, "name": rec.info.name}));
                 Ok(rec.info)
             }
             Err(e) => {
@@ -151,6 +152,7 @@ impl Control {
                 self.ledger.release(&id);
                 self.store.set_state(&id, SandboxState::Failed, Some(&e.message))?;
                 self.audit(&rec.tenant, Some(&id), "sandbox.create_failed", &json!({"reason": e.message}))?;
+                self.emit(&rec, EventKind::Failed, json!({"during": "create", "reason": e.message}));
                 Err(e)
             }
         }
@@ -282,6 +284,8 @@ impl Control {
             "sandbox.resume",
             &json!({"from": from.as_str(), "why": why, "ms": t0.elapsed().as_secs_f64() * 1000.0}),
         )?;
+        let kind = if from == SandboxState::Paused { EventKind::Resumed } else { EventKind::Started };
+        self.emit(&rec, kind, json!({"why": why}));
         rec.info.state = SandboxState::Running;
         rec.info.expires_at_ms = expires;
         rec.info.reason = None;
@@ -302,6 +306,7 @@ impl Control {
         self.ledger.release(&id);
         self.store.set_state(&id, SandboxState::Stopped, why)?;
         self.audit(&rec.tenant, Some(&id), "sandbox.stop", &json!({"from": rec.info.state.as_str(), "why": why}))?;
+        self.emit(&rec, EventKind::Stopped, json!({"from": rec.info.state.as_str(), "why": why}));
         rec.info.state = SandboxState::Stopped;
         rec.info.reason = why.map(str::to_string);
         Ok(rec)
@@ -330,6 +335,7 @@ impl Control {
         // For a pause by expiry, `stop_after_s` counts from now.
         self.store.touch(&id, now_ms())?;
         self.audit(&rec.tenant, Some(&id), "sandbox.pause", &json!({"why": why}))?;
+        self.emit(&rec, EventKind::Paused, json!({"why": why}));
         rec.info.state = SandboxState::Paused;
         rec.info.reason = why.map(str::to_string);
         Ok(rec)
@@ -350,6 +356,7 @@ impl Control {
         self.store.set_state(id, SandboxState::Deleted, reason)?;
         self.entries.remove(id);
         self.audit(&rec.tenant, Some(id), action, &json!({"reason": reason}))?;
+        self.emit(rec, EventKind::Deleted, json!({"reason": reason}));
         Ok(())
     }
 

@@ -49,6 +49,12 @@ impl Control {
                 "sandbox.recovered",
                 &serde_json::json!({"state": state.as_str(), "reason": reason}),
             )?;
+            let kind = match state {
+                SandboxState::Failed => sandlot_api::EventKind::Failed,
+                SandboxState::Stopped => sandlot_api::EventKind::Stopped,
+                _ => sandlot_api::EventKind::Deleted,
+            };
+            self.emit(&rec, kind, serde_json::json!({"reason": reason, "why": "recovery"}));
             done.changed.push((id.clone(), state));
         }
         let report = self.engine.sweep(keep).await?;

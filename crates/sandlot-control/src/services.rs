@@ -1,10 +1,11 @@
 //! The control layer's background services: expiry, supervisor deaths, the network audit and the
-//! host-network watcher (plus audit retention, in `audit`). Each ends on a signal (see [`Services`]).
+//! host-network watcher (plus audit retention, in `audit`; OOM events and event pruning, in `events`;
+//! webhook delivery, in `delivery`). Each ends on a signal (see [`Services`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandlot_api::{SandboxState, TimeoutAction};
+use sandlot_api::{EventKind, SandboxState, TimeoutAction};
 use sandlot_engine::{Death, NetEvent};
 use sandlot_store::now_ms;
 use serde_json::json;
@@ -60,7 +61,9 @@ impl Control {
         let timers = vec![
             tokio::spawn(expiry_service(Arc::clone(self), shutdown.clone())),
             tokio::spawn(host_networks_service(Arc::clone(self), shutdown.clone())),
-            tokio::spawn(crate::audit::retention_service(Arc::clone(self), shutdown)),
+            tokio::spawn(crate::audit::retention_service(Arc::clone(self), shutdown.clone())),
+            tokio::spawn(crate::events::events_service(Arc::clone(self), shutdown.clone())),
+            tokio::spawn(crate::delivery::webhook_service(Arc::clone(self), shutdown)),
         ];
         let (drain, draining) = watch::channel(false);
         let mut drains = Vec::new();
@@ -121,6 +124,7 @@ impl Control {
                         "sandbox.timeout_fired",
                         &json!({"why": why, "action": action}),
                     );
+                    self.emit(&rec, EventKind::Expired, json!({"why": why, "action": action}));
                 }
                 Err(e) => tracing::error!(sandbox = %i.id, "expiry ({why}) failed: {}", e.message),
             }
@@ -170,10 +174,14 @@ impl Control {
             let detail =
                 json!({"reason": reason, "files_kept": kept.is_ok(), "sync_error": kept.err().map(|e| e.to_string())});
             let _ = self.store.audit(&rec.tenant, Some(&id), "sandbox.failed", &detail);
+            let mut detail = detail;
+            detail["state"] = json!("stopped");
+            self.emit(&rec, EventKind::Failed, detail);
         } else {
             let _ = self.engine.destroy(&id).await;
             let _ = self.store.set_state(&id, SandboxState::Failed, Some(&reason));
             let _ = self.store.audit(&rec.tenant, Some(&id), "sandbox.failed", &json!({"reason": reason}));
+            self.emit(&rec, EventKind::Failed, json!({"reason": reason, "state": "failed"}));
         }
     }
 

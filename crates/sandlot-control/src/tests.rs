@@ -13,6 +13,8 @@ use crate::capacity::Host;
 use crate::config::test_config;
 use crate::{Caller, Config, Control, Kind, Started};
 
+mod events;
+
 struct Harness {
     control: Arc<Control>,
     driver: FakeDriver,
@@ -656,7 +658,7 @@ async fn services_end_on_shutdown_and_deaths_are_handled_until_they_finish() {
     let h = harness();
     let (tx, rx) = tokio::sync::watch::channel(false);
     let services = h.control.start_services(rx);
-    assert_eq!(services.len(), 5, "expiry, host networks, retention, network audit, deaths");
+    assert_eq!(services.len(), 7, "expiry, host networks, retention, events, webhooks, network audit, deaths");
     let id = h.persistent().await;
     tx.send(true).unwrap();
     // Sandboxes stop during shutdown: a supervisor that dies then still has its death handled.

@@ -59,6 +59,8 @@ struct Host {
     fail_launches: Vec<String>,
     /// Running instances by sandbox, to crash them from a test.
     running: BTreeMap<String, Arc<Peer>>,
+    /// OOM kills by sandbox, as a test reports them.
+    ooms: BTreeMap<String, u64>,
 }
 
 /// The fake driver (see the module's documentation).
@@ -111,6 +113,11 @@ impl FakeDriver {
             }
             None => false,
         }
+    }
+
+    /// Counts an OOM kill in sandbox `id`, as the kernel would in its cgroup.
+    pub fn oom_kill(&self, id: &str) {
+        *lock(&self.host).ooms.entry(id.to_string()).or_default() += 1;
     }
 
     fn record(&self, call: Call) {
@@ -382,7 +389,7 @@ impl Instance for FakeInstance {
     }
 
     fn oom_kills(&self) -> u64 {
-        0
+        lock(&self.driver.host).ooms.get(&self.id).copied().unwrap_or(0)
     }
 
     fn usage(&self) -> crate::driver::Usage {

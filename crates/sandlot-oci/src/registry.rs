@@ -32,7 +32,7 @@ use crate::store::StoreError;
 use crate::{BlobStore, Digest, Image, Platform, Reference};
 
 /// The system trust store of Debian/Ubuntu (and Fedora's compatible path), as sandlot-netproxy uses.
-const SYSTEM_ROOTS: &[&str] = &["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"];
+pub const SYSTEM_ROOTS: &[&str] = &["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"];
 /// Redirects followed for one request.
 const MAX_REDIRECTS: usize = 5;
 /// The largest token response accepted.

@@ -7,12 +7,14 @@
 #![deny(missing_docs)]
 
 mod audit;
+mod events;
 mod images;
 mod keys;
 mod sandboxes;
 mod schema;
 mod secrets;
 mod snapshots;
+mod webhooks;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -21,9 +23,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::Connection;
 
 pub use audit::{audit_argv, audit_head, AUDIT_LIST_BYTES};
+pub use events::EventFilter;
 pub use images::{ImageRow, PUBLIC};
 pub use keys::{Auth, Principal};
 pub use sandboxes::SandboxRecord;
+pub use webhooks::{DeliveryRow, WebhookRow};
 
 /// Store failures.
 #[derive(Debug, thiserror::Error)]

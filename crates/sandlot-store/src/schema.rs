@@ -98,6 +98,40 @@ CREATE TABLE IF NOT EXISTS server_secrets (
     name   TEXT PRIMARY KEY,
     value  BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS events (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    at_ms       INTEGER NOT NULL,
+    tenant      TEXT NOT NULL,
+    sandbox_id  TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    detail      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_tenant ON events(tenant, id);
+CREATE INDEX IF NOT EXISTS events_at ON events(at_ms);
+CREATE TABLE IF NOT EXISTS webhooks (
+    id          TEXT PRIMARY KEY,
+    tenant      TEXT NOT NULL REFERENCES tenants(name),
+    url         TEXT NOT NULL,
+    kinds       TEXT NOT NULL,
+    secret      TEXT NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    cursor      INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS webhooks_tenant ON webhooks(tenant, created_ms);
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    webhook_id  TEXT NOT NULL,
+    event_id    INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    at_ms       INTEGER NOT NULL,
+    status      INTEGER,
+    error       TEXT,
+    duration_ms INTEGER NOT NULL,
+    ok          INTEGER NOT NULL,
+    will_retry  INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_hook ON webhook_deliveries(webhook_id, seq);
 PRAGMA user_version = 1;
 ";
 

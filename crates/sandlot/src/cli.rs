@@ -7,6 +7,7 @@ mod admin;
 mod build;
 mod cp;
 mod e2b;
+mod events;
 mod image;
 mod mcp;
 mod network;
@@ -111,6 +112,12 @@ pub enum ClientCommand {
     /// Show the audit log.
     #[command(long_about = AUDIT_LONG)]
     Audit(AuditArgs),
+    /// Show lifecycle events (created, stopped, deleted, expired, oom…), or follow them.
+    #[command(long_about = events::EVENTS_LONG)]
+    Events(events::EventsArgs),
+    /// Register, list and remove webhooks that receive lifecycle events; read their delivery logs.
+    #[command(subcommand, long_about = events::WEBHOOKS_LONG)]
+    Webhooks(events::WebhooksCmd),
     /// Use the E2B SDKs with this server (`sandlot e2b env`).
     #[command(subcommand)]
     E2b(e2b::E2bCmd),
@@ -128,6 +135,8 @@ impl ClientCommand {
             ClientCommand::Keys(cmd) => cmd.conn(),
             ClientCommand::Tenants(cmd) => cmd.conn(),
             ClientCommand::Audit(args) => &args.conn,
+            ClientCommand::Events(args) => &args.conn,
+            ClientCommand::Webhooks(cmd) => cmd.conn(),
             ClientCommand::E2b(cmd) => cmd.conn(),
             ClientCommand::Mcp(args) => &args.conn,
         }
@@ -191,6 +200,8 @@ pub fn execute(cmd: ClientCommand) -> anyhow::Result<i32> {
         ClientCommand::Keys(cmd) => admin::keys(cmd),
         ClientCommand::Tenants(cmd) => admin::tenants(cmd),
         ClientCommand::Audit(args) => admin::audit(args),
+        ClientCommand::Events(args) => events::events(args),
+        ClientCommand::Webhooks(cmd) => events::webhooks(cmd),
         ClientCommand::E2b(cmd) => e2b::execute(cmd),
         ClientCommand::Mcp(args) => mcp::run(args),
     };

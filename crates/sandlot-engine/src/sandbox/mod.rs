@@ -75,6 +75,11 @@ impl Sandbox {
         self.link.last_output_ms.load(Ordering::Relaxed)
     }
 
+    /// OOM kills in the sandbox since its supervisor started. Reads the cgroup: blocking.
+    pub fn oom_kills(&self) -> u64 {
+        self.link.instance.oom_kills()
+    }
+
     /// The host slot (uid range) it holds.
     pub fn slot(&self) -> u32 {
         self.link.instance.slot()

@@ -5,6 +5,7 @@ mod build;
 pub mod config;
 mod e2b;
 mod error;
+mod events;
 mod exec;
 mod extract;
 mod files;
@@ -187,6 +188,34 @@ pub struct ServeArgs {
     /// raise this to --max-api-connections there.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_api_connections_per_ip: Option<u64>,
+    /// Lifecycle events (`GET /v1/events`) older than this are deleted, in seconds [default: 7 days].
+    #[arg(long, default_value_t = 7 * 86_400, value_parser = clap::value_parser!(u64).range(1..))]
+    pub events_retention_s: u64,
+    /// Most events kept per tenant: past it, the oldest go first.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_events_per_tenant: u64,
+    /// Most webhooks one tenant may register.
+    #[arg(long, default_value_t = 10)]
+    pub max_webhooks_per_tenant: u64,
+    /// Let webhooks target loopback, private (RFC 1918, ULA), link-local (cloud metadata), CGNAT and
+    /// other non-public addresses. Off, such URLs are refused at registration, and a name that
+    /// resolves only to such addresses fails its deliveries: a tenant cannot make the server call
+    /// internal services.
+    #[arg(long)]
+    pub webhook_allow_private: bool,
+    /// Extra CA certificate (PEM) trusted for `https://` webhooks, besides the system roots (repeatable).
+    #[arg(long = "webhook-extra-ca", value_name = "FILE")]
+    pub webhook_extra_ca: Vec<PathBuf>,
+    /// Attempts to deliver one event to a webhook; between them the wait doubles, with jitter, from
+    /// --webhook-retry-base-ms (the default: 6 attempts, the last ~10 minutes after the first).
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub webhook_attempts: u32,
+    /// The wait before a webhook's second attempt, in ms (tests shorten it).
+    #[arg(long, default_value_t = 20_000, hide = true)]
+    pub webhook_retry_base_ms: u64,
+    /// Longest one webhook attempt may take (connect, TLS, request, answer), in seconds.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub webhook_timeout_s: u64,
     /// TESTING ONLY: the network proxy refuses to dial anything outside loopback (and logs it as a bug).
     #[arg(long, hide = true)]
     pub test_loopback_only: bool,
@@ -254,8 +283,31 @@ impl ServeArgs {
             overcommit: self.overcommit,
             default_image: self.default_image.clone(),
             degraded: Vec::new(),
+            events: self.events_config()?,
         };
         Ok(cfg.validate()?)
+    }
+}
+
+impl ServeArgs {
+    /// The settings of events and webhooks.
+    fn events_config(&self) -> anyhow::Result<sandlot_control::events::EventsConfig> {
+        let mut pem = Vec::new();
+        for f in &self.webhook_extra_ca {
+            pem.extend(std::fs::read(f).with_context(|| format!("--webhook-extra-ca {}", f.display()))?);
+            pem.push(b'\n');
+        }
+        Ok(sandlot_control::events::EventsConfig {
+            retention_s: self.events_retention_s,
+            max_per_tenant: self.max_events_per_tenant,
+            max_webhooks_per_tenant: self.max_webhooks_per_tenant,
+            webhook_allow_private: self.webhook_allow_private,
+            webhook_attempts: self.webhook_attempts,
+            webhook_base_delay_ms: self.webhook_retry_base_ms,
+            webhook_timeout_ms: self.webhook_timeout_s * 1000,
+            webhook_extra_roots_pem: pem,
+            ..Default::default()
+        })
     }
 }
 
@@ -603,6 +655,10 @@ fn router(app: AppState) -> Router {
         .route("/v1/tenants/{tenant}/network", get(tenants::get_network).put(tenants::set_network))
         .route("/v1/audit", get(tenants::audit))
         .route("/v1/usage", get(tenants::usage))
+        .route("/v1/events", get(events::list))
+        .route("/v1/webhooks", post(events::create_webhook).get(events::list_webhooks))
+        .route("/v1/webhooks/{id}", get(events::get_webhook).delete(events::delete_webhook))
+        .route("/v1/webhooks/{id}/deliveries", get(events::deliveries))
         .route("/v1/tenants/{tenant}/usage", get(tenants::tenant_usage))
         .route("/v1/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route("/v1/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::delete))

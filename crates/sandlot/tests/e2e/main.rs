@@ -31,6 +31,7 @@ mod api;
 mod build;
 mod code_interpreter;
 mod doctor;
+mod events;
 mod exec;
 mod files;
 mod images;

@@ -1,0 +1,166 @@
+//! Lifecycle events: appended by the control layer, read by cursor (`GET /v1/events`, the webhook
+//! deliveries), pruned after the retention and beyond a count per tenant.
+
+use rusqlite::params;
+use sandlot_api::{Event, EventKind};
+
+use crate::{now_ms, Result, Store, StoreError};
+
+/// Which events a read wants.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter<'a> {
+    /// One tenant's (`None`: every tenant's, for the admin).
+    pub tenant: Option<&'a str>,
+    /// One sandbox's.
+    pub sandbox_id: Option<&'a str>,
+    /// These kinds only (empty: every kind).
+    pub kinds: &'a [EventKind],
+}
+
+fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, i64, String, String, String, String)> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+}
+
+impl Store {
+    /// Appends an event and returns its id (greater than every id before it, pruned ones included:
+    /// the table is AUTOINCREMENT, so a cursor never sees an id twice).
+    pub fn insert_event(
+        &self,
+        tenant: &str,
+        sandbox_id: &str,
+        kind: EventKind,
+        detail: &serde_json::Value,
+    ) -> Result<i64> {
+        let conn = self.conn();
+        conn.execute(
+            "INSERT INTO events(at_ms, tenant, sandbox_id, kind, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![now_ms(), tenant, sandbox_id, kind.as_str(), detail.to_string()],
+        )?;
+        Ok(conn.last_insert_rowid())
+    }
+
+    /// Up to `limit` events with an id above `since` that pass `filter`, oldest first.
+    pub fn list_events(&self, filter: &EventFilter<'_>, since: i64, limit: u32) -> Result<Vec<Event>> {
+        let kinds: Vec<&str> = filter.kinds.iter().map(|k| k.as_str()).collect();
+        let kinds = serde_json::to_string(&kinds)?;
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, at_ms, tenant, sandbox_id, kind, detail FROM events
+             WHERE id > ?1 AND (?2 IS NULL OR tenant = ?2) AND (?3 IS NULL OR sandbox_id = ?3)
+               AND (?4 = '[]' OR kind IN (SELECT value FROM json_each(?4)))
+             ORDER BY id LIMIT ?5",
+        )?;
+        let rows = stmt.query_map(params![since, filter.tenant, filter.sandbox_id, kinds, limit], row_to_event)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, at_ms, tenant, sandbox_id, kind, detail) = row?;
+            let kind = EventKind::parse(&kind)
+                .ok_or_else(|| StoreError::Integrity(format!("event {id} has an unknown kind {kind:?}")))?;
+            out.push(Event { id, at_ms, tenant, sandbox_id, kind, detail: serde_json::from_str(&detail)? });
+        }
+        Ok(out)
+    }
+
+    /// The id of the newest event (0 when there is none yet): where a new webhook's cursor starts.
+    pub fn last_event_id(&self) -> Result<i64> {
+        // The AUTOINCREMENT counter, not MAX(id): it survives the pruning of every row.
+        let seq: Option<i64> = self
+            .conn()
+            .query_row("SELECT seq FROM sqlite_sequence WHERE name = 'events'", [], |r| r.get(0))
+            .map(Some)
+            .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })?;
+        Ok(seq.unwrap_or(0))
+    }
+
+    /// Deletes events older than `before_ms`, and each tenant's beyond its newest `keep_per_tenant`;
+    /// returns how many went. A batch at a time, so other writers get their turns.
+    pub fn prune_events(&self, before_ms: i64, keep_per_tenant: u64) -> Result<usize> {
+        const BATCH: i64 = 5_000;
+        let mut total = 0;
+        loop {
+            let n = self.conn().execute(
+                "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at_ms < ?1 LIMIT ?2)",
+                params![before_ms, BATCH],
+            )?;
+            total += n;
+            if (n as i64) < BATCH {
+                break;
+            }
+        }
+        let tenants: Vec<String> = {
+            let conn = self.conn();
+            let mut stmt = conn.prepare("SELECT tenant FROM events GROUP BY tenant HAVING COUNT(*) > ?1")?;
+            let rows = stmt.query_map([keep_per_tenant as i64], |r| r.get(0))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        for tenant in tenants {
+            total += self.conn().execute(
+                "DELETE FROM events WHERE tenant = ?1 AND id <= (SELECT id FROM events WHERE tenant = ?1
+                   ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+                params![tenant, keep_per_tenant as i64],
+            )?;
+        }
+        Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn store() -> Store {
+        Store::open_in_memory().unwrap()
+    }
+
+    #[test]
+    fn events_are_read_by_cursor_oldest_first_with_filters() {
+        let s = store();
+        assert_eq!(s.last_event_id().unwrap(), 0);
+        let a1 = s.insert_event("a", "sb_1", EventKind::Created, &json!({"image": "host"})).unwrap();
+        let b1 = s.insert_event("b", "sb_2", EventKind::Created, &json!({})).unwrap();
+        let a2 = s.insert_event("a", "sb_1", EventKind::Deleted, &json!({"reason": null})).unwrap();
+        assert!(a1 < b1 && b1 < a2);
+        assert_eq!(s.last_event_id().unwrap(), a2);
+        let all = EventFilter { tenant: Some("a"), ..Default::default() };
+        let page = s.list_events(&all, 0, 1).unwrap();
+        assert_eq!(page.iter().map(|e| e.id).collect::<Vec<_>>(), [a1]);
+        assert_eq!(page[0].detail["image"], "host");
+        let next = s.list_events(&all, page[0].id, 10).unwrap();
+        assert_eq!(next.iter().map(|e| (e.id, e.kind)).collect::<Vec<_>>(), [(a2, EventKind::Deleted)]);
+        assert!(s.list_events(&all, a2, 10).unwrap().is_empty());
+        // Another tenant's events never show in a tenant's read; the admin's sees both.
+        assert_eq!(s.list_events(&EventFilter::default(), 0, 10).unwrap().len(), 3);
+        let kinds = [EventKind::Deleted];
+        let deleted = EventFilter { kinds: &kinds, ..Default::default() };
+        assert_eq!(s.list_events(&deleted, 0, 10).unwrap().iter().map(|e| e.id).collect::<Vec<_>>(), [a2]);
+        let sb2 = EventFilter { sandbox_id: Some("sb_2"), tenant: Some("a"), ..Default::default() };
+        assert!(s.list_events(&sb2, 0, 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn pruning_keeps_the_window_and_a_count_per_tenant_and_ids_never_come_back() {
+        let s = store();
+        let old = s.insert_event("a", "sb_1", EventKind::Created, &json!({})).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(15));
+        let cut = now_ms();
+        for _ in 0..5 {
+            s.insert_event("a", "sb_1", EventKind::Paused, &json!({})).unwrap();
+        }
+        let b = s.insert_event("b", "sb_2", EventKind::Created, &json!({})).unwrap();
+        // The old one goes by age, then `a` keeps its newest 3; `b` is under the count.
+        assert_eq!(s.prune_events(cut, 3).unwrap(), 1 + 2);
+        let a: Vec<i64> = s
+            .list_events(&EventFilter { tenant: Some("a"), ..Default::default() }, 0, 10)
+            .unwrap()
+            .iter()
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(a.len(), 3);
+        assert!(a.iter().all(|id| *id > old + 2));
+        assert_eq!(s.list_events(&EventFilter { tenant: Some("b"), ..Default::default() }, 0, 10).unwrap()[0].id, b);
+        s.prune_events(i64::MAX, 0).unwrap();
+        assert_eq!(s.last_event_id().unwrap(), b, "the cursor counter survives an empty table");
+        assert!(s.insert_event("a", "sb_1", EventKind::Stopped, &json!({})).unwrap() > b);
+    }
+}
