@@ -43,6 +43,7 @@ mod network;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 mod ports;
+mod pty;
 mod sandbox;
 mod snapshot;
 mod usage;
@@ -58,6 +59,7 @@ pub use image::*;
 pub use keys::*;
 pub use network::*;
 pub use ports::*;
+pub use pty::*;
 pub use sandbox::*;
 pub use snapshot::*;
 pub use usage::*;

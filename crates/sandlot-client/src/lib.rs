@@ -36,6 +36,7 @@ mod error;
 mod images;
 mod sandbox;
 mod stream;
+mod terminal;
 mod url;
 
 pub use sandlot_api as api;
@@ -46,3 +47,4 @@ pub use error::{Error, ErrorKind, Result};
 pub use images::PullStream;
 pub use sandbox::Sandbox;
 pub use stream::{EventStream, WatchEvents};
+pub use terminal::{Terminal, TerminalEvent, TerminalExit, TerminalOptions};
