@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
 use sandlot_api::{
     codes, ExecEvent, ExecRequest, PtyClientMessage, PtyServerMessage, PtySize, User, PTY_BEARER_PREFIX,
@@ -133,16 +133,28 @@ fn parse_query(raw: Option<&str>) -> Result<PtyQuery, String> {
     Ok(q)
 }
 
+/// The subprotocols a client offers (`Sec-WebSocket-Protocol`, comma-separated, possibly repeated).
+fn offered(headers: &HeaderMap) -> Vec<&str> {
+    headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
 /// The caller, from `Authorization: Bearer KEY` or else from the offered subprotocol
 /// `sandlot.bearer.KEY` (browsers cannot set headers on a WebSocket).
-fn caller(app: &AppState, headers: &HeaderMap, ws: &WebSocketUpgrade) -> Result<Caller, ApiError> {
+fn caller(app: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
     let unauthenticated = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, codes::UNAUTHENTICATED, m);
     match bearer_key(headers) {
         Some(Some(key)) => return Ok(app.control.authenticate(key)?),
         Some(None) => return Err(unauthenticated("malformed Authorization header; expected `Bearer <API key>`")),
         None => {}
     }
-    let offered: Vec<&str> = ws.requested_protocols().filter_map(|p| p.to_str().ok()).collect();
+    let offered = offered(headers);
     let Some(key) = offered.iter().find_map(|p| p.strip_prefix(PTY_BEARER_PREFIX)) else {
         return Err(unauthenticated(&format!(
             "missing credentials; send `Authorization: Bearer <API key>`, or (from a browser) offer the WebSocket \
@@ -164,18 +176,14 @@ pub async fn pty(
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
-    let ws = ws.map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            codes::INVALID_REQUEST,
-            format!(
-                "this route is a WebSocket ({}): connect with a WebSocket client (`Upgrade: websocket`)",
-                e.body_text()
-            ),
-        )
-    })?;
-    let caller = caller(&app, &headers, &ws)?;
+    let caller = caller(&app, &headers)?;
     let q = parse_query(raw.as_deref()).map_err(ApiError::invalid)?;
+    let ws = ws.map_err(|e| {
+        ApiError::invalid(format!(
+            "this route is a WebSocket ({}): connect with a WebSocket client (`Upgrade: websocket`)",
+            e.body_text()
+        ))
+    })?;
     let (proc, slot) = match q.pid {
         Some(pid) => {
             let (proc, slot) = app.control.attach_terminal(&caller, &id, pid).await?;
