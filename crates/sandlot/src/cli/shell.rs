@@ -21,7 +21,8 @@ use super::{parse_key_value, Conn, Doing, UserArg};
 pub(super) const SHELL_LONG: &str = "\
 Open an interactive terminal in a sandbox: by default the user's login shell (bash where the image has \
 it, else sh), or CMD. Keys go to the sandbox as typed (raw mode: ^C, ^Z and ^D reach the remote \
-shell, not sandlot); the window's size follows yours. sandlot exits with the shell's exit code (128+N \
+shell, not sandlot); the window's size follows yours, and TERM in the sandbox is xterm-256color unless \
+-e TERM=... says otherwise. sandlot exits with the shell's exit code (128+N \
 when signal N ended it) and always gives your terminal back as it was.
 
 The shell is a background process of the sandbox: if the connection drops, or sandlot gets SIGTERM or \

@@ -344,3 +344,53 @@ fn the_cli_shell_works_under_a_real_terminal_and_gives_it_back() {
     }
     sb.delete().unwrap();
 }
+
+/// Runs `sandlot sandbox shell ARGS` with `input` as its standard input (a pipe, not a terminal);
+/// its exit code and output.
+fn cli_shell(server: &Server, args: &[&str], input: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+        .args(["sandbox", "shell"])
+        .args(args)
+        .env("SANDLOT_URL", server.url())
+        .env("SANDLOT_API_KEY", server.admin_key())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// Without a terminal on its standard input the CLI types its input (then ^D) and still exits with
+/// the shell's code; `--attach PID` reaches a terminal started earlier, whose output comes first; a
+/// sandbox that is not the caller's is refused with the server's message.
+#[test]
+fn the_cli_shell_takes_piped_input_and_attaches_by_pid() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let (code, out, err) = cli_shell(&server, &[sb.id()], "echo piped-$((2+2)); exit 5\n");
+    assert_eq!(code, 5, "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("piped-4"), "{out}");
+
+    let (code, out, err) = cli_shell(&server, &[sb.id(), "--", "sh", "-c", "read x; echo \"got-$x\"; exit 7"], "hi\n");
+    assert_eq!((code, out.contains("got-hi")), (7, true), "stdout: {out}\nstderr: {err}");
+
+    let opts = TerminalOptions { cmd: Some("echo before; read x; echo \"after-$x\"; exit 9".into()), ..shell(24, 80) };
+    let mut term = sb.open_terminal(&opts).unwrap();
+    read_until(&mut term, "before");
+    let pid = term.pid().to_string();
+    term.close();
+    let (code, out, err) = cli_shell(&server, &[sb.id(), "--attach", &pid], "there\n");
+    assert_eq!(code, 9, "stdout: {out}\nstderr: {err}");
+    let (before, after) = (out.find("before").unwrap(), out.find("after-there").unwrap());
+    assert!(before < after, "{out}");
+
+    let (code, _, err) = cli_shell(&server, &["sb_nosuchsandbox"], "");
+    assert_ne!(code, 0);
+    assert!(err.contains("sb_nosuchsandbox") && err.contains("not found"), "{err}");
+    sb.delete().unwrap();
+}
