@@ -394,3 +394,21 @@ fn the_cli_shell_takes_piped_input_and_attaches_by_pid() {
     assert!(err.contains("sb_nosuchsandbox") && err.contains("not found"), "{err}");
     sb.delete().unwrap();
 }
+
+/// In an image without bash (a static busybox alone) the default terminal is busybox's `sh`, and works.
+#[test]
+fn the_default_terminal_of_an_image_without_bash_is_its_sh() {
+    let server = Server::start();
+    let client = server.client();
+    let rootfs = crate::images::busybox_rootfs(&[], &[]);
+    client.import_image(std::io::Cursor::new(rootfs), Some("bb:1"), false).unwrap().wait().unwrap();
+    let spec = sandlot_client::api::CreateSandbox { image: Some("bb:1".into()), ..Default::default() };
+    let sb = client.create(&spec).unwrap();
+    let mut term = sb.open_terminal(&shell(24, 80)).unwrap();
+    term.write(b"echo \"$0 $((3*3))\"; busybox stty size\r").unwrap();
+    let text = read_until(&mut term, "24 80");
+    assert!(text.contains("sh 9"), "{text:?}");
+    term.write(b"exit 4\r").unwrap();
+    assert_eq!(read_exit(&mut term).exit_code, 4);
+    sb.delete().unwrap();
+}
