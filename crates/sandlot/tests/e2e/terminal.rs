@@ -412,3 +412,27 @@ fn the_default_terminal_of_an_image_without_bash_is_its_sh() {
     assert_eq!(read_exit(&mut term).exit_code, 4);
     sb.delete().unwrap();
 }
+
+/// A paused sandbox that auto-resumes is resumed by a terminal, as by an exec; one that does not is a
+/// 409 naming its state; a terminal whose sandbox is deleted ends `killed` and its connection closes.
+#[test]
+fn a_terminal_resumes_its_sandbox_like_an_exec_and_ends_with_it() {
+    let server = Server::start();
+    let spec = sandlot_client::api::CreateSandbox { auto_resume: Some(true), ..Default::default() };
+    let sb = server.create(&spec);
+    sb.pause().unwrap();
+    let mut term = sb.open_terminal(&shell(24, 80)).unwrap();
+    term.write(b"echo resumed-$((5*5))\r").unwrap();
+    read_until(&mut term, "resumed-25");
+    sb.delete().unwrap();
+    let exit = read_exit(&mut term);
+    assert_eq!(exit.status, ExitStatus::Killed, "{exit:?}");
+    term.socket().set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(term.read().unwrap(), Some(TerminalEvent::Closed));
+
+    let plain = server.sandbox();
+    plain.pause().unwrap();
+    let err = expect_error(plain.open_terminal(&shell(24, 80)), 409, "conflict");
+    assert!(err.to_string().contains("paused"), "{err}");
+    plain.delete().unwrap();
+}
