@@ -176,7 +176,6 @@ pub(super) fn shell(args: ShellArgs) -> anyhow::Result<i32> {
     let sandbox = client.sandbox(&args.id);
     let interactive = termios::isatty(std::io::stdin().as_fd());
     let size = window_size();
-    let signals = watch_signals()?;
     let mut term = match args.attach {
         Some(pid) => {
             sandbox.attach_terminal(pid, size).doing(&format!("attaching to terminal {pid} of {}", args.id))?
@@ -196,6 +195,12 @@ pub(super) fn shell(args: ShellArgs) -> anyhow::Result<i32> {
         }
     };
     let pid = term.pid();
+    // After the connection is made: until then ^C simply ends sandlot. A resize in between is caught
+    // by the size check below.
+    let signals = watch_signals()?;
+    if let Some(now) = window_size().filter(|now| Some(*now) != size) {
+        term.resize(now.0, now.1).doing("resizing the terminal")?;
+    }
     let outcome = {
         let _raw = if interactive { Some(RawMode::enter()?) } else { None };
         pump(&mut term, &signals, interactive)
