@@ -254,6 +254,25 @@ impl Tmux {
         self.run(&args);
     }
 
+    /// Types `keys` (then Enter) until the pane shows `want`, again every 3 s: a full-screen program
+    /// that has just quit may flush what was typed before it restored the terminal.
+    #[track_caller]
+    fn type_until(&self, keys: &str, want: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            self.keys(&[keys, "Enter"]);
+            let until = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < until {
+                let pane = self.run(&["capture-pane", "-p", "-J", "-t", "t"]);
+                if pane.contains(want) {
+                    return pane;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            assert!(Instant::now() < deadline, "the pane never showed {want:?}");
+        }
+    }
+
     /// Waits until the pane shows `want`; the pane's text.
     #[track_caller]
     fn wait_for(&self, want: &str) -> String {
@@ -308,26 +327,31 @@ fn the_cli_shell_works_under_a_real_terminal_and_gives_it_back() {
     tmux.keys(&["stty size", "Enter"]);
     tmux.wait_for("30 100");
     tmux.run(&["resize-window", "-t", "t", "-x", "120", "-y", "40"]);
-    std::thread::sleep(Duration::from_millis(500));
-    tmux.keys(&["clear; stty size; echo $((6*7))", "Enter"]);
-    let pane = tmux.wait_for("\n42");
-    assert!(pane.contains("40 120"), "{pane}");
+    // SIGWINCH, then a resize message, then the remote ioctl: asked again until it has landed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        tmux.keys(&["clear; stty size; echo $((6*7))", "Enter"]);
+        let pane = tmux.wait_for("\n42");
+        if pane.contains("40 120") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the resize never reached the remote terminal:\n{pane}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
 
     tmux.keys(&["clear; busybox vi /tmp/tui.txt", "Enter"]);
-    tmux.wait_for("~");
+    tmux.wait_for("~\n~\n~");
     tmux.keys(&["i", "typed-in-vi"]);
     tmux.wait_for("typed-in-vi");
     // Apart, or vi reads the escape and what follows as one key sequence.
     tmux.keys(&["Escape"]);
     std::thread::sleep(Duration::from_millis(700));
     tmux.keys(&[":wq", "Enter"]);
-    tmux.keys(&["clear; echo \"file:$(cat /tmp/tui.txt)\"", "Enter"]);
-    tmux.wait_for("file:typed-in-vi");
+    tmux.type_until("clear; echo \"file:$(cat /tmp/tui.txt)\"", "file:typed-in-vi");
     tmux.keys(&["clear; busybox top", "Enter"]);
     tmux.wait_for("PID");
     tmux.keys(&["q"]);
-    tmux.keys(&["clear; echo top-quit-$((1+1))", "Enter"]);
-    tmux.wait_for("top-quit-2");
+    tmux.type_until("clear; echo top-quit-$((1+1))", "top-quit-2");
 
     tmux.keys(&["exit 3", "Enter"]);
     let pane = tmux.wait_for("cli-exit=3");
