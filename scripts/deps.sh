@@ -8,6 +8,8 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 # and a static busybox to build test images from.
 command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v skopeo >/dev/null || need+=(skopeo)
+# The terminal tests: `sandlot sandbox shell` driven under a real terminal.
+command -v tmux >/dev/null || need+=(tmux)
 [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && ldd /bin/busybox 2>&1 | grep -q "not a dynamic" || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

@@ -44,6 +44,7 @@ mod network;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 mod ports;
+mod pty;
 mod sandbox;
 mod snapshot;
 mod usage;
@@ -60,6 +61,7 @@ pub use image::*;
 pub use keys::*;
 pub use network::*;
 pub use ports::*;
+pub use pty::*;
 pub use sandbox::*;
 pub use snapshot::*;
 pub use usage::*;

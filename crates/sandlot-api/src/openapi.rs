@@ -794,6 +794,25 @@ fn routes() -> Vec<Op> {
         op("get", "/v1/sandboxes/{id}/processes/{pid}/logs", "processLogs", "exec", "A process's events, replayed then followed")
             .answer(200, "One `ExecEvent` per line from the first, then live until `exited` (no `Accept` needed).", vec![Content::Ndjson(schema_of::<ExecEvent>)])
             .errors(&[404, 409]),
+        op("get", "/v1/sandboxes/{id}/pty", "openTerminal", "exec", "A terminal over WebSocket")
+            .doc("A WebSocket (send `Upgrade: websocket`; the server selects the subprotocol `sandlot.v1`). \
+Without `pid`, starts a background process on a new pseudo-terminal (default: the user's login shell; it \
+outlives the connection, with a 256 KiB scrollback); with `pid`, attaches to one and replays its scrollback. \
+Binary frames carry the terminal's bytes both ways (client frames at most 64 KiB); text frames carry JSON \
+control messages: from the client `{\"type\":\"resize\",\"rows\":R,\"cols\":C}`, `PtyServerMessage` from the server \
+(`started` first, `exit` last, then a close with code 1000). Authenticate with `Authorization: Bearer`, or \
+offer the subprotocols `sandlot.v1` and `sandlot.bearer.<API key>` (browsers). At most 8 connections per \
+sandbox.")
+            .query("cmd", false, string(), "A command line for `/bin/sh -c` (instead of the login shell).")
+            .query("argv", false, string(), "Program and arguments, one per repetition (instead of `cmd`).")
+            .query("cwd", false, string(), "Working directory (default: the user's home).")
+            .query("env", false, string(), "`NAME=value`; repeat it for more.")
+            .query("user", false, user(), "Who runs it: `user` or `root` (default: the image's user, else `user`).")
+            .query("rows", false, json!({"type": "integer", "minimum": 1, "maximum": 1000, "default": 24}), "Terminal rows.")
+            .query("cols", false, json!({"type": "integer", "minimum": 1, "maximum": 1000, "default": 80}), "Terminal columns.")
+            .query("pid", false, json!({"type": "integer", "minimum": 0}), "Attach to this terminal process instead (alone, or with `rows` and `cols` to resize it).")
+            .answer(101, "Switched to the WebSocket protocol; the JSON of its text frames from the server.", vec![Content::Json(schema_of::<PtyServerMessage>)])
+            .errors(&[400, 404, 409, 429]),
         op("get", "/v1/sandboxes/{id}/files/list", "listFiles", "files", "List a directory")
             .query("path", true, string(), PATH)
             .query("user", false, user(), USER)

@@ -37,6 +37,7 @@ mod events;
 mod images;
 mod sandbox;
 mod stream;
+mod terminal;
 mod url;
 
 pub use sandlot_api as api;
@@ -48,3 +49,4 @@ pub use events::EventsQuery;
 pub use images::PullStream;
 pub use sandbox::Sandbox;
 pub use stream::{EventStream, WatchEvents};
+pub use terminal::{Terminal, TerminalEvent, TerminalExit, TerminalOptions};

@@ -33,6 +33,11 @@ impl Sandbox {
         Sandbox { client, id: info.id.clone(), user: User::User, created: Some(info) }
     }
 
+    /// The client this handle uses.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The sandbox id (`sb_…`).
     pub fn id(&self) -> &str {
         &self.id

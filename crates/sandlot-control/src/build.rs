@@ -637,6 +637,7 @@ impl Control {
             stdin: None,
             keep_stdin: false,
             max_output: self.cfg.max_output_bytes as usize,
+            scrollback: false,
             pty: None,
             meta: sandlot_engine::ProcessMeta::default(),
         };

@@ -17,6 +17,8 @@ pub(crate) struct Entry {
     last_activity: AtomicI64,
     /// Tokens of its preview URLs, by port (a restart invalidates them, as it stops every sandbox).
     port_tokens: Mutex<HashMap<u16, String>>,
+    /// Terminal connections open on it (`terminal.rs`).
+    pub(crate) terminals: std::sync::atomic::AtomicUsize,
 }
 
 /// Every sandbox's entry, and per-tenant locks.
@@ -25,11 +27,18 @@ pub(crate) struct Entries {
     sandboxes: Mutex<HashMap<String, Arc<Entry>>>,
     /// Per-tenant locks (snapshot quota checks). Tenants are few, made by the admin.
     tenants: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Terminal connections open on all sandboxes together (`terminal.rs`).
+    pub(crate) terminals: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Entries {
     fn entry(&self, id: &str) -> Arc<Entry> {
         Arc::clone(lock(&self.sandboxes).entry(id.to_string()).or_default())
+    }
+
+    /// Sandbox `id`'s entry if it has one (every running sandbox has), without making one.
+    pub(crate) fn existing(&self, id: &str) -> Option<Arc<Entry>> {
+        lock(&self.sandboxes).get(id).cloned()
     }
 
     /// Takes sandbox `id`'s transition lock. Call it only for an id the caller owns (each id gets an

@@ -57,6 +57,7 @@ fn spec(
     rec: &SandboxRecord,
     image: Option<&crate::images::RootConfig>,
     req: ExecRequest,
+    scrollback: bool,
 ) -> Result<(ExecSpec, String)> {
     let argv = match (req.argv, req.shell) {
         (Some(argv), None) => argv,
@@ -157,6 +158,7 @@ fn spec(
             stdin,
             keep_stdin: req.stdin_open.unwrap_or(req.background),
             max_output: max_output as usize,
+            scrollback,
             pty: req.pty,
             meta,
         },
@@ -237,10 +239,13 @@ impl Control {
         let Some(command) = image.as_ref().and_then(|i| i.run.labels.get(START_LABEL)).cloned() else { return };
         let req =
             ExecRequest { shell: Some(command), background: true, tag: Some(START_LABEL.into()), ..Default::default() };
-        let (spec, user) = match spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, rec, image.as_ref(), req) {
-            Ok(s) => s,
-            Err(e) => return failed(format!("label {START_LABEL} is not a command sandlot can run: {}", e.message)),
-        };
+        let (spec, user) =
+            match spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, rec, image.as_ref(), req, false) {
+                Ok(s) => s,
+                Err(e) => {
+                    return failed(format!("label {START_LABEL} is not a command sandlot can run: {}", e.message))
+                }
+            };
         let proc = match sb.spawn(spec).await {
             Ok(p) => p,
             Err(e) => return failed(format!("the command could not start: {e}")),
@@ -295,13 +300,30 @@ impl Control {
         req: ExecRequest,
         streaming: bool,
     ) -> Result<Started> {
+        self.exec_as(caller, id, req, streaming, false).await
+    }
+
+    /// [`Control::exec`], with output kept as a scrollback (`scrollback`: a terminal's) or as head and
+    /// tail. A scrollback's start row says `terminal: true`.
+    pub(crate) async fn exec_as(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+        req: ExecRequest,
+        streaming: bool,
+        scrollback: bool,
+    ) -> Result<Started> {
         let (rec, sb) = self.ensure_running(caller, id).await?;
         let background = req.background;
         let env_names: Vec<String> = req.env.keys().cloned().collect();
         let image = self.image_run_config(rec.image_key.as_deref())?;
-        let (spec, user) = spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, &rec, image.as_ref(), req)?;
+        let (spec, user) =
+            spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, &rec, image.as_ref(), req, scrollback)?;
         let proc = sb.spawn(spec).await?;
-        let row = audit_start(&proc, &user, &env_names, background);
+        let mut row = audit_start(&proc, &user, &env_names, background);
+        if scrollback {
+            row["terminal"] = json!(true);
+        }
         if background {
             self.audit_exec(&rec, "exec.start", &row);
             self.audit_when_done(rec, &proc, serde_json::Value::Null, true);

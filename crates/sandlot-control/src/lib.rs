@@ -32,6 +32,7 @@ mod ports;
 mod recovery;
 mod services;
 mod snapshots;
+mod terminal;
 pub mod transitions;
 mod webhooks;
 
@@ -50,6 +51,7 @@ pub use ports::{Ports, Preview};
 pub use recovery::Recovered;
 pub use sandlot_engine::{FileStream, Process, RawEvent, WatchStream};
 pub use services::Services;
+pub use terminal::{TerminalSlot, MAX_TERMINALS, MAX_TERMINALS_PER_SANDBOX, TERMINAL_SCROLLBACK_BYTES};
 
 /// Who is calling: the tenant an API key stands for. Surfaces get one from [`Control::authenticate`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -887,3 +887,44 @@ async fn a_traffic_token_is_its_own_kind_and_never_an_access_token() {
     h.control.delete(&h.alice, &a).await.unwrap();
     assert_eq!(h.control.traffic_caller(&a, &traffic).unwrap_err().kind, Kind::NotFound, "deleted");
 }
+
+// ---- terminals ----
+
+fn terminal(argv: &[&str]) -> ExecRequest {
+    ExecRequest { pty: Some(sandlot_api::PtySize { rows: 24, cols: 80 }), ..run(argv) }
+}
+
+/// A sandbox's terminal connections are capped; a dropped slot gives its place back; another tenant
+/// finds neither the sandbox nor the terminal, and takes no place; only a pty process can be attached
+/// to; a terminal is a background exec audited with `terminal: true`, an attach as `terminal.attach`.
+#[tokio::test]
+async fn terminal_connections_are_capped_per_sandbox_and_kept_per_tenant() {
+    let h = harness();
+    let id = h.sandbox().await;
+    let c = &h.control;
+    let (proc, first) = c.open_terminal(&h.alice, &id, terminal(&["sleep", "60"])).await.unwrap();
+    assert!(proc.running() && proc.pty);
+    let mut slots = vec![first];
+    for _ in 1..crate::MAX_TERMINALS_PER_SANDBOX {
+        slots.push(c.attach_terminal(&h.alice, &id, proc.handle).await.unwrap().1);
+    }
+    assert_eq!(c.attach_terminal(&h.alice, &id, proc.handle).await.err().unwrap().kind, Kind::LimitReached);
+    assert_eq!(c.open_terminal(&h.alice, &id, terminal(&["true"])).await.err().unwrap().kind, Kind::LimitReached);
+    slots.pop();
+    slots.push(c.attach_terminal(&h.alice, &id, proc.handle).await.unwrap().1);
+    assert_eq!(c.attach_terminal(&h.bob, &id, proc.handle).await.err().unwrap().kind, Kind::NotFound);
+    assert_eq!(c.open_terminal(&h.bob, &id, terminal(&["true"])).await.err().unwrap().kind, Kind::NotFound);
+    drop(slots);
+    assert_eq!(c.entries.terminals.load(std::sync::atomic::Ordering::SeqCst), 0, "every place given back");
+    assert_eq!(c.open_terminal(&h.alice, &id, run(&["true"])).await.err().unwrap().kind, Kind::Invalid, "no size");
+    let Started::Background { pid: plain } =
+        c.exec(&h.alice, &id, ExecRequest { background: true, ..run(&["sleep", "60"]) }, false).await.unwrap()
+    else {
+        panic!("a background exec")
+    };
+    assert_eq!(c.attach_terminal(&h.alice, &id, plain).await.err().unwrap().kind, Kind::Invalid);
+    let log = c.audit_log(&h.alice, Some(&id), Some(100)).unwrap().entries;
+    let start = log.iter().find(|e| e.action == "exec.start" && e.detail["pid"] == proc.handle).unwrap();
+    assert_eq!(start.detail["terminal"], true);
+    assert!(log.iter().any(|e| e.action == "terminal.attach" && e.detail["pid"] == proc.handle));
+}

@@ -1,5 +1,7 @@
 //! Capped output capture: the first half of the cap is kept as the head, the last half as the tail, and
-//! what falls between is counted, never silently lost.
+//! what falls between is counted, never silently lost. A terminal's capture is a scrollback instead
+//! ([`Capture::scrollback`]): only the last `cap` bytes are kept, and output streams live however long
+//! it runs.
 
 use std::collections::VecDeque;
 
@@ -15,6 +17,8 @@ pub(crate) struct Capture {
     /// End of the last span handed out for live streaming (a prefix of the stream; the spans never
     /// split a UTF-8 sequence, except where truncation cuts one).
     emitted: u64,
+    /// No head: the last `cap` bytes are kept and every byte is streamed live (a terminal).
+    scrollback: bool,
 }
 
 /// Bytes `[start, end)` of a stream.
@@ -23,7 +27,22 @@ pub(crate) type Span = (u64, u64);
 impl Capture {
     pub(crate) fn new(cap: usize) -> Self {
         let head_cap = cap / 2;
-        Capture { head_cap, tail_cap: cap - head_cap, head: Vec::new(), tail: VecDeque::new(), total: 0, emitted: 0 }
+        Capture {
+            head_cap,
+            tail_cap: cap - head_cap,
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            total: 0,
+            emitted: 0,
+            scrollback: false,
+        }
+    }
+
+    /// A scrollback of the last `cap` bytes: output is streamed live whatever its length (a follower
+    /// that falls more than `cap` bytes behind skips to the oldest byte kept), and a replay or the
+    /// final text is the last `cap` bytes.
+    pub(crate) fn scrollback(cap: usize) -> Self {
+        Capture { head_cap: 0, tail_cap: cap, scrollback: true, ..Capture::new(0) }
     }
 
     pub(crate) fn total(&self) -> u64 {
@@ -58,7 +77,7 @@ impl Capture {
         let excess = self.tail.len().saturating_sub(self.tail_cap);
         self.tail.drain(..excess);
         let dropping = self.dropped() > 0;
-        let end = if dropping {
+        let end = if dropping && !self.scrollback {
             // The head is complete: a UTF-8 sequence cut at its end is never completed, so it goes now.
             self.head.len() as u64
         } else {
@@ -214,6 +233,23 @@ mod tests {
         assert_eq!(c.text(), "abcde\n[sandlot: 90 bytes omitted]\nrstuv");
         // Bytes 5..10 were streamed live while the tail still held them, before anything was dropped.
         assert_eq!(streamed, "abcdefghijrstuv");
+    }
+
+    /// A terminal's scrollback streams every byte live past its cap and keeps the last `cap` bytes; a
+    /// span that starts before them starts at the oldest byte kept.
+    #[test]
+    fn a_scrollback_streams_everything_and_keeps_the_last_bytes() {
+        let mut c = Capture::scrollback(10);
+        let mut streamed = String::new();
+        for i in 0..100u8 {
+            let (span, _) = c.push(&[b'a' + (i % 26)]);
+            streamed.push_str(&c.text_of(span.expect("every byte is live")));
+        }
+        assert_eq!(streamed.len(), 100, "nothing held back");
+        assert_eq!((c.held(), c.dropped()), (10, 90));
+        assert_eq!(c.finish(), None, "everything was streamed");
+        let (bytes, end) = c.piece((0, 100), 1 << 20);
+        assert_eq!((bytes.as_slice(), end), (&b"mnopqrstuv"[..], 100), "the last 10 bytes");
     }
 
     #[test]

@@ -277,6 +277,7 @@ impl Process {
         handle: u64,
         argv: Vec<String>,
         cap: usize,
+        scrollback: bool,
         started_at_ms: i64,
         stdin_open: bool,
         pty: bool,
@@ -294,7 +295,11 @@ impl Process {
             stdin_open: std::sync::atomic::AtomicBool::new(stdin_open),
             stdin_closed_why: Mutex::new(None),
             state: Mutex::new(State {
-                out: [Capture::new(cap), Capture::new(cap)],
+                out: if scrollback {
+                    [Capture::scrollback(cap), Capture::scrollback(cap)]
+                } else {
+                    [Capture::new(cap), Capture::new(cap)]
+                },
                 log: Vec::new(),
                 started: false,
                 end: None,
@@ -506,7 +511,7 @@ mod tests {
     fn process(cap: usize, pool: &Arc<Budget>) -> Arc<Process> {
         let reservation = Reservation::take(std::slice::from_ref(pool), 2 * cap as u64).unwrap();
         let sandbox_end = watch::channel(None).1;
-        Process::new(1, vec!["x".into()], cap, 0, false, false, ProcessMeta::default(), reservation, sandbox_end)
+        Process::new(1, vec!["x".into()], cap, false, 0, false, false, ProcessMeta::default(), reservation, sandbox_end)
     }
 
     async fn drain(f: &mut Follow) -> Vec<ExecEvent> {
@@ -681,14 +686,16 @@ mod tests {
         let mut small = ProcessMeta::default();
         small.env.insert("A".into(), "1".into());
         let reservation = Reservation::take(std::slice::from_ref(&pool), 0).unwrap();
-        let p = Process::new(1, vec!["x".into()], 0, 0, false, false, small, reservation, watch::channel(None).1);
+        let p =
+            Process::new(1, vec!["x".into()], 0, false, 0, false, false, small, reservation, watch::channel(None).1);
         assert_eq!(p.info().env.get("A").map(String::as_str), Some("1"));
         let mut large = ProcessMeta::default();
         for i in 0..10_000 {
             large.env.insert(format!("NAME_{i:05}"), "v".repeat(90));
         }
         let reservation = Reservation::take(std::slice::from_ref(&pool), 0).unwrap();
-        let p = Process::new(2, vec!["x".into()], 0, 0, false, false, large, reservation, watch::channel(None).1);
+        let p =
+            Process::new(2, vec!["x".into()], 0, false, 0, false, false, large, reservation, watch::channel(None).1);
         let env = p.info().env;
         assert!(env.values().all(String::is_empty), "values are left out");
         let names: usize = env.keys().map(String::len).sum();

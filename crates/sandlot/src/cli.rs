@@ -14,6 +14,7 @@ mod network;
 mod output;
 mod run;
 mod sandbox;
+mod shell;
 
 use std::fs;
 use std::io;

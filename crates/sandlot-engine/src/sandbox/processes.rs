@@ -36,6 +36,9 @@ pub struct ExecSpec {
     pub keep_stdin: bool,
     /// Per-stream output cap.
     pub max_output: usize,
+    /// Keep only the last `max_output` bytes of each stream and stream output live whatever its
+    /// length (a terminal's scrollback), instead of head and tail with live output stopping at the cap.
+    pub scrollback: bool,
     /// Run on a pseudo-terminal of this size.
     pub pty: Option<sandlot_api::PtySize>,
     /// What the process is listed with (tag, cwd, the request's env).
@@ -51,6 +54,7 @@ impl Sandbox {
             handle,
             spec.argv.clone(),
             spec.max_output,
+            spec.scrollback,
             now_ms(),
             spec.keep_stdin,
             spec.pty.is_some(),

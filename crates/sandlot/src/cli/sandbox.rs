@@ -9,6 +9,7 @@ use super::cp::{self, CpArgs};
 use super::network::{network, NetworkArgs, NetworkCmdArgs, NETWORK_LONG};
 use super::output::{now_ms, print_json, print_table, short_duration, utc_time};
 use super::run::{self, CommandArgs, LimitArgs};
+use super::shell;
 use super::{client_error_kind, parse_key_value, Conn, Doing};
 
 const CREATE_LONG: &str = "\
@@ -78,6 +79,9 @@ pub enum SandboxCmd {
     /// Run a command in a sandbox.
     #[command(long_about = EXEC_LONG)]
     Exec(ExecArgs),
+    /// Open an interactive terminal (a shell) in a sandbox.
+    #[command(long_about = shell::SHELL_LONG)]
+    Shell(shell::ShellArgs),
     /// Copy files into or out of a sandbox.
     #[command(long_about = CP_LONG)]
     Cp(CpArgs),
@@ -184,6 +188,7 @@ impl SandboxCmd {
             SandboxCmd::Info(args) => &args.conn,
             SandboxCmd::Exec(args) => &args.conn,
             SandboxCmd::Cp(args) => &args.conn,
+            SandboxCmd::Shell(args) => &args.conn,
             SandboxCmd::Rm(args) | SandboxCmd::RmSnapshot(args) => &args.conn,
             SandboxCmd::Stop(args) | SandboxCmd::Resume(args) | SandboxCmd::Pause(args) => &args.conn,
             SandboxCmd::Snapshot(args) => &args.conn,
@@ -290,6 +295,7 @@ pub(super) fn execute(cmd: SandboxCmd) -> anyhow::Result<i32> {
         SandboxCmd::Info(args) => info(args),
         SandboxCmd::Exec(args) => exec(args),
         SandboxCmd::Cp(args) => cp::cp(args),
+        SandboxCmd::Shell(args) => shell::shell(args),
         SandboxCmd::Rm(args) => rm(args),
         SandboxCmd::Stop(args) => transition(args, "stop"),
         SandboxCmd::Resume(args) => transition(args, "resume"),

@@ -15,6 +15,7 @@ mod listener;
 mod mcp;
 pub mod openapi;
 mod ports;
+mod pty;
 mod sandboxes;
 mod snapshots;
 mod tenants;
@@ -688,6 +689,7 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes/{id}/processes/{pid}/stdin", post(exec::stdin))
         .route("/v1/sandboxes/{id}/processes/{pid}/resize", post(exec::resize))
         .route("/v1/sandboxes/{id}/processes/{pid}/logs", get(exec::logs))
+        .route("/v1/sandboxes/{id}/pty", get(pty::pty))
         .route("/v1/sandboxes/{id}/files/list", get(files::list))
         .route("/v1/sandboxes/{id}/files/stat", get(files::stat))
         .route("/v1/sandboxes/{id}/files/watch", get(files::watch))

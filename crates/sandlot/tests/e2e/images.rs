@@ -25,7 +25,7 @@ fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
     h
 }
 
-fn busybox_rootfs(files: &[(&str, &[u8])], links: &[(&str, &str)]) -> Vec<u8> {
+pub(crate) fn busybox_rootfs(files: &[(&str, &[u8])], links: &[(&str, &str)]) -> Vec<u8> {
     let busybox = std::fs::read("/bin/busybox").expect("Debian's busybox-static at /bin/busybox");
     let mut b = tar::Builder::new(Vec::new());
     let dir = |b: &mut tar::Builder<Vec<u8>>, path: &str| {

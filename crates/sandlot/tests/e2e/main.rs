@@ -9,6 +9,7 @@
 //! - [`doctor`]: `sandlot doctor`'s host checks, the same at `serve`'s start, `/healthz`'s degraded list.
 //! - [`exec`]: running commands, their output, exit codes, environment and streaming.
 //! - [`processes`]: background processes, stdin, signals, logs, zombie reaping.
+//! - [`terminal`]: terminals over WebSocket (size, resize, reattach, exit, auth, caps) and `sandbox shell` under tmux.
 //! - [`files`]: the file API, tar transfer, and path tricks planted by sandbox code.
 //! - [`images`]: importing and pulling images, booting them, their config, tenants, collection.
 //! - [`images_debian`]: a real Debian 12 image (mmdebstrap, `SANDLOT_DEBIAN_IMAGE`): its own python,
@@ -42,4 +43,5 @@ mod limits;
 mod network;
 mod processes;
 mod pty;
+mod terminal;
 mod watch;

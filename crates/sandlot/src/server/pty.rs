@@ -1,0 +1,391 @@
+//! `GET /v1/sandboxes/{id}/pty`: a terminal over WebSocket. Binary frames carry the terminal's bytes
+//! both ways; text frames carry [`PtyClientMessage`]s (resize) and [`PtyServerMessage`]s (`started`
+//! first, `exit` last, then a close). The process is a background pty process started (or, with
+//! `?pid=`, attached to) through the control layer: it outlives the connection, and a connection that
+//! attaches later gets its scrollback first.
+//!
+//! Everything checked before the upgrade answers as the API does (JSON error, 401/404/409/429), so a
+//! client that can read the answer (the CLI) can say why. After it: input frames are at most
+//! [`PTY_MAX_INPUT_FRAME`] bytes and handled one at a time (a client that sends faster than its
+//! process's terminal takes input waits on its own TCP window); output is read from the process's
+//! scrollback at this connection's pace (a slow reader skips ahead, it never makes the process or
+//! another reader wait) and a connection that takes no frame for [`STALL`] is dropped.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::Response;
+use sandlot_api::{
+    codes, ExecEvent, ExecRequest, PtyClientMessage, PtyServerMessage, PtySize, User, PTY_BEARER_PREFIX,
+    PTY_MAX_INPUT_FRAME, PTY_SUBPROTOCOL,
+};
+use sandlot_control::{Caller, Kind, Process, RawEvent, TerminalSlot};
+
+use super::app::AppState;
+use super::error::ApiError;
+use super::extract::{bearer_key, ApiPath};
+
+/// The command of a terminal that names none: the user's login shell, bash where the image has it,
+/// else `sh` (busybox images).
+pub const DEFAULT_SHELL: &str = "command -v bash >/dev/null 2>&1 && exec bash -l; exec sh -l";
+/// Terminal size when the query names none.
+const DEFAULT_SIZE: PtySize = PtySize { rows: 24, cols: 80 };
+/// How long one frame to the client may wait for room before the connection is dropped.
+const STALL: Duration = Duration::from_secs(30);
+/// How often the server pings; a client from which nothing (not even a pong) came for
+/// [`IDLE`] is closed.
+const PING_EVERY: Duration = Duration::from_secs(30);
+const IDLE: Duration = Duration::from_secs(90);
+
+/// What the query string asks for.
+#[derive(Default, Debug, PartialEq)]
+struct PtyQuery {
+    cmd: Option<String>,
+    argv: Vec<String>,
+    cwd: Option<String>,
+    env: BTreeMap<String, String>,
+    user: Option<User>,
+    rows: Option<u16>,
+    cols: Option<u16>,
+    pid: Option<u64>,
+}
+
+/// Decodes one `application/x-www-form-urlencoded` component (`+` is a space).
+fn decode(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+                let v =
+                    hex.and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or_else(|| format!("bad escape in {s:?}"))?;
+                out.push(v);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| format!("{s:?} is not UTF-8"))
+}
+
+fn parse_query(raw: Option<&str>) -> Result<PtyQuery, String> {
+    let mut q = PtyQuery::default();
+    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let (k, v) = (decode(k)?, decode(v)?);
+        let number = |what: &str| v.parse::<u64>().map_err(|_| format!("`{what}` must be a number, got {v:?}"));
+        let once = |set: bool| if set { Err(format!("`{k}` is given twice")) } else { Ok(()) };
+        match k.as_str() {
+            "cmd" => {
+                once(q.cmd.is_some())?;
+                q.cmd = Some(v);
+            }
+            "argv" => q.argv.push(v),
+            "cwd" => {
+                once(q.cwd.is_some())?;
+                q.cwd = Some(v);
+            }
+            "env" => {
+                let (name, value) = v.split_once('=').ok_or_else(|| format!("`env` must be NAME=VALUE, got {v:?}"))?;
+                q.env.insert(name.to_string(), value.to_string());
+            }
+            "user" => {
+                once(q.user.is_some())?;
+                q.user = Some(
+                    serde_json::from_value(serde_json::Value::String(v.clone()))
+                        .map_err(|_| format!("`user` must be `user` or `root`, got {v:?}"))?,
+                );
+            }
+            "rows" | "cols" => {
+                let n = u16::try_from(number(&k)?).map_err(|_| format!("`{k}` must be between 1 and 1000"))?;
+                let slot = if k == "rows" { &mut q.rows } else { &mut q.cols };
+                once(slot.is_some())?;
+                *slot = Some(n);
+            }
+            "pid" => {
+                once(q.pid.is_some())?;
+                q.pid = Some(number("pid")?);
+            }
+            _ => {
+                return Err(format!(
+                    "unknown query parameter `{k}`; the terminal route takes cmd, argv, cwd, env, user, rows, cols \
+                     and pid"
+                ))
+            }
+        }
+    }
+    if q.pid.is_some()
+        && (q.cmd.is_some() || !q.argv.is_empty() || q.cwd.is_some() || !q.env.is_empty() || q.user.is_some())
+    {
+        return Err("`pid` attaches to a running terminal: give it alone (rows and cols resize it)".into());
+    }
+    if q.cmd.is_some() && !q.argv.is_empty() {
+        return Err("give either `cmd` (a shell command line) or `argv` (repeated), not both".into());
+    }
+    Ok(q)
+}
+
+/// The subprotocols a client offers (`Sec-WebSocket-Protocol`, comma-separated, possibly repeated).
+fn offered(headers: &HeaderMap) -> Vec<&str> {
+    headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// The caller, from `Authorization: Bearer KEY` or else from the offered subprotocol
+/// `sandlot.bearer.KEY` (browsers cannot set headers on a WebSocket).
+fn caller(app: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let unauthenticated = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, codes::UNAUTHENTICATED, m);
+    match bearer_key(headers) {
+        Some(Some(key)) => return Ok(app.control.authenticate(key)?),
+        Some(None) => return Err(unauthenticated("malformed Authorization header; expected `Bearer <API key>`")),
+        None => {}
+    }
+    let offered = offered(headers);
+    let Some(key) = offered.iter().find_map(|p| p.strip_prefix(PTY_BEARER_PREFIX)) else {
+        return Err(unauthenticated(&format!(
+            "missing credentials; send `Authorization: Bearer <API key>`, or (from a browser) offer the WebSocket \
+             subprotocols `{PTY_SUBPROTOCOL}` and `{PTY_BEARER_PREFIX}<API key>`"
+        )));
+    };
+    if !offered.contains(&PTY_SUBPROTOCOL) {
+        return Err(ApiError::invalid(format!(
+            "a key in the subprotocols needs `{PTY_SUBPROTOCOL}` offered too: the server selects that one"
+        )));
+    }
+    Ok(app.control.authenticate(key)?)
+}
+
+pub async fn pty(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let caller = caller(&app, &headers)?;
+    let q = parse_query(raw.as_deref()).map_err(ApiError::invalid)?;
+    let ws = ws.map_err(|e| {
+        ApiError::invalid(format!(
+            "this route is a WebSocket ({}): connect with a WebSocket client (`Upgrade: websocket`)",
+            e.body_text()
+        ))
+    })?;
+    let (proc, slot) = match q.pid {
+        Some(pid) => {
+            let (proc, slot) = app.control.attach_terminal(&caller, &id, pid).await?;
+            if let (Some(rows), Some(cols)) = (q.rows, q.cols) {
+                if proc.running() {
+                    app.control.resize(&caller, &id, pid, rows, cols).await?;
+                }
+            }
+            (proc, slot)
+        }
+        None => {
+            let argv = match (q.cmd, q.argv.is_empty()) {
+                (Some(cmd), _) => vec!["/bin/sh".into(), "-c".into(), cmd],
+                (None, false) => q.argv,
+                (None, true) => vec!["/bin/sh".into(), "-c".into(), DEFAULT_SHELL.into()],
+            };
+            let size = PtySize { rows: q.rows.unwrap_or(DEFAULT_SIZE.rows), cols: q.cols.unwrap_or(DEFAULT_SIZE.cols) };
+            let req = ExecRequest {
+                argv: Some(argv),
+                cwd: q.cwd,
+                env: q.env,
+                user: q.user,
+                pty: Some(size),
+                ..Default::default()
+            };
+            app.control.open_terminal(&caller, &id, req).await?
+        }
+    };
+    Ok(ws
+        .protocols([PTY_SUBPROTOCOL])
+        .max_message_size(PTY_MAX_INPUT_FRAME)
+        .max_frame_size(PTY_MAX_INPUT_FRAME)
+        .on_upgrade(move |socket| session(socket, app, caller, id, proc, slot)))
+}
+
+/// How a session ended.
+enum End {
+    /// The process ended and its `exit` was sent.
+    Exited,
+    /// The client closed, or its connection broke.
+    Gone,
+    /// The client took no frame for [`STALL`]: nothing more is sent, not even a close.
+    Stalled,
+    /// Nothing came from the client for [`IDLE`].
+    Idle,
+    /// The sandbox ended and the process's end never came.
+    SandboxEnded,
+}
+
+async fn session(
+    mut socket: WebSocket,
+    app: AppState,
+    caller: Caller,
+    id: String,
+    proc: Arc<Process>,
+    slot: TerminalSlot,
+) {
+    let end = drive(&mut socket, &app, &caller, &id, &proc).await;
+    // The process (its scrollback) is not held while the close waits for a client.
+    drop(proc);
+    let close = |code: u16, reason: &str| Message::Close(Some(CloseFrame { code, reason: reason.into() }));
+    let last = match end {
+        End::Exited => Some(close(1000, "exited")),
+        End::Gone => None,
+        End::Stalled => None,
+        End::Idle => Some(close(1001, "idle: no frame or pong from the client")),
+        End::SandboxEnded => Some(close(1011, "the sandbox ended")),
+    };
+    if let Some(msg) = last {
+        let _ = tokio::time::timeout(Duration::from_secs(2), socket.send(msg)).await;
+    }
+    drop(slot);
+}
+
+fn text(msg: &PtyServerMessage) -> Message {
+    Message::Text(serde_json::to_string(msg).expect("messages serialise").into())
+}
+
+/// Sends one frame within [`STALL`]; `false` when the client is gone or did not take it.
+async fn send(socket: &mut WebSocket, msg: Message) -> Result<(), End> {
+    match tokio::time::timeout(STALL, socket.send(msg)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(End::Gone),
+        Err(_) => Err(End::Stalled),
+    }
+}
+
+fn error_message(e: &sandlot_control::Error) -> PtyServerMessage {
+    PtyServerMessage::Error { code: e.kind.code().to_string(), message: e.message.clone() }
+}
+
+async fn drive(socket: &mut WebSocket, app: &AppState, caller: &Caller, id: &str, proc: &Arc<Process>) -> End {
+    match run(socket, app, caller, id, proc).await {
+        Ok(never) => match never {},
+        Err(end) => end,
+    }
+}
+
+async fn run(
+    socket: &mut WebSocket,
+    app: &AppState,
+    caller: &Caller,
+    id: &str,
+    proc: &Arc<Process>,
+) -> Result<std::convert::Infallible, End> {
+    let pid = proc.handle;
+    send(socket, text(&PtyServerMessage::Started { pid })).await?;
+    let mut follow = proc.follow();
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+    let mut heard = tokio::time::Instant::now();
+    let mut sandbox_ended: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            ev = follow.next_raw() => match ev {
+                // A follower ends after the exit, which returned already.
+                None => return Err(End::Exited),
+                Some(RawEvent::Stdout(b) | RawEvent::Stderr(b)) => send(socket, Message::Binary(b.into())).await?,
+                Some(RawEvent::Event(ExecEvent::Exited { status, exit_code, signal, .. })) => {
+                    send(socket, text(&PtyServerMessage::Exit { status, exit_code, signal })).await?;
+                    return Err(End::Exited);
+                }
+                Some(RawEvent::Event(ExecEvent::Error { code, message })) => {
+                    send(socket, text(&PtyServerMessage::Error { code, message })).await?;
+                    return Err(End::SandboxEnded);
+                }
+                Some(RawEvent::Event(_)) => {}
+            },
+            msg = socket.recv() => {
+                heard = tokio::time::Instant::now();
+                let reply = match msg {
+                    None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Err(End::Gone),
+                    Some(Ok(Message::Binary(bytes))) => match app.control.stdin(caller, id, pid, &bytes, false).await {
+                        Ok(()) => None,
+                        // The process has ended or closed its input: its `exit` follows.
+                        Err(e) if e.kind == Kind::Conflict && !proc.running() => None,
+                        Err(e) => Some(error_message(&e)),
+                    },
+                    Some(Ok(Message::Text(t))) => match serde_json::from_str::<PtyClientMessage>(t.as_str()) {
+                        Ok(PtyClientMessage::Resize { rows, cols }) => {
+                            match app.control.resize(caller, id, pid, rows, cols).await {
+                                Ok(()) => None,
+                                Err(e) if e.kind == Kind::Conflict && !proc.running() => None,
+                                Err(e) => Some(error_message(&e)),
+                            }
+                        }
+                        Err(e) => Some(PtyServerMessage::Error {
+                            code: codes::INVALID_REQUEST.into(),
+                            message: format!(
+                                "a text frame must be a control message such as {{\"type\":\"resize\",\"rows\":24,\"cols\":80}} \
+                                 (terminal input goes in binary frames): {e}"
+                            ),
+                        }),
+                    },
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => None,
+                };
+                if let Some(reply) = reply {
+                    send(socket, text(&reply)).await?;
+                }
+            },
+            _ = ping.tick() => {
+                if heard.elapsed() > IDLE {
+                    return Err(End::Idle);
+                }
+                send(socket, Message::Ping(Default::default())).await?;
+            },
+            _ = proc.sandbox_ended(), if sandbox_ended.is_none() => {
+                sandbox_ended = Some(tokio::time::Instant::now());
+            },
+            // The process's end is recorded as its sandbox goes; if it never is, the session ends anyway.
+            _ = tokio::time::sleep_until(sandbox_ended.unwrap_or_else(tokio::time::Instant::now) + Duration::from_secs(5)),
+                if sandbox_ended.is_some() => return Err(End::SandboxEnded),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_query_is_parsed_with_repeats_and_escapes() {
+        let q = parse_query(Some("argv=ls&argv=-l%20a+b&cwd=%2Ftmp&env=A%3D1&env=B=2=3&user=root&rows=40&cols=120"))
+            .unwrap();
+        assert_eq!(q.argv, ["ls", "-l a b"]);
+        assert_eq!(q.cwd.as_deref(), Some("/tmp"));
+        assert_eq!(q.env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(q.env.get("B").map(String::as_str), Some("2=3"));
+        assert_eq!((q.user, q.rows, q.cols), (Some(User::Root), Some(40), Some(120)));
+        assert_eq!(parse_query(None).unwrap(), PtyQuery::default());
+        assert_eq!(parse_query(Some("pid=7&rows=3&cols=4")).unwrap().pid, Some(7));
+        for bad in [
+            "pid=1&cmd=ls",
+            "cmd=a&argv=b",
+            "rows=x",
+            "rows=70000",
+            "user=admin",
+            "env=X",
+            "nope=1",
+            "cwd=a&cwd=b",
+            "cmd=%zz",
+        ] {
+            assert!(parse_query(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}
