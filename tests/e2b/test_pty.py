@@ -2,6 +2,7 @@
 resize, kill; sync and async."""
 
 import asyncio
+import threading
 
 import pytest
 from e2b import AsyncSandbox, CommandExitException, Sandbox
@@ -59,3 +60,28 @@ def test_async_pty(server):
             await sbx.kill()
 
     asyncio.run(main())
+
+
+def test_a_pty_keeps_streaming_past_the_output_cap(sbx):
+    # A terminal is a long session: its output streams however much is printed (a kept scrollback,
+    # not a command's capped head and tail, whose live output stopped at the cap and froze the shell).
+    # A reader more than the 256 KiB scrollback behind skips ahead, so not every byte need arrive.
+    h = sbx.pty.create(PtySize(rows=24, cols=80))
+    # Should the stream freeze, the kill ends it and the assertion below says so.
+    watchdog = threading.Timer(60, lambda: sbx.pty.kill(h.pid))
+    watchdog.start()
+    try:
+        sbx.pty.send_stdin(h.pid, b"head -c 3000000 /dev/zero | tr '\\0' x; echo; echo done-$((6*7))\n")
+        out = bytearray()
+        try:
+            for _, _, pty in h:
+                out.extend(pty or b"")
+                if b"done-42" in out:
+                    break
+        except CommandExitException:
+            pass
+    finally:
+        watchdog.cancel()
+    assert b"done-42" in out, f"the terminal stopped streaming after {len(out)} bytes"
+    assert out.count(b"x") >= 256 << 10
+    sbx.pty.kill(h.pid)

@@ -303,9 +303,10 @@ impl Control {
         self.exec_as(caller, id, req, streaming, false).await
     }
 
-    /// [`Control::exec`], with output kept as a scrollback (`scrollback`: a terminal's) or as head and
-    /// tail. A scrollback's start row says `terminal: true`.
-    pub(crate) async fn exec_as(
+    /// [`Control::exec`], with output kept as a scrollback (`scrollback`: a terminal's, streamed live
+    /// however much is printed, its last bytes kept for a reattach) or as head and tail. A
+    /// scrollback's start row says `terminal: true`.
+    pub async fn exec_as(
         self: &Arc<Self>,
         caller: &Caller,
         id: &str,

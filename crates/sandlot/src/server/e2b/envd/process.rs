@@ -10,7 +10,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Extension;
 use sandlot_api::{ExecEvent, ExecRequest, ExitStatus};
-use sandlot_control::Started;
+use sandlot_control::{Started, TERMINAL_SCROLLBACK_BYTES};
 use sandlot_engine::{Process, RawEvent};
 
 use super::connect::{self, Codec, Envelopes, ServerStream};
@@ -236,7 +236,11 @@ async fn start_stream(app: AppState, t: Target, headers: HeaderMap, body: Body) 
         background: true,
         max_output_bytes: None,
     };
-    let Started::Background { pid } = app.control.exec(&t.caller, &t.id, exec, false).await? else {
+    // A terminal is a session, not a command: its output streams however much is printed, with a
+    // scrollback kept for `Connect` (a command's head-and-tail capture stops streaming at its cap).
+    let terminal = exec.pty.is_some();
+    let exec = ExecRequest { max_output_bytes: terminal.then_some(TERMINAL_SCROLLBACK_BYTES), ..exec };
+    let Started::Background { pid } = app.control.exec_as(&t.caller, &t.id, exec, false, terminal).await? else {
         unreachable!("a background exec answers with its pid")
     };
     let proc = app.control.process(&t.caller, &t.id, pid).await?;
