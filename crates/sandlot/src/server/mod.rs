@@ -17,6 +17,7 @@ mod ports;
 mod sandboxes;
 mod snapshots;
 mod tenants;
+mod ui;
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -638,6 +639,7 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes/{id}/files/mkdir", post(files::mkdir))
         .route("/v1/sandboxes/{id}/files/move", post(files::rename))
         .merge(uploads)
+        .merge(ui::routes())
         .merge(mcp::routes(&app, app.mcp_shutdown.clone()))
         .nest("/e2b", e2b::control_plane())
         .fallback(|| async { ApiError::not_found("route") })
