@@ -333,6 +333,35 @@ test('the CSP is enforced: an injected inline script is refused and reported, ou
   assert.ok(v.some((x) => x.directive.startsWith('img-src') || x.directive.startsWith('script-src-attr')), JSON.stringify(v))
 })
 
+test('the terminal page loads xterm.js under its CSP and sizes it to the window (the PTY probe answered by the browser)', async () => {
+  const id = sandboxes[0]
+  const handler = (req) => {
+    if (req.isInterceptResolutionHandled()) return
+    // A server with the route answers a GET without an upgrade with a 4xx that is not 404.
+    if (new URL(req.url()).pathname === `/v1/sandboxes/${id}/pty`) req.respond({ status: 400, contentType: 'application/json', body: '{"error":{"code":"invalid_request","message":"upgrade to a WebSocket"}}' })
+    else req.continue()
+  }
+  await page.setRequestInterception(true)
+  page.on('request', handler)
+  try {
+    await page.goto(`${server.url}/ui/terminal.html#${id}`)
+    await page.waitForSelector('.xterm-rows')
+    // The WebSocket itself reaches the real server; without the route it closes at once.
+    const size = await until(() => {
+      const rows = document.querySelectorAll('.xterm-rows > div').length
+      const s = document.getElementById('term-status').textContent
+      return rows > 10 && !/connecting/.test(s) && { rows, status: s }
+    }, null, 'xterm to draw its rows')
+    assert.ok(size.rows >= 30, `only ${size.rows} rows in an 860 px window`)
+    assert.deepEqual((await canary()).violations, [], 'xterm.js caused CSP violations')
+    assert.equal(await page.$eval('#back', (a) => a.getAttribute('href')), `./#/sandboxes/${id}`)
+  } finally {
+    page.off('request', handler)
+    await page.setRequestInterception(false)
+    await page.goto('about:blank')
+  }
+})
+
 test('the terminal: type a command, read its output from the xterm buffer', async (t) => {
   const id = sandboxes[0]
   const probe = await fetch(`${server.url}/v1/sandboxes/${id}/pty`, { headers: { Authorization: `Bearer ${key}` } })

@@ -98,7 +98,7 @@ export function render(main, { query }) {
   async function pollEvents() {
     if (eventsMissing) return
     try {
-      const body = await api.get(`/v1/events${api.qs({ since: cursor })}`)
+      const body = await api.get(`/v1/events${api.qs({ since: cursor, limit: 1000 })}`)
       if (stopped) return
       cursor = body.next
       if (!body.events.length && !eventsCard.hidden) return
@@ -124,6 +124,7 @@ export function render(main, { query }) {
       replace(errorBox)
       replace(status, `live · updated ${fmt.time(Date.now()).slice(11)}`)
       draw()
+      drawUsage()
     } catch (e) {
       if (stopped) return
       replace(errorBox, 'Could not list sandboxes: ' + e.message)
@@ -132,10 +133,17 @@ export function render(main, { query }) {
     if (++polls % 5 === 1) showUsage()
   }
 
+  let usageText = ''
+  function drawUsage() {
+    const n = sandboxes ? sandboxes.length : null
+    replace(usage, [n === null ? null : `${n} sandbox${n === 1 ? '' : 'es'}`, usageText || null].filter(Boolean).join(' · '))
+  }
+
   async function showUsage() {
     try {
       const u = await api.get('/v1/usage')
-      replace(usage, `${u.sandboxes} sandboxes · ${u.snapshots} snapshots (${fmt.bytes(u.snapshot_bytes)}) · ${u.images} images (${fmt.bytes(u.image_bytes)})`)
+      usageText = `${u.snapshots} snapshots (${fmt.bytes(u.snapshot_bytes)}) · ${u.images} images (${fmt.bytes(u.image_bytes)})`
+      drawUsage()
     } catch {}
   }
 

@@ -60,7 +60,9 @@ function connect(attach) {
   ws = new WebSocket(`${proto}//${location.host}${base}/pty${q}`, ['sandlot.v1', 'sandlot.bearer.' + api.key()])
   ws.binaryType = 'arraybuffer'
   let started = false
+  let opened = false
   ws.onopen = () => {
+    opened = true
     send(JSON.stringify({ type: 'resize', rows: term.rows, cols: term.cols }))
     term.focus()
   }
@@ -101,7 +103,7 @@ function connect(attach) {
       newShell.hidden = false
       return
     }
-    replace(status, `disconnected${ev.reason ? ': ' + ev.reason : ''}`)
+    replace(status, opened ? `disconnected${ev.reason ? ': ' + ev.reason : ''}` : `could not connect (WebSocket closed, code ${ev.code})`)
     if (pid) reconnect.hidden = false
     newShell.hidden = false
   }
@@ -135,7 +137,7 @@ async function start() {
       document.body.classList.add('no-pty')
       return
     }
-    if (err.status === 401 || (err.status === 404 && !err.routeMissing && /sandbox/.test(err.message))) {
+    if (err.status === 401 || err.status === 409 || (err.status === 404 && /sandbox/.test(err.message))) {
       showNotice(err.message)
       return
     }
