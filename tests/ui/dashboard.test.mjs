@@ -186,6 +186,14 @@ test('the sandbox page: overview, command output and file names as text, file do
   assert.ok((await page.$eval('#run', (el) => el.innerText)).includes(XSS_HTML))
   await until(() => document.querySelector('#process-rows tr td.mono'), null, 'the process list')
 
+  // A background process's output, streamed into the page as text.
+  const { pid } = await api('POST', `/v1/sandboxes/${sb.id}/exec`, { shell: `for i in 1 2 3; do echo "<b>tick $i</b>"; sleep 0.2; done; echo '${XSS_HTML}' >&2`, background: true })
+  await until((p) => document.querySelector(`#process-rows button[data-pid="${p}"]`), pid, 'the background process listed')
+  await page.click(`#process-rows button[data-pid="${pid}"]`)
+  const logs = await until(() => { const t = document.getElementById('process-logs').innerText; return /exited · exit 0/.test(t) && t }, null, 'the streamed output')
+  assert.ok(logs.includes('<b>tick 1</b>\n<b>tick 2</b>\n<b>tick 3</b>'), logs)
+  assert.ok(logs.includes(XSS_HTML), logs)
+
   // The files browser lists the home directory: the markup-named file shows as its name.
   const names = await until((n) => {
     const rows = [...document.querySelectorAll('#file-rows tr[data-name]')].map((r) => r.dataset.name)

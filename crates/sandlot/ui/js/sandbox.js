@@ -77,6 +77,8 @@ export function render(main, { id }) {
   const cmdOut = h('pre', { class: 'output', id: 'command-output', hidden: true })
   const cmdErr = h('pre', { class: 'output stderr', id: 'command-stderr', hidden: true })
   const files = filesBrowser(base)
+  const logsPanel = h('div', { class: 'logs', id: 'process-logs' })
+  let logsAbort = null
 
   const cmdForm = on(h('form', { class: 'command-form' }, cmdInput, cmdUser, cmdButton), 'submit', async (e) => {
     e.preventDefault()
@@ -112,8 +114,8 @@ export function render(main, { id }) {
     section('Metrics', 'metrics', metrics),
     section('Run a command', 'run', cmdForm, cmdStatus, cmdOut, cmdErr),
     section('Processes', 'processes', h('div', { class: 'table-wrap' }, h('table', { class: 'list' },
-      h('thead', {}, h('tr', {}, h('th', {}, 'pid'), h('th', {}, 'Command'), h('th', {}, 'State'), h('th', {}, 'Started'), h('th', {}, 'Tag'))),
-      procBody))),
+      h('thead', {}, h('tr', {}, h('th', {}, 'pid'), h('th', {}, 'Command'), h('th', {}, 'State'), h('th', {}, 'Started'), h('th', {}, 'Tag'), h('th', {}, ''))),
+      procBody)), logsPanel),
     section('Files', 'files', files.el),
     section('Recent audit', 'audit', auditBox, h('p', {}, h('a', { href: `#/audit?sandbox_id=${encodeURIComponent(id)}` }, 'All audit rows of this sandbox →'))))
 
@@ -235,14 +237,14 @@ export function render(main, { id }) {
 
   async function refreshProcesses() {
     if (!info || info.state !== 'running') {
-      replace(procBody, h('tr', {}, h('td', { colspan: 5, class: 'empty' }, info ? `The sandbox is ${info.state}.` : 'Loading…')))
+      replace(procBody, h('tr', {}, h('td', { colspan: 6, class: 'empty' }, info ? `The sandbox is ${info.state}.` : 'Loading…')))
       return
     }
     try {
       const { processes } = await api.get(`${base}/processes`)
       if (stopped) return
       if (!processes.length) {
-        replace(procBody, h('tr', {}, h('td', { colspan: 5, class: 'empty' }, 'No processes yet.')))
+        replace(procBody, h('tr', {}, h('td', { colspan: 6, class: 'empty' }, 'No processes yet.')))
         return
       }
       const now = Date.now()
@@ -251,9 +253,58 @@ export function render(main, { id }) {
         h('td', { class: 'mono clip wide', title: p.argv.join(' ') }, p.argv.join(' '), p.pty ? h('span', { class: 'chip' }, 'pty') : null),
         h('td', {}, p.running ? h('span', { class: 'badge state-running' }, 'running') : h('span', { class: 'badge state-stopped' }, `${p.status} ${p.exit_code}`)),
         h('td', { class: 'nowrap', title: fmt.time(p.started_at_ms) }, fmt.relative(p.started_at_ms, now)),
-        h('td', { class: 'clip' }, p.tag || ''))))
+        h('td', { class: 'clip' }, p.tag || ''),
+        h('td', { class: 'tools' }, on(h('button', { type: 'button', class: 'ghost small', 'data-pid': String(p.pid) }, 'Output'), 'click', () => showLogs(p))))))
     } catch (err) {
-      if (!stopped) replace(procBody, h('tr', {}, h('td', { colspan: 5, class: 'error' }, 'Could not list processes: ' + err.message)))
+      if (!stopped) replace(procBody, h('tr', {}, h('td', { colspan: 6, class: 'error' }, 'Could not list processes: ' + err.message)))
+    }
+  }
+
+  // Streams a process's output (replayed from its start, then live) into a panel, as text.
+  async function showLogs(p) {
+    if (logsAbort) logsAbort.abort()
+    const abort = new AbortController()
+    logsAbort = abort
+    const out = h('pre', { class: 'output', id: 'logs-output' })
+    const state = h('span', { class: 'muted small' }, 'streaming…')
+    const close = on(h('button', { type: 'button', class: 'ghost small' }, 'Close'), 'click', () => {
+      abort.abort()
+      replace(logsPanel)
+    })
+    replace(logsPanel, h('div', { class: 'preview-head' }, h('strong', { class: 'mono' }, `pid ${p.pid}: ${p.argv.join(' ')}`), ' ', state, close), out)
+    let shown = 0
+    const LIMIT = 2 << 20
+    const add = (text, cls) => {
+      if (shown >= LIMIT) return
+      const t = text.slice(0, LIMIT - shown)
+      shown += t.length
+      out.append(cls ? h('span', { class: cls }, t) : document.createTextNode(t))
+      if (shown >= LIMIT) out.append(h('span', { class: 'muted' }, '\n[the page shows the first 2 MiB; download the output with the API]'))
+      out.scrollTop = out.scrollHeight
+    }
+    try {
+      const resp = await api.raw(`${base}/processes/${p.pid}/logs`, { signal: abort.signal })
+      const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader()
+      let buf = ''
+      for (;;) {
+        const { value, done } = await reader.read()
+        if (done) break
+        buf += value
+        let nl
+        while ((nl = buf.indexOf('\n')) >= 0) {
+          const line = buf.slice(0, nl)
+          buf = buf.slice(nl + 1)
+          if (!line.trim()) continue
+          const ev = JSON.parse(line)
+          if (ev.type === 'stdout') add(ev.data)
+          else if (ev.type === 'stderr') add(ev.data, 'stderr')
+          else if (ev.type === 'truncated') add(`\n[${ev.stream}: output cut here by its limit]\n`, 'muted')
+          else if (ev.type === 'exited') replace(state, `${ev.status} · exit ${ev.exit_code} · ${ev.duration_ms} ms`)
+          else if (ev.type === 'error') replace(state, h('span', { class: 'error' }, ev.message))
+        }
+      }
+    } catch (err) {
+      if (!abort.signal.aborted) replace(state, h('span', { class: 'error' }, 'Could not read the output: ' + err.message))
     }
   }
 
@@ -286,6 +337,7 @@ export function render(main, { id }) {
 
   return () => {
     stopped = true
+    if (logsAbort) logsAbort.abort()
     timers.forEach(clearTimeout)
   }
 }
