@@ -322,6 +322,26 @@ test('audit search and images pages render rows as text', async () => {
   assert.deepEqual(c.violations, [])
 })
 
+test('lifecycle from the sandbox page: pause, resume, delete (confirmed), and the deleted page says so', async () => {
+  const id = sandboxes[1]
+  await page.goto(`${server.url}/ui/#/sandboxes/${id}`)
+  await page.reload()
+  const click = (label) => page.$$eval('.actions button', (bs, l) => bs.find((b) => b.textContent === l).click(), label)
+  await until(() => document.querySelector('.actions button'), null, 'the actions')
+  await click('Pause')
+  await until(() => document.querySelector('.title-row .badge')?.textContent === 'paused', null, 'the paused state')
+  assert.equal((await api('GET', `/v1/sandboxes/${id}`)).state, 'paused')
+  await until(() => /The sandbox is paused/.test(document.getElementById('processes').innerText), null, 'the processes to say paused')
+  await click('Resume')
+  await until(() => document.querySelector('.title-row .badge')?.textContent === 'running', null, 'the running state')
+  page.once('dialog', (d) => d.accept())
+  await click('Delete')
+  await until(() => document.querySelector('.title-row .badge')?.textContent === 'deleted', null, 'the deleted state')
+  assert.equal(await page.$('.actions button'), null)
+  assert.match(await page.$eval('#files', (el) => el.innerText), /while the sandbox runs/)
+  assert.deepEqual(pageErrors, [])
+})
+
 test('the CSP is enforced: an injected inline script is refused and reported, our own assets report nothing', async () => {
   await page.goto(`${server.url}/ui/#/`)
   await until(() => document.querySelector('#sandbox-rows tr[data-id]'), null, 'the list')
@@ -366,6 +386,8 @@ test('the terminal page loads xterm.js under its CSP and sizes it to the window 
   } finally {
     page.off('request', handler)
     await page.setRequestInterception(false)
+    // Where the route exists this started a real shell: the next test starts its own.
+    await page.evaluate((k) => sessionStorage.removeItem(k), `sandlot.pty.${id}`)
     await page.goto('about:blank')
   }
 })

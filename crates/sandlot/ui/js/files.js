@@ -127,6 +127,10 @@ export function filesBrowser(base) {
   // Opens a directory ('' = the user's home; null = nothing to show).
   async function open(path) {
     if (path === null) {
+      cwd = null
+      replace(body)
+      replace(crumbs)
+      replace(preview)
       replace(status, 'Files can be browsed while the sandbox runs.')
       return
     }

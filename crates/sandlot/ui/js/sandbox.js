@@ -125,8 +125,8 @@ export function render(main, { id }) {
       e.target.disabled = true
       try {
         await api.raw(path, { method: opts.method || 'POST' })
-        if (opts.after) opts.after()
-        refreshInfo()
+        await refreshInfo()
+        refreshProcesses()
         refreshAudit()
       } catch (err) {
         replace(errorBox, `${label} failed: ${err.message}`)
@@ -202,10 +202,13 @@ export function render(main, { id }) {
 
   async function refreshInfo() {
     try {
+      const was = info && info.state
       info = await api.get(base)
       if (stopped) return
       replace(errorBox)
       drawInfo()
+      // The files browser follows the state: shown while running, emptied otherwise.
+      if (was && was !== info.state && (was === 'running' || info.state === 'running')) files.open(info.state === 'running' ? '' : null)
     } catch (err) {
       if (stopped) return
       replace(errorBox, err.status === 404 ? `Sandbox ${id} not found (it may have been deleted, or belong to another tenant).` : 'Could not load the sandbox: ' + err.message)

@@ -63,6 +63,11 @@ function connect(attach) {
   let opened = false
   ws.onopen = () => {
     opened = true
+    if (attach) {
+      // Reattached: the server checked the pid before the upgrade.
+      started = true
+      replace(status, `connected · pid ${attach}`)
+    }
     send(JSON.stringify({ type: 'resize', rows: term.rows, cols: term.cols }))
     term.focus()
   }
