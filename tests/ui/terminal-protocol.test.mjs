@@ -57,7 +57,7 @@ before(async () => {
       ws.send(Buffer.from(s.replace(/\r/g, '\r\n')), { binary: true }) // the terminal's echo
       const line = c.bytes.split('\r').slice(-2, -1)[0]
       if (s.includes('\r') && line === 'exit 3') {
-        ws.send(JSON.stringify({ type: 'exit', exit_code: 3 }))
+        ws.send(JSON.stringify({ type: 'exit', status: 'exited', exit_code: 3 }))
         ws.close(1000)
       } else if (s.includes('\r') && line === 'drop') {
         ws.terminate()
@@ -131,7 +131,9 @@ test('the page offers the key as a subprotocol, sizes the terminal, sends keys a
   assert.equal(await page.$eval('#reconnect', (b) => b.hidden), false)
   await page.click('#reconnect')
   const c2 = await until(() => conns[1], 'the second connection')
-  assert.equal(new URL(c2.url, 'http://x').searchParams.get('pid'), '7')
+  const q2 = new URL(c2.url, 'http://x').searchParams
+  assert.equal(q2.get('pid'), '7')
+  assert.ok(Number(q2.get('rows')) > 0 && Number(q2.get('cols')) > 0, c2.url)
   await until(async () => (await rows()).some((r) => r.includes('replayed scrollback')), 'the replayed output')
 
   // Exit: the code is shown, New shell offered, and it starts afresh (no pid).

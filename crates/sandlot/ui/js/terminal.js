@@ -55,7 +55,7 @@ function connect(attach) {
   reconnect.hidden = true
   newShell.hidden = true
   const proto = location.protocol === 'https:' ? 'wss:' : 'ws:'
-  const q = attach ? api.qs({ pid: attach }) : api.qs({ rows: term.rows, cols: term.cols })
+  const q = api.qs({ pid: attach || undefined, rows: term.rows, cols: term.cols })
   replace(status, attach ? `reattaching to pid ${attach}…` : 'connecting…')
   ws = new WebSocket(`${proto}//${location.host}${base}/pty${q}`, ['sandlot.v1', 'sandlot.bearer.' + api.key()])
   ws.binaryType = 'arraybuffer'
@@ -91,7 +91,8 @@ function connect(attach) {
       exited = true
       sessionStorage.removeItem(PID_KEY)
       pid = null
-      replace(status, `exited with code ${msg.exit_code}`)
+      const how = msg.status && msg.status !== 'exited' ? ` (${msg.status}${msg.signal ? ', signal ' + msg.signal : ''})` : ''
+      replace(status, `exited with code ${msg.exit_code}${how}`)
       newShell.hidden = false
     } else if (msg.type === 'error') {
       showNotice(`The terminal failed: ${msg.message || msg.code || 'unknown error'}`)
