@@ -119,6 +119,21 @@ test('the page offers the key as a subprotocol, sizes the terminal, sends keys a
   await until(() => c.bytes === 'hello\r', 'the keystrokes as binary frames')
   await until(async () => (await rows()).includes('fake$ hello'), 'the echo drawn')
 
+  // A 100 KiB paste reaches the server whole, in frames of at most 64 KiB (the route's limit).
+  const before = c.bytes.length
+  const sizes = []
+  c.ws.on('message', (d, bin) => bin && sizes.push(d.length))
+  await page.evaluate(() => {
+    const ta = document.querySelector('.xterm-helper-textarea')
+    const dt = new DataTransfer()
+    dt.setData('text/plain', 'x'.repeat(100 * 1024))
+    ta.dispatchEvent(new ClipboardEvent('paste', { clipboardData: dt, bubbles: true, cancelable: true }))
+  })
+  await until(() => c.bytes.length - before >= 100 * 1024, 'the paste')
+  assert.ok(sizes.length >= 2 && sizes.every((n) => n <= 64 * 1024), JSON.stringify(sizes))
+  c.ws.send(Buffer.from('\x1bc'), { binary: true }) // the terminal's reset: clear the paste
+  c.bytes = ''
+
   // A narrower window: the fit addon resizes, and the server is told.
   await page.setViewport({ width: 700, height: 500 })
   const resized = await until(() => c.control.find((m) => m.cols < size.cols), 'a resize message')

@@ -41,8 +41,13 @@ let pid = Number(sessionStorage.getItem(PID_KEY)) || null
 let exited = false
 const encoder = new TextEncoder()
 
+// The server takes frames of at most 64 KiB: a large paste goes in pieces.
+const FRAME = 32 << 10
+
 function send(data) {
-  if (ws && ws.readyState === WebSocket.OPEN) ws.send(data)
+  if (!ws || ws.readyState !== WebSocket.OPEN) return
+  if (typeof data === 'string') return ws.send(data)
+  for (let i = 0; i < data.length; i += FRAME) ws.send(data.subarray(i, i + FRAME))
 }
 
 term.onData((s) => send(encoder.encode(s)))
