@@ -233,7 +233,7 @@ export function render(main, { id }) {
       metricsState = 'ok'
     } catch (err) {
       if (stopped) return
-      metricsState = err.routeMissing || (err.status === 404 && info) ? 'missing' : 'Could not read metrics: ' + err.message
+      metricsState = err.routeMissing ? 'missing' : 'Could not read metrics: ' + err.message
     }
     drawMetrics()
   }
