@@ -11,6 +11,8 @@ command -v skopeo >/dev/null || need+=(skopeo)
 # The terminal tests: `sandlot sandbox shell` driven under a real terminal.
 command -v tmux >/dev/null || need+=(tmux)
 [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && ldd /bin/busybox 2>&1 | grep -q "not a dynamic" || need+=(busybox-static)
+# The dashboard suite (tests/ui): headless Chromium, driven through puppeteer-core.
+command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi

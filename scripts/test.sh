@@ -63,6 +63,10 @@ SANDLOT_BIN=$PWD/target/debug/sandlot "$sdk_venv/bin/pytest" -q sdk/python/tests
 # The TypeScript SDK (sdk/typescript): built with its pinned tsc, then its suite against a real server.
 (cd sdk/typescript && npm ci --no-audit --no-fund --silent && npm run build --silent &&
     SANDLOT_BIN=$PWD/../../target/debug/sandlot node --test test/)
+# The web dashboard (/ui/) in headless Chromium through puppeteer-core (pinned in tests/ui/package-lock.json),
+# and its vendored xterm.js files against the pinned npm packages they came from.
+(cd tests/ui && npm ci --no-audit --no-fund --silent && SANDLOT_BIN=$PWD/../../target/debug/sandlot node --test)
+scripts/vendor-ui.sh --check
 # The agent framework examples (examples/): their tools called the frameworks' own way against a real server.
 examples_venv=$(scripts/examples-venv.sh)
 SANDLOT_BIN=$PWD/target/debug/sandlot "$examples_venv/bin/pytest" -q examples/tests

@@ -165,7 +165,7 @@ phase_done initramfs
 # The guest runs the host's sandlot binary, which is linked against these very libraries, and its
 # sandboxes' `host` image is this /usr. Left out: trees nothing in the guest runs, which would only
 # make the image larger and slower to build (the image build writes every byte).
-rootfs_excludes="usr/lib/google-cloud-sdk usr/lib/jvm usr/lib/llvm-* usr/include usr/share/doc usr/share/man usr/share/info usr/local usr/lib/modules usr/src"
+rootfs_excludes="usr/lib/chromium usr/lib/google-cloud-sdk usr/lib/jvm usr/lib/llvm-* usr/include usr/share/doc usr/share/man usr/share/info usr/local usr/lib/modules usr/src"
 build_rootfs() {
     local stage l size
     stage=$cache/stage

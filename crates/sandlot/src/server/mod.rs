@@ -19,6 +19,7 @@ mod pty;
 mod sandboxes;
 mod snapshots;
 mod tenants;
+mod ui;
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -42,6 +43,8 @@ pub use error::ApiError;
 pub const LONG_ABOUT: &str = "Run the sandlot server: the HTTP API, the sandbox engine and the SQLite state store, in one \
 process. It must run as root: it creates namespaces, cgroups and a host uid range per sandbox.\n\n\
 On first start it creates an admin API key and writes it to <state-dir>/admin.key (mode 0600).\n\n\
+The web dashboard is served at /ui/ on the same listener (http://127.0.0.1:7423/ui/ by default): \
+sign in there with an API key.\n\n\
 Example:\n  sudo sandlot serve --listen 127.0.0.1:7423\n  export SANDLOT_API_KEY=$(sudo cat /var/lib/sandlot/admin.key)\n  sandlot run -- echo hello";
 
 /// Options of `sandlot serve`.
@@ -541,6 +544,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
     tracing::info!("sandlot listening on http://{} (state in {})", args.listen, state_dir.display());
+    tracing::info!("dashboard: http://{}/ui/ (sign in with an API key)", args.listen);
     match app.preview_domain() {
         Some(d) => tracing::info!("preview URLs: http://PORT-ID.{d}:{}/", args.listen.port()),
         None => tracing::warn!(
@@ -696,6 +700,7 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes/{id}/files/mkdir", post(files::mkdir))
         .route("/v1/sandboxes/{id}/files/move", post(files::rename))
         .merge(uploads)
+        .merge(ui::routes())
         .merge(mcp::routes(&app, app.mcp_shutdown.clone()))
         .nest("/e2b", e2b::control_plane())
         .fallback(|| async { ApiError::not_found("route") })
