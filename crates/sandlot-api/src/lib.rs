@@ -39,6 +39,7 @@ mod files;
 mod health;
 mod image;
 mod keys;
+mod metrics;
 mod network;
 #[cfg(feature = "openapi")]
 pub mod openapi;
@@ -56,6 +57,7 @@ pub use files::*;
 pub use health::*;
 pub use image::*;
 pub use keys::*;
+pub use metrics::*;
 pub use network::*;
 pub use ports::*;
 pub use sandbox::*;

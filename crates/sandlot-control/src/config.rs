@@ -43,6 +43,8 @@ pub struct Config {
     /// Names of the host features the start-up checks (`sandlot doctor`) found degraded, for
     /// `/healthz`.
     pub degraded: Vec<String>,
+    /// The metrics sampler's interval and window, and the scrape token.
+    pub metrics: crate::MetricsConfig,
 }
 
 /// A setting that cannot work.
@@ -102,6 +104,7 @@ impl Config {
         if self.max_sandboxes == 0 {
             return bad("--max-sandboxes", "must be at least 1".into());
         }
+        self.metrics.validate()?;
         Ok(self)
     }
 }
@@ -121,5 +124,6 @@ pub(crate) fn test_config() -> Config {
         overcommit: 1.5,
         default_image: "host".into(),
         degraded: Vec::new(),
+        metrics: Default::default(),
     }
 }

@@ -27,6 +27,7 @@ mod network;
 mod plan;
 mod ports;
 mod recovery;
+pub mod sampler;
 mod services;
 mod snapshots;
 pub mod transitions;
@@ -44,6 +45,7 @@ pub use files::{SandboxPath, Upload};
 pub use lifecycle::Created;
 pub use ports::{Ports, Preview};
 pub use recovery::Recovered;
+pub use sampler::{MetricsConfig, MetricsReport};
 pub use sandlot_engine::{FileStream, Process, RawEvent, WatchStream};
 pub use services::Services;
 
@@ -68,6 +70,8 @@ pub struct Control {
     /// The access tokens' server secret, read from the store once (on first use): credential checks
     /// then cost no store write.
     access_secret: std::sync::OnceLock<[u8; 32]>,
+    /// Every sandbox's recent metrics samples (the sampler service fills them).
+    samples: sampler::Samples,
     /// This control layer itself, for work that outlives the call that starts it (watching a start
     /// command started from `boot`, which borrows `self`).
     me: Weak<Control>,
@@ -94,6 +98,7 @@ impl Control {
             audit_gate: Default::default(),
             images,
             access_secret: std::sync::OnceLock::new(),
+            samples: Default::default(),
             me: me.clone(),
         })
     }

@@ -385,7 +385,7 @@ impl Instance for FakeInstance {
         0
     }
 
-    fn usage(&self) -> crate::driver::Usage {
+    fn usage(&self, _disk: bool) -> crate::driver::Usage {
         // A fake sandbox runs nothing: it uses nothing, and says so rather than inventing figures.
         crate::driver::Usage::default()
     }
