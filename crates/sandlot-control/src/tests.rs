@@ -908,6 +908,6 @@ async fn sampler_rings_are_per_sandbox_tenant_scoped_and_freed_on_delete() {
     assert!(report.sandboxes_by_state.contains(&("running", 2)));
     c.delete(&h.alice, &b).await.unwrap();
     c.sample_pass(false).await;
-    assert_eq!(crate::lock(&c.samples_for_tests()).len(), 1, "the deleted sandbox's ring is gone");
+    assert_eq!(crate::lock(c.samples_for_tests()).len(), 1, "the deleted sandbox's ring is gone");
     assert_eq!(c.metrics_report().unwrap().sandboxes.len(), 1);
 }

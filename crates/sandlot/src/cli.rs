@@ -9,6 +9,7 @@ mod cp;
 mod e2b;
 mod image;
 mod mcp;
+mod metrics;
 mod network;
 mod output;
 mod run;
