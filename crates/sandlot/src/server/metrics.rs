@@ -390,13 +390,13 @@ fn sandboxes(t: &mut Text, r: &MetricsReport) {
         t.sample("sandlot_sandbox_network_connections", &labels, g.last.net_connections as f64);
     }
     t.family(
-        "sandlot_sandbox_network_connections_total",
+        "sandlot_sandbox_network_connections_opened_total",
         Type::Counter,
         "TCP connections the sandbox opened through the egress proxy (allowed or refused).",
     );
     for g in &r.sandboxes {
         let labels = [("sandbox", g.id.as_str()), ("tenant", g.tenant.as_str())];
-        t.sample("sandlot_sandbox_network_connections_total", &labels, g.last.net_connections_total as f64);
+        t.sample("sandlot_sandbox_network_connections_opened_total", &labels, g.last.net_connections_total as f64);
     }
 }
 
