@@ -208,8 +208,9 @@ phase_done rootfs
 
 # --- The job: binaries and tests ----------------------------------------------------------------
 # The smoke subset: creation, exec, files, limits (memory OOM, pids, disk quota), pause/resume,
-# stop/resume, snapshots and forks, crash recovery, network deny, metrics read from v2's own files; and on this kernel's btrfs, that a
-# deleted subvolume leaves no qgroup (6.1 kept them). A name is `binary-id test-name`.
+# stop/resume, snapshots and forks, crash recovery, network deny, metrics read from v2's own files;
+# and on this kernel's btrfs, that a deleted subvolume leaves no qgroup (6.1 kept them). A name is
+# `binary-id test-name`.
 # Left out: tests with wall-clock bounds that TCG's slowness breaks (network::policy::
 # deny_by_default_fails_fast wants three process starts in 4 s) and long loops (persist's 50-cycle
 # tests and kill9_during_a_snapshot's 600 MB of writes take minutes there).

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use crate::{lock, Caller, Control, Error, Kind, Result};
 
 /// Most samples kept per sandbox (window ÷ interval may not exceed it): 720 at the defaults. A sample
-/// is about 200 bytes, so 256 sandboxes at this cap hold about 180 MiB; at the defaults, 37 MiB.
+/// is 208 bytes, so 256 sandboxes at this cap hold about 183 MiB; at the defaults, 37 MiB.
 pub const MAX_SAMPLES: u64 = 3600;
 
 /// How often the writable layer's size is read: btrfs commits its accounting every 30 s, and reading
@@ -497,6 +497,11 @@ mod tests {
         let weak = MetricsConfig { scrape_token: Some("short".into()), ..cfg.clone() };
         assert_eq!(weak.validate().unwrap_err().option, "--metrics-token-file");
         assert!(!format!("{weak:?}").contains("short"), "the token shows in Debug");
+    }
+
+    #[test]
+    fn a_sample_is_as_small_as_the_documented_bound_says() {
+        assert_eq!(std::mem::size_of::<MetricsSample>(), 208, "update MAX_SAMPLES' and ARCHITECTURE.md's figures");
     }
 
     #[test]
