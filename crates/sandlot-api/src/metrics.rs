@@ -32,8 +32,8 @@ pub struct MetricsSample {
     pub oom_kills_total: Option<u64>,
     /// Processes and threads now (the supervisor's included).
     pub pids: Option<u64>,
-    /// Bytes its writable layer references (absent without the layers volume; read every 30 s, and as
-    /// btrfs last committed it).
+    /// Bytes its writable layer references, as btrfs last committed it (absent without the layers
+    /// volume; 0 until btrfs first commits the layer; then read every 30 s).
     pub disk_used_bytes: Option<u64>,
     /// Bytes it sent out through the egress proxy.
     pub net_bytes_out_total: u64,

@@ -266,10 +266,17 @@ fn token_matches(given: &str, token: &str) -> bool {
 impl Control {
     /// One sampler pass: reads every running sandbox, adds a sample to each one's ring, drops the
     /// samples of sandboxes that are gone and those older than the window. `disk`: read the layers'
-    /// sizes too (otherwise the last size read is carried).
+    /// sizes too (otherwise a sandbox's last size read is carried; one without any, or 0, is read now).
     pub async fn sample_pass(&self, disk: bool) -> PassStats {
         let t0 = Instant::now();
-        let readings = self.engine.usage_all(disk).await;
+        // A layer btrfs has not committed yet reads 0: read again until it shows bytes (at most one
+        // commit interval, 30 s, after a start).
+        let sized: std::collections::HashSet<String> = lock(&self.samples.series)
+            .iter()
+            .filter(|(_, s)| s.disk.is_some_and(|b| b > 0))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let readings = self.engine.usage_all(|id| disk || !sized.contains(id)).await;
         let Ok(live) = self.store.live_sandboxes() else { return PassStats::default() };
         let live: HashMap<&str, &sandlot_store::SandboxRecord> = live.iter().map(|r| (r.info.id.as_str(), r)).collect();
         let now = sandlot_store::now_ms();
@@ -285,7 +292,7 @@ impl Control {
                 prev_cpu: None,
                 disk: None,
             });
-            if disk {
+            if disk || s.disk.unwrap_or(0) == 0 {
                 s.disk = usage.disk_bytes;
             }
             let usage = Usage { disk_bytes: s.disk, ..*usage };

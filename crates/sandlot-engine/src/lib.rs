@@ -376,12 +376,13 @@ impl Engine {
 
     /// What every running sandbox uses now, with its network's counters: one blocking task reads them
     /// all, one after the other (the sampler's pass; it never holds the sandbox map while reading).
-    /// The writable layer's size is read only when `disk`.
-    pub async fn usage_all(&self, disk: bool) -> Vec<(String, Usage, NetCounters)> {
-        let running: Vec<(String, Arc<dyn driver::Instance>, NetCounters)> =
-            self.map().values().map(|sb| (sb.id.clone(), sb.instance(), sb.net_counters())).collect();
+    /// The writable layer's size is read only for the sandboxes `disk` names.
+    pub async fn usage_all(&self, disk: impl Fn(&str) -> bool) -> Vec<(String, Usage, NetCounters)> {
+        type Reading = (String, Arc<dyn driver::Instance>, NetCounters, bool);
+        let running: Vec<Reading> =
+            self.map().values().map(|sb| (sb.id.clone(), sb.instance(), sb.net_counters(), disk(&sb.id))).collect();
         tokio::task::spawn_blocking(move || {
-            running.into_iter().map(|(id, instance, net)| (id, instance.usage(disk), net)).collect()
+            running.into_iter().map(|(id, instance, net, disk)| (id, instance.usage(disk), net)).collect()
         })
         .await
         .unwrap_or_default()

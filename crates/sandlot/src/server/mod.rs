@@ -194,7 +194,8 @@ pub struct ServeArgs {
     /// the other, on one thread.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub metrics_interval_s: u64,
-    /// Seconds of samples kept per sandbox (at most 3600 intervals); a deleted sandbox's go at once.
+    /// Seconds of samples kept per sandbox (at most 3600 intervals); a deleted sandbox's go at the
+    /// next pass.
     #[arg(long, default_value_t = 3600)]
     pub metrics_window_s: u64,
     /// File holding a token (16 characters or more) that authorises `GET /metrics` besides the admin

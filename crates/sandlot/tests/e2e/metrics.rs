@@ -53,6 +53,8 @@ fn samples_move_when_a_sandbox_burns_cpu_memory_and_processes() {
     assert_eq!((first.limits.cpu, first.limits.memory_bytes), (0.5, 512 << 20));
     let base = first.samples[0].clone();
     assert!(base.cpu_usage_usec.is_some() && base.memory_bytes.is_some() && base.pids.is_some(), "{base:?}");
+    // The layer's size is read from the first sample on (0 until btrfs commits sandlot's few files).
+    assert!(base.disk_used_bytes.is_some_and(|b| b < 1 << 20), "{base:?}");
 
     sb.spawn(&sh("timeout 4 sh -c 'while :; do :; done'")).unwrap();
     sb.spawn(&sh("python3 -c 'import time; b = bytearray(200 << 20); time.sleep(6)'")).unwrap();
@@ -61,13 +63,14 @@ fn samples_move_when_a_sandbox_burns_cpu_memory_and_processes() {
 
     let base_cpu = base.cpu_usage_usec.unwrap();
     let got = samples_until(&sb, "CPU, memory and processes moving", |s| {
-        max_of(s, |x| x.cpu_usage_usec) > base_cpu + 1_000_000
+        max_of(s, |x| x.cpu_usage_usec) > base_cpu + 500_000
             && max_of(s, |x| x.memory_bytes) > 150 << 20
             && max_of(s, |x| x.pids) >= base.pids.unwrap() + 20
             && max_of(s, |x| x.cpu_throttled_periods_total) > base.cpu_throttled_periods_total.unwrap_or(0)
     });
     let busy = got.samples.iter().filter_map(|x| x.cpu_used_pct).fold(0.0, f64::max);
-    assert!(busy > 50.0, "a busy loop used at most {busy}% of its 0.5 cores");
+    // Well under the 100 % a busy loop takes on an idle host: the VM test runs this under emulation.
+    assert!(busy > 25.0, "a busy loop used at most {busy}% of its 0.5 cores");
     assert!(max_of(&got, |x| x.memory_peak_bytes) >= 150 << 20 || max_of(&got, |x| x.memory_peak_bytes) == 0);
     assert!(got.samples.windows(2).all(|w| w[0].at_ms < w[1].at_ms), "samples out of order");
 
