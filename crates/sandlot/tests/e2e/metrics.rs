@@ -1,4 +1,5 @@
-//! Metrics: the sampler's figures move when a sandbox burns CPU, holds memory, forks or is OOM-killed;
+//! Metrics: the sampler's figures move when a sandbox burns CPU, holds memory, starts threads, is
+//! OOM-killed or talks to the network;
 //! samples are the owner's alone; `GET /metrics` answers the admin key and the scrape token only, with
 //! per-sandbox series.
 
@@ -153,5 +154,48 @@ fn prometheus_endpoint_is_for_the_admin_and_the_scrape_token_and_counts_oom_kill
         assert!(r.body.contains("sandlot_sandboxes{state=\"running\"} 1\n"));
         assert!(r.body.contains("sandlot_tenant_sandboxes{tenant=\"admin\",state=\"running\"} 1\n"));
     }
+    sb.delete().unwrap();
+}
+
+/// Egress through the proxy shows in the samples and in `/metrics`: bytes each way and connections
+/// opened (allowed or refused). "The internet" is a server on loopback reached through `--resolve`.
+#[test]
+fn network_bytes_and_connections_are_counted() {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) && line != "\r\n" {
+                line.clear();
+            }
+            let body = "x".repeat(10_000);
+            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    let server =
+        Server::builder().loopback_only().resolve("web.test=127.0.0.1").args(&["--metrics-interval-s", "1"]).start();
+    let spec = serde_json::from_str(r#"{"mode":"allowlist","allow":["web.test"]}"#).unwrap();
+    let sb = server.create(&CreateSandbox { network: Some(spec), ..Default::default() });
+    let out = sb
+        .shell(&format!(
+            "for i in 1 2 3; do curl -sS -m 5 -o /dev/null -w '%{{size_download}} ' http://web.test:{port}/; done; \
+             curl -sS -m 5 http://203.0.113.5:{port}/ >/dev/null 2>&1; echo refused=$?"
+        ))
+        .unwrap();
+    assert!(out.stdout.starts_with("10000 10000 10000 ") && !out.stdout.contains("refused=0"), "{out:?}");
+    let got = samples_until(&sb, "network counters", |s| {
+        s.samples.last().is_some_and(|l| {
+            l.net_bytes_in_total >= 30_000 && l.net_bytes_out_total > 0 && l.net_connections_total >= 4
+        })
+    });
+    let last = got.samples.last().unwrap();
+    assert_eq!(last.net_connections, 0, "{last:?}");
+    let r = server.raw("GET", "/metrics", Some(server.admin_key()), &[], b"");
+    let line = format!("sandlot_sandbox_network_receive_bytes_total{{sandbox=\"{}\",tenant=\"admin\"}} ", sb.id());
+    let received: f64 = r.body.lines().find_map(|l| l.strip_prefix(&line)).expect("no receive series").parse().unwrap();
+    assert!(received >= 30_000.0, "{received}");
     sb.delete().unwrap();
 }
