@@ -1,7 +1,6 @@
 //! Metrics: the sampler's figures move when a sandbox burns CPU, holds memory, starts threads, is
-//! OOM-killed or talks to the network;
-//! samples are the owner's alone; `GET /metrics` answers the admin key and the scrape token only, with
-//! per-sandbox series.
+//! OOM-killed or talks to the network; samples are the owner's alone; `GET /metrics` answers the admin
+//! key and the scrape token only, with per-sandbox series.
 
 use std::process::Command;
 use std::time::Duration;
