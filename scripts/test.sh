@@ -72,5 +72,7 @@ examples_venv=$(scripts/examples-venv.sh)
 SANDLOT_BIN=$PWD/target/debug/sandlot "$examples_venv/bin/pytest" -q examples/tests
 # The MCP tools with the official MCP Python client, over stdio (`sandlot mcp`) and streamable HTTP (`/mcp`).
 SANDLOT_BIN=$PWD/target/debug/sandlot "$(scripts/mcp-venv.sh)/bin/pytest" -q tests/mcp
+# GET /metrics read by Prometheus's own text parser (prometheus-client), with the scrape token.
+SANDLOT_BIN=$PWD/target/debug/sandlot "$(scripts/metrics-venv.sh)/bin/pytest" -q tests/metrics
 # The OpenAPI document (docs/API.md, "OpenAPI"): valid OpenAPI 3.1, and the Python SDK's models agree with it.
 "$(scripts/openapi-venv.sh)/bin/pytest" -q tests/openapi

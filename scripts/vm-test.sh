@@ -208,8 +208,9 @@ phase_done rootfs
 
 # --- The job: binaries and tests ----------------------------------------------------------------
 # The smoke subset: creation, exec, files, limits (memory OOM, pids, disk quota), pause/resume,
-# stop/resume, snapshots and forks, crash recovery, network deny; and on this kernel's btrfs, that a
-# deleted subvolume leaves no qgroup (6.1 kept them). A name is `binary-id test-name`.
+# stop/resume, snapshots and forks, crash recovery, network deny, metrics read from v2's own files;
+# and on this kernel's btrfs, that a deleted subvolume leaves no qgroup (6.1 kept them). A name is
+# `binary-id test-name`.
 # Left out: tests with wall-clock bounds that TCG's slowness breaks (network::policy::
 # deny_by_default_fails_fast wants three process starts in 4 s) and long loops (persist's 50-cycle
 # tests and kill9_during_a_snapshot's 600 MB of writes take minutes there).
@@ -238,6 +239,8 @@ smoke_tests=(
     "sandlot::e2e processes::orphans_are_reaped_no_zombies"
     "sandlot::e2e pty::a_pty_process_has_a_terminal_of_its_size_that_echoes_input"
     "sandlot::e2e watch::a_watch_reports_each_kind_of_change"
+    "sandlot::e2e metrics::samples_move_when_a_sandbox_burns_cpu_memory_and_processes"
+    "sandlot::e2e metrics::prometheus_endpoint_is_for_the_admin_and_the_scrape_token_and_counts_oom_kills"
     "sandlot::e2e images::an_imported_root_filesystem_boots_with_its_own_files"
     "sandlot::e2e images::a_pulled_image_runs_with_its_config"
     "sandlot-linux idmap::tests::an_image_file_shows_with_the_slots_owner_through_the_mount"

@@ -40,6 +40,7 @@ mod files;
 mod health;
 mod image;
 mod keys;
+mod metrics;
 mod network;
 #[cfg(feature = "openapi")]
 pub mod openapi;
@@ -59,6 +60,7 @@ pub use files::*;
 pub use health::*;
 pub use image::*;
 pub use keys::*;
+pub use metrics::*;
 pub use network::*;
 pub use ports::*;
 pub use pty::*;

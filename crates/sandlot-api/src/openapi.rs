@@ -839,6 +839,15 @@ sandbox.")
             .json::<MoveRequest>()
             .ok::<FileStat>(200, "The destination's metadata.")
             .errors(&file),
+        op("get", "/v1/sandboxes/{id}/metrics", "sandboxMetrics", "metrics", "A sandbox's recent samples: CPU, memory, processes, disk, network")
+            .doc("The server samples every running sandbox every `interval_ms` and keeps `window_s` of samples; a stopped or paused sandbox keeps its last ones until they age out, a deleted one has none.")
+            .query("since", false, json!({"type": "integer", "format": "int64"}), "Only samples taken after this time, Unix milliseconds (all kept samples without it).")
+            .ok::<SandboxSamples>(200, "Its limits and samples, oldest first.")
+            .errors(&[404]),
+        op("get", "/metrics", "prometheus", "metrics", "Server, tenant and sandbox metrics in the Prometheus text format")
+            .admin()
+            .doc("Authorised by the admin key or the scrape token of `--metrics-token-file` (`Authorization: Bearer …`); a tenant's key is 403. docs/API.md lists every metric.")
+            .answer(200, "The Prometheus text exposition format, version 0.0.4.", vec![Content::Bytes("text/plain; version=0.0.4")]),
         op("get", "/v1/sandboxes/{id}/files", "readFile", "files", "Read a file, streamed")
             .doc("A failure after the headers aborts the transfer: the client sees a broken body, not a short file.")
             .query("path", true, string(), PATH)

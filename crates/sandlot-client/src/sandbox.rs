@@ -193,6 +193,16 @@ impl Sandbox {
         Ok(started.pid)
     }
 
+    /// The sandbox's recent metrics samples (CPU, memory, processes, disk, network) taken after
+    /// `since_ms` (Unix milliseconds; every kept sample with `None`), with its limits. The server
+    /// samples every running sandbox on an interval and keeps a bounded window.
+    pub fn metrics(&self, since_ms: Option<i64>) -> Result<sandlot_api::SandboxSamples> {
+        let since = since_ms.map(|ms| ms.to_string());
+        let query = since.as_deref().map(|s| url::query(&[("since", s)])).unwrap_or_default();
+        let response = self.client.send(self.client.request("GET", &self.path(&format!("/metrics{query}"))))?;
+        json(response, "the metrics samples")
+    }
+
     /// Lists the processes started through the API, oldest first.
     pub fn processes(&self) -> Result<Vec<ProcessInfo>> {
         let response = self.client.send(self.client.request("GET", &self.path("/processes")))?;

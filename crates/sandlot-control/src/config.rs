@@ -45,6 +45,8 @@ pub struct Config {
     pub degraded: Vec<String>,
     /// Lifecycle events and webhooks.
     pub events: crate::events::EventsConfig,
+    /// The metrics sampler's interval and window, and the scrape token.
+    pub metrics: crate::MetricsConfig,
 }
 
 /// A setting that cannot work.
@@ -105,6 +107,7 @@ impl Config {
             return bad("--max-sandboxes", "must be at least 1".into());
         }
         self.events.validate()?;
+        self.metrics.validate()?;
         Ok(self)
     }
 }
@@ -125,5 +128,6 @@ pub(crate) fn test_config() -> Config {
         default_image: "host".into(),
         degraded: Vec::new(),
         events: Default::default(),
+        metrics: Default::default(),
     }
 }

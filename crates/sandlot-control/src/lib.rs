@@ -30,6 +30,7 @@ mod network;
 mod plan;
 mod ports;
 mod recovery;
+pub mod sampler;
 mod services;
 mod snapshots;
 mod terminal;
@@ -49,6 +50,7 @@ pub use files::{SandboxPath, Upload};
 pub use lifecycle::Created;
 pub use ports::{Ports, Preview};
 pub use recovery::Recovered;
+pub use sampler::{MetricsConfig, MetricsReport};
 pub use sandlot_engine::{FileStream, Process, RawEvent, WatchStream};
 pub use services::Services;
 pub use terminal::{TerminalSlot, MAX_TERMINALS, MAX_TERMINALS_PER_SANDBOX, TERMINAL_SCROLLBACK_BYTES};
@@ -76,6 +78,8 @@ pub struct Control {
     access_secret: std::sync::OnceLock<[u8; 32]>,
     /// Lifecycle events: the newest id (wakes the webhook deliveries) and the OOM counts seen.
     events: events::Hub,
+    /// Every sandbox's recent metrics samples (the sampler service fills them).
+    samples: sampler::Samples,
     /// This control layer itself, for work that outlives the call that starts it (watching a start
     /// command started from `boot`, which borrows `self`).
     me: Weak<Control>,
@@ -103,6 +107,7 @@ impl Control {
             images,
             access_secret: std::sync::OnceLock::new(),
             events: Default::default(),
+            samples: Default::default(),
             me: me.clone(),
         })
     }

@@ -1,6 +1,7 @@
 //! The control layer's background services: expiry, supervisor deaths, the network audit and the
 //! host-network watcher (plus audit retention, in `audit`; OOM events and event pruning, in `events`;
-//! webhook delivery, in `delivery`). Each ends on a signal (see [`Services`]).
+//! webhook delivery, in `delivery`; the metrics sampler, in `sampler`). Each ends on a signal (see
+//! [`Services`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,8 +25,8 @@ const HOST_NETWORKS_EVERY: Duration = Duration::from_secs(10);
 /// runtime's workers without one task per row.
 const NET_AUDIT_BATCH: usize = 256;
 
-/// The running services. Expiry, audit retention and the host-network watcher end when the shutdown
-/// signal comes; supervisor deaths and the network audit go on until [`Services::finish`], so the
+/// The running services. Expiry, audit retention, the metrics sampler and the host-network watcher end
+/// when the shutdown signal comes; supervisor deaths and the network audit go on until [`Services::finish`], so the
 /// sandboxes that stop during shutdown still have their deaths handled and their last network
 /// decisions written.
 pub struct Services {
@@ -63,7 +64,8 @@ impl Control {
             tokio::spawn(host_networks_service(Arc::clone(self), shutdown.clone())),
             tokio::spawn(crate::audit::retention_service(Arc::clone(self), shutdown.clone())),
             tokio::spawn(crate::events::events_service(Arc::clone(self), shutdown.clone())),
-            tokio::spawn(crate::delivery::webhook_service(Arc::clone(self), shutdown)),
+            tokio::spawn(crate::delivery::webhook_service(Arc::clone(self), shutdown.clone())),
+            tokio::spawn(crate::sampler::sampler_service(Arc::clone(self), shutdown)),
         ];
         let (drain, draining) = watch::channel(false);
         let mut drains = Vec::new();

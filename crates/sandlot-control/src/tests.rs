@@ -658,7 +658,11 @@ async fn services_end_on_shutdown_and_deaths_are_handled_until_they_finish() {
     let h = harness();
     let (tx, rx) = tokio::sync::watch::channel(false);
     let services = h.control.start_services(rx);
-    assert_eq!(services.len(), 7, "expiry, host networks, retention, events, webhooks, network audit, deaths");
+    assert_eq!(
+        services.len(),
+        8,
+        "expiry, host networks, retention, events, webhooks, metrics sampler, network audit, deaths"
+    );
     let id = h.persistent().await;
     tx.send(true).unwrap();
     // Sandboxes stop during shutdown: a supervisor that dies then still has its death handled.
@@ -927,4 +931,30 @@ async fn terminal_connections_are_capped_per_sandbox_and_kept_per_tenant() {
     let start = log.iter().find(|e| e.action == "exec.start" && e.detail["pid"] == proc.handle).unwrap();
     assert_eq!(start.detail["terminal"], true);
     assert!(log.iter().any(|e| e.action == "terminal.attach" && e.detail["pid"] == proc.handle));
+}
+
+/// The sampler keeps a ring per running sandbox, answers its owner only, and lets a deleted sandbox's
+/// samples go at the next pass.
+#[tokio::test]
+async fn sampler_rings_are_per_sandbox_tenant_scoped_and_freed_on_delete() {
+    let h = harness();
+    let (a, b) = (h.sandbox().await, h.sandbox().await);
+    let c = &h.control;
+    let first = c.sample_pass(true).await;
+    assert_eq!(first.sandboxes, 2);
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    c.sample_pass(false).await;
+    let got = c.sandbox_samples(&h.alice, &a, None).unwrap();
+    assert_eq!((got.samples.len(), got.state, got.limits.memory_bytes), (2, SandboxState::Running, 512 << 20));
+    let since = got.samples[0].at_ms;
+    assert_eq!(c.sandbox_samples(&h.alice, &a, Some(since)).unwrap().samples.len(), 1, "since is exclusive");
+    assert_eq!(c.sandbox_samples(&h.bob, &a, None).unwrap_err().kind, Kind::NotFound);
+    let report = c.metrics_report().unwrap();
+    assert_eq!(report.sandboxes.len(), 2);
+    assert_eq!(report.tenants["alice"].sandboxes["running"], 2);
+    assert!(report.sandboxes_by_state.contains(&("running", 2)));
+    c.delete(&h.alice, &b).await.unwrap();
+    c.sample_pass(false).await;
+    assert_eq!(crate::lock(c.samples_for_tests()).len(), 1, "the deleted sandbox's ring is gone");
+    assert_eq!(c.metrics_report().unwrap().sandboxes.len(), 1);
 }

@@ -108,8 +108,24 @@ pub struct Usage {
     pub memory_bytes: Option<u64>,
     /// Of that, page cache, bytes.
     pub cache_bytes: u64,
-    /// Bytes its writable layer references (`None` without the layers volume).
+    /// Bytes its writable layer references (`None` without the layers volume, or not asked for).
     pub disk_bytes: Option<u64>,
+    /// CPU quota periods elapsed with runnable tasks (`None`: unknown here).
+    pub cpu_periods: Option<u64>,
+    /// Of those, periods in which it was throttled.
+    pub cpu_throttled_periods: Option<u64>,
+    /// Time it spent throttled, microseconds.
+    pub cpu_throttled_usec: Option<u64>,
+    /// Most memory charged at once since it started, bytes.
+    pub memory_peak_bytes: Option<u64>,
+    /// Memory limit of its commands, bytes, as the host enforces it.
+    pub memory_limit_bytes: Option<u64>,
+    /// OOM kills so far.
+    pub oom_kills: Option<u64>,
+    /// Processes and threads now.
+    pub pids: Option<u64>,
+    /// Process limit of its commands, as the host enforces it.
+    pub pids_limit: Option<u64>,
 }
 
 /// What the engine asks of one running sandbox.
@@ -118,8 +134,9 @@ pub trait Instance: Send + Sync {
     fn slot(&self) -> u32;
     /// OOM kills in the sandbox so far.
     fn oom_kills(&self) -> u64;
-    /// What it uses now. Blocking.
-    fn usage(&self) -> Usage;
+    /// What it uses now; the writable layer's size only when `disk` (it may cost a process spawn).
+    /// Blocking.
+    fn usage(&self, disk: bool) -> Usage;
     /// Freezes (`true`) or thaws every process. Blocking.
     fn freeze(&self, frozen: bool) -> Result<(), EngineError>;
     /// Kills every process of the sandbox (pid 1 first). Returns at once.

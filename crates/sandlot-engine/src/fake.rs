@@ -392,7 +392,7 @@ impl Instance for FakeInstance {
         lock(&self.driver.host).ooms.get(&self.id).copied().unwrap_or(0)
     }
 
-    fn usage(&self) -> crate::driver::Usage {
+    fn usage(&self, _disk: bool) -> crate::driver::Usage {
         // A fake sandbox runs nothing: it uses nothing, and says so rather than inventing figures.
         crate::driver::Usage::default()
     }

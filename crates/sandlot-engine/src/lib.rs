@@ -25,7 +25,7 @@ use std::time::Duration;
 pub use driver::{Driver, Resources, SnapshotTaken, Usage};
 pub use network::{NetEvent, NetworkSettings, Policy, PolicyError};
 pub use process::{Follow, Process, ProcessMeta, RawEvent};
-pub use sandbox::{ExecSpec, FileStream, Sandbox, WatchStream};
+pub use sandbox::{ExecSpec, FileStream, NetCounters, Sandbox, WatchStream};
 /// Categories of file-operation failure, in [`EngineError::File`].
 pub use sandlot_protocol::FileErrorKind;
 
@@ -371,7 +371,21 @@ impl Engine {
     pub async fn usage(&self, id: &str) -> Result<Usage, EngineError> {
         let sb = self.get(id).ok_or(EngineError::NotRunning)?;
         let instance = sb.instance();
-        Ok(tokio::task::spawn_blocking(move || instance.usage()).await?)
+        Ok(tokio::task::spawn_blocking(move || instance.usage(true)).await?)
+    }
+
+    /// What every running sandbox uses now, with its network's counters: one blocking task reads them
+    /// all, one after the other (the sampler's pass; it never holds the sandbox map while reading).
+    /// The writable layer's size is read only for the sandboxes `disk` names.
+    pub async fn usage_all(&self, disk: impl Fn(&str) -> bool) -> Vec<(String, Usage, NetCounters)> {
+        type Reading = (String, Arc<dyn driver::Instance>, NetCounters, bool);
+        let running: Vec<Reading> =
+            self.map().values().map(|sb| (sb.id.clone(), sb.instance(), sb.net_counters(), disk(&sb.id))).collect();
+        tokio::task::spawn_blocking(move || {
+            running.into_iter().map(|(id, instance, net, disk)| (id, instance.usage(disk), net)).collect()
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// Freezes (`true`) or thaws every process of running sandbox `id`.

@@ -395,18 +395,25 @@ impl Instance for LinuxInstance {
         self.cgroup.oom_kills()
     }
 
-    fn usage(&self) -> crate::driver::Usage {
-        let cg = self.cgroup.usage();
+    fn usage(&self, disk: bool) -> crate::driver::Usage {
+        let cg = self.cgroup.stats();
         crate::driver::Usage {
             cpu_usec: cg.cpu_usec,
             memory_bytes: cg.memory_bytes,
             cache_bytes: cg.cache_bytes,
             // As btrfs accounted it at its last commit (at most 30 s old); without the layers volume
             // the layer is a plain directory whose size nothing tracks.
-            disk_bytes: self
-                .has_volume
+            disk_bytes: (disk && self.has_volume)
                 .then(|| sandlot_linux::volume::referenced_bytes(&self.layer.dir).ok())
                 .flatten(),
+            cpu_periods: cg.cpu_periods,
+            cpu_throttled_periods: cg.cpu_throttled_periods,
+            cpu_throttled_usec: cg.cpu_throttled_usec,
+            memory_peak_bytes: cg.memory_peak_bytes,
+            memory_limit_bytes: cg.memory_limit_bytes,
+            oom_kills: cg.oom_kills,
+            pids: cg.pids,
+            pids_limit: cg.pids_limit,
         }
     }
 

@@ -287,6 +287,15 @@ impl SandboxCgroup {
         }
     }
 
+    /// Everything metrics report of the sandbox's cgroup (see [`crate::cgroup_stats`] for which file
+    /// gives what on each hierarchy).
+    pub fn stats(&self) -> crate::cgroup_stats::CgroupStats {
+        if self.v2 {
+            return crate::cgroup_stats::read_v2(&self.dirs[0].1, WORK);
+        }
+        crate::cgroup_stats::read_v1(|ctrl| self.dirs.iter().find(|(c, _)| *c == ctrl).map(|(_, d)| d.clone()), WORK)
+    }
+
     /// Freezes (`true`) or thaws every process of the sandbox and waits until the kernel reports the
     /// new state: frozen processes keep their memory and use no CPU.
     pub fn freeze(&self, frozen: bool) -> Result<(), CgroupError> {

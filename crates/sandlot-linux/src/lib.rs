@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod cgroup;
+pub mod cgroup_stats;
 pub mod container;
 pub mod doctor;
 pub mod idmap;

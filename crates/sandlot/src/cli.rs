@@ -10,6 +10,7 @@ mod e2b;
 mod events;
 mod image;
 mod mcp;
+mod metrics;
 mod network;
 mod output;
 mod run;

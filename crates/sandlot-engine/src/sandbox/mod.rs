@@ -23,6 +23,19 @@ pub use processes::ExecSpec;
 pub use transfers::FileStream;
 pub use watches::WatchStream;
 
+/// What a sandbox's network has carried, counted by the egress proxy as bytes move.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetCounters {
+    /// Bytes from the sandbox to the outside, so far.
+    pub bytes_out: u64,
+    /// Bytes from the outside to the sandbox, so far.
+    pub bytes_in: u64,
+    /// TCP connections open through the proxy now.
+    pub connections_open: u64,
+    /// TCP connections the sandbox has opened so far (allowed or refused).
+    pub connections: u64,
+}
+
 /// A running sandbox.
 pub struct Sandbox {
     /// Its id.
@@ -68,6 +81,17 @@ impl Sandbox {
     pub fn net_bytes(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
         self.net().map_or((0, 0), |n| (n.bytes_out.load(Relaxed), n.bytes_in.load(Relaxed)))
+    }
+
+    /// Its network's counters now (all zero while it has none).
+    pub fn net_counters(&self) -> NetCounters {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.net().map_or_else(NetCounters::default, |n| NetCounters {
+            bytes_out: n.bytes_out.load(Relaxed),
+            bytes_in: n.bytes_in.load(Relaxed),
+            connections_open: n.connections_open(),
+            connections: n.connections.load(Relaxed),
+        })
     }
 
     /// Unix ms of the last output of any process (0 if none yet).

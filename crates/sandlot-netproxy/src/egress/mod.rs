@@ -114,6 +114,8 @@ pub struct SandboxNet {
     pub bytes_out: Arc<AtomicU64>,
     /// Bytes from the outside to the sandbox.
     pub bytes_in: Arc<AtomicU64>,
+    /// TCP connections the sandbox has opened through the proxy (allowed or not).
+    pub connections: AtomicU64,
     /// When a refused UDP destination was last recorded.
     udp_seen: Mutex<HashMap<SocketAddr, tokio::time::Instant>>,
     /// Idle upstream connections of brokered hosts.
@@ -147,6 +149,7 @@ impl SandboxNet {
             events,
             bytes_out: Default::default(),
             bytes_in: Default::default(),
+            connections: Default::default(),
             udp_seen: Mutex::default(),
             upstreams: Default::default(),
             open: Default::default(),
@@ -160,6 +163,11 @@ impl SandboxNet {
     /// Replaces the policy; it applies to new connections and lookups.
     pub fn set_policy(&self, policy: Policy) {
         *write_lock(&self.policy) = Arc::new(policy);
+    }
+
+    /// TCP connections open through the proxy now.
+    pub fn connections_open(&self) -> u64 {
+        self.open.load(Ordering::Relaxed) as u64
     }
 
     fn policy(&self) -> Arc<Policy> {

@@ -35,6 +35,7 @@ impl SandboxNet {
                 return;
             }
         };
+        self.connections.fetch_add(1, Ordering::Relaxed);
         let Some(permit) = Permit::take(&self.open, MAX_CONNECTIONS) else {
             let dst = stream.local_addr().map(|a| unmap(a).to_string()).unwrap_or_default();
             let reason = format!("more than {MAX_CONNECTIONS} connections open at once");

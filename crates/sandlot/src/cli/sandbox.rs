@@ -6,6 +6,7 @@ use sandlot_client::api::{SandboxInfo, SandboxList};
 use sandlot_client::ErrorKind;
 
 use super::cp::{self, CpArgs};
+use super::metrics::{metrics, MetricsArgs, METRICS_LONG};
 use super::network::{network, NetworkArgs, NetworkCmdArgs, NETWORK_LONG};
 use super::output::{now_ms, print_json, print_table, short_duration, utc_time};
 use super::run::{self, CommandArgs, LimitArgs};
@@ -116,6 +117,9 @@ sandlot sandbox expose sb_abc123 8000")]
     /// Show or replace a sandbox's network policy.
     #[command(long_about = NETWORK_LONG)]
     Network(NetworkCmdArgs),
+    /// Show a sandbox's recent CPU, memory, process, disk and network samples.
+    #[command(long_about = METRICS_LONG)]
+    Metrics(MetricsArgs),
     /// List snapshots.
     #[command(
         long_about = "List the snapshots of your tenant, newest first.\n\nExample:\n  sandlot sandbox snapshots --json"
@@ -195,6 +199,7 @@ impl SandboxCmd {
             SandboxCmd::Fork(args) => &args.conn,
             SandboxCmd::Expose(args) => &args.conn,
             SandboxCmd::Network(args) => &args.conn,
+            SandboxCmd::Metrics(args) => &args.conn,
             SandboxCmd::Snapshots(args) => &args.conn,
         }
     }
@@ -304,6 +309,7 @@ pub(super) fn execute(cmd: SandboxCmd) -> anyhow::Result<i32> {
         SandboxCmd::Fork(args) => fork(args),
         SandboxCmd::Expose(args) => expose(args),
         SandboxCmd::Network(args) => network(args),
+        SandboxCmd::Metrics(args) => metrics(args),
         SandboxCmd::Snapshots(args) => snapshots(args),
         SandboxCmd::RmSnapshot(args) => rm_snapshots(args),
     }

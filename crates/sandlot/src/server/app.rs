@@ -18,6 +18,8 @@ pub struct App {
     pub e2b: super::e2b::E2bSettings,
     /// Cancelled when the server stops: ends every MCP session and its open event streams.
     pub mcp_shutdown: tokio_util::sync::CancellationToken,
+    /// Start time and request latencies, for `GET /metrics`.
+    pub http_metrics: Arc<super::metrics::HttpMetrics>,
 }
 
 pub type AppState = Arc<App>;

@@ -13,8 +13,10 @@ mod images;
 mod keys;
 mod listener;
 mod mcp;
+mod metrics;
 pub mod openapi;
 mod ports;
+mod prometheus;
 mod pty;
 mod sandboxes;
 mod snapshots;
@@ -220,6 +222,19 @@ pub struct ServeArgs {
     /// Longest one webhook attempt may take (connect, TLS, request, answer), in seconds.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub webhook_timeout_s: u64,
+    /// Seconds between two samples of every running sandbox's CPU, memory, processes, disk and
+    /// network (`GET /v1/sandboxes/{id}/metrics`, `GET /metrics`). One pass reads them all, one after
+    /// the other, on one thread.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub metrics_interval_s: u64,
+    /// Seconds of samples kept per sandbox (at most 3600 intervals); a deleted sandbox's go at the
+    /// next pass.
+    #[arg(long, default_value_t = 3600)]
+    pub metrics_window_s: u64,
+    /// File holding a token (16 characters or more) that authorises `GET /metrics` besides the admin
+    /// key, for a Prometheus scraper: `Authorization: Bearer <token>`. Keep it readable by root only.
+    #[arg(long, value_name = "PATH")]
+    pub metrics_token_file: Option<PathBuf>,
     /// TESTING ONLY: the network proxy refuses to dial anything outside loopback (and logs it as a bug).
     #[arg(long, hide = true)]
     pub test_loopback_only: bool,
@@ -288,8 +303,26 @@ impl ServeArgs {
             default_image: self.default_image.clone(),
             degraded: Vec::new(),
             events: self.events_config()?,
+            metrics: self.metrics_config()?,
         };
         Ok(cfg.validate()?)
+    }
+
+    /// The sampler's settings, with the scrape token read from `--metrics-token-file`.
+    fn metrics_config(&self) -> anyhow::Result<sandlot_control::MetricsConfig> {
+        let scrape_token = match &self.metrics_token_file {
+            None => None,
+            Some(f) => {
+                let text =
+                    std::fs::read_to_string(f).with_context(|| format!("--metrics-token-file {}", f.display()))?;
+                Some(text.trim().to_string())
+            }
+        };
+        Ok(sandlot_control::MetricsConfig {
+            interval: Duration::from_secs(self.metrics_interval_s),
+            window: Duration::from_secs(self.metrics_window_s),
+            scrape_token,
+        })
     }
 }
 
@@ -537,6 +570,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
         spool_dir: state_dir.join("blobs"),
         e2b: e2b_settings,
         mcp_shutdown: tokio_util::sync::CancellationToken::new(),
+        http_metrics: Default::default(),
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let services = control.start_services(shutdown_rx.clone());
@@ -699,15 +733,20 @@ fn router(app: AppState) -> Router {
         .route("/v1/sandboxes/{id}/files/watch", get(files::watch))
         .route("/v1/sandboxes/{id}/files/mkdir", post(files::mkdir))
         .route("/v1/sandboxes/{id}/files/move", post(files::rename))
+        .route("/v1/sandboxes/{id}/metrics", get(metrics::samples))
+        .route("/metrics", get(metrics::prometheus))
         .merge(uploads)
         .merge(ui::routes())
         .merge(mcp::routes(&app, app.mcp_shutdown.clone()))
         .nest("/e2b", e2b::control_plane())
+        .route_layer(axum::middleware::from_fn(metrics::matched_route))
         .fallback(|| async { ApiError::not_found("route") })
         .method_not_allowed_fallback(|| async { error::method_not_allowed() })
         .layer(DefaultBodyLimit::max(16 << 20))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), ports::by_host))
         // Outermost: a request naming an E2B sandbox never reaches the native routes.
         .layer(axum::middleware::from_fn_with_state((Arc::clone(&app), e2b::envd_router(&app)), e2b::by_sandbox))
+        // Outside even that: every request's latency, by the route template the inner layer found.
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&app.http_metrics), metrics::observe))
         .with_state(app)
 }

@@ -68,6 +68,7 @@ mod tests {
             spool_dir: dir.path().to_path_buf(),
             e2b: e2b::E2bSettings::new(&[], None).unwrap(),
             mcp_shutdown: tokio_util::sync::CancellationToken::new(),
+            http_metrics: Default::default(),
         });
         Server { router: router(app), admin_key, _dir: dir }
     }

@@ -16,6 +16,8 @@
 //!   accounts, trust store and pip, shared by its sandboxes without a copy.
 //! - [`isolation`]: what a sandbox cannot see or reach of the host and of other sandboxes.
 //! - [`limits`]: memory, CPU, processes, disk, command and sandbox time limits.
+//! - [`metrics`]: sampled CPU, memory, processes, OOM kills and egress moving; tenant scoping;
+//!   `GET /metrics`'s authorisation and series.
 //! - [`network`]: egress policy, DNS, SNI/Host binding, always-denied ranges, credential brokering,
 //!   previews, per-sandbox bounds (one module per subject).
 //! - [`lifecycle`]: delete, stop/resume, pause, fork, supervisor death, graceful shutdown, crash and
@@ -40,6 +42,7 @@ mod images_debian;
 mod isolation;
 mod lifecycle;
 mod limits;
+mod metrics;
 mod network;
 mod processes;
 mod pty;
