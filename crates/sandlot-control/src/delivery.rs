@@ -78,6 +78,11 @@ impl Target {
         })
     }
 
+    /// The path and query sent.
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+
     /// The host, if it is an IP address.
     pub(crate) fn literal_ip(&self) -> Option<IpAddr> {
         self.host.parse().ok()
@@ -163,16 +168,16 @@ impl Sender {
             .await
             .map_err(|e| Failure::Retry(format!("resolving {}: {e}", target.host)))?
             .collect();
-        let allowed: Vec<_> = if self.control.cfg.events.webhook_allow_private {
-            addrs
-        } else {
-            addrs.into_iter().filter(|a| sandlot_oci::registry::is_public(a.ip())).collect()
-        };
+        let allow_private = self.control.cfg.events.webhook_allow_private;
+        let host_net = |ip| self.control.engine.host_network_of(ip);
+        let allowed: Vec<_> =
+            addrs.into_iter().filter(|a| crate::webhooks::may_call(a.ip(), allow_private, &host_net)).collect();
         if allowed.is_empty() {
             // The addresses stay out of the message: a tenant must not map internal DNS through it.
             return Err(Failure::Refused(format!(
-                "{} resolves to no public address; this server does not call loopback, private or link-local \
-                 targets (an admin can allow them with --webhook-allow-private)",
+                "{} resolves to no address this server calls: not loopback, private or link-local targets, nor \
+                 the server's own addresses, on-link networks or gateways (an admin can allow them with \
+                 --webhook-allow-private)",
                 target.host
             )));
         }
@@ -241,8 +246,10 @@ impl Sender {
             let will_retry = !ok && retryable && attempt < cfg.webhook_attempts;
             let d =
                 Delivery { event_id: ev.id, kind: ev.kind, attempt, at_ms, status, error, duration_ms, ok, will_retry };
-            if let Err(e) = self.control.store.record_delivery(&hook.id, &d) {
-                tracing::error!(webhook = %hook.id, "logging a delivery: {e}");
+            match self.control.store.record_delivery(&hook.id, &d, crate::events::DELIVERIES_KEPT) {
+                Ok(true) => {}
+                Ok(false) => return, // deleted during the attempt
+                Err(e) => tracing::error!(webhook = %hook.id, "logging a delivery: {e}"),
             }
             if !will_retry {
                 if !ok {
@@ -303,24 +310,26 @@ async fn worker(sender: Arc<Sender>, id: String) {
         // Read first: every event up to it is committed, so an empty read below may skip to it.
         let upto = store.last_event_id();
         let filter = EventFilter { tenant: Some(&hook.tenant), sandbox_id: None, kinds: &hook.kinds };
-        let batch = match store.list_events(&filter, hook.cursor, BATCH) {
-            Ok(b) => b,
+        let page = match store.list_events(&filter, hook.cursor, BATCH) {
+            Ok(p) => p,
             Err(e) => {
                 tracing::error!(webhook = %id, "reading events: {e}");
                 tokio::time::sleep(IDLE_RECHECK).await;
                 continue;
             }
         };
-        if batch.is_empty() {
+        if page.events.is_empty() {
             // Past the events of other tenants and kinds, so the next read starts after them.
-            if let Ok(upto) = upto {
-                if upto > hook.cursor {
-                    let _ = store.advance_webhook(&id, upto);
-                }
+            let next = page.next(hook.cursor, upto.unwrap_or(hook.cursor));
+            if next > hook.cursor {
+                let _ = store.advance_webhook(&id, next);
             }
-            let _ = tokio::time::timeout(IDLE_RECHECK, latest.changed()).await;
+            if page.scanned_to.is_none() {
+                let _ = tokio::time::timeout(IDLE_RECHECK, latest.changed()).await;
+            }
             continue;
         }
+        let batch = page.events;
         for ev in batch {
             sender.deliver(&hook, &target, &ev).await;
             match store.advance_webhook(&id, ev.id) {

@@ -91,6 +91,27 @@ impl EventsConfig {
     }
 }
 
+/// Reads of events with `wait_s` one tenant may have waiting at once.
+pub const MAX_WAITERS_PER_TENANT: usize = 16;
+
+/// A waiting read's slot (see `Control::waiter`).
+pub(crate) struct Waiter {
+    hub: Arc<Hub>,
+    tenant: String,
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut waiters = lock(&self.hub.waiters);
+        if let Some(n) = waiters.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                waiters.remove(&self.tenant);
+            }
+        }
+    }
+}
+
 /// What the control layer keeps of events in memory.
 pub(crate) struct Hub {
     /// The newest event's id: deliveries wait on it.
@@ -99,11 +120,18 @@ pub(crate) struct Hub {
     ooms: Mutex<HashMap<String, (i32, u64)>>,
     /// A webhook was created or deleted: the delivery service reads the list again.
     pub(crate) hooks_changed: tokio::sync::Notify,
+    /// Per tenant: its reads waiting for an event.
+    waiters: Mutex<HashMap<String, usize>>,
 }
 
 impl Default for Hub {
     fn default() -> Self {
-        Hub { latest: watch::Sender::new(0), ooms: Mutex::default(), hooks_changed: Default::default() }
+        Hub {
+            latest: watch::Sender::new(0),
+            ooms: Mutex::default(),
+            hooks_changed: Default::default(),
+            waiters: Mutex::default(),
+        }
     }
 }
 
@@ -158,7 +186,7 @@ impl Control {
     }
 
     /// The events the caller may read after `q.since`, oldest first, and the cursor of the next read.
-    pub async fn events(&self, caller: &Caller, q: EventQuery) -> Result<EventList> {
+    pub async fn events(self: &Arc<Self>, caller: &Caller, q: EventQuery) -> Result<EventList> {
         let tenant = match (&q.tenant, caller.admin) {
             (Some(t), true) => Some(t.clone()),
             (None, true) => None,
@@ -168,26 +196,57 @@ impl Control {
             (_, false) => Some(caller.tenant.clone()),
         };
         let kinds = q.kind.as_deref().map(parse_kinds).transpose()?.unwrap_or_default();
-        let since = q.since.unwrap_or(0).max(0);
+        let mut since = q.since.unwrap_or(0).max(0);
         let limit = q.limit.unwrap_or(100).clamp(1, MAX_LIMIT);
         let wait = Duration::from_secs(q.wait_s.unwrap_or(0).min(MAX_WAIT_S));
-        let filter = EventFilter { tenant: tenant.as_deref(), sandbox_id: q.sandbox_id.as_deref(), kinds: &kinds };
+        // A waiting read holds a connection and wakes at every event: a tenant has a few at once.
+        let _waiter = if wait.is_zero() { None } else { Some(self.waiter(&caller.tenant)?) };
+        let query = Arc::new((tenant, q.sandbox_id, kinds));
         // Subscribed before the first read: an event written between the read and the wait wakes it.
         let mut latest = self.events.latest.subscribe();
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            // Read first: every event up to it is committed, so an empty read may move the cursor
-            // past the other tenants' and kinds' events it skipped.
-            let upto = self.store.last_event_id()?;
-            let events = self.store.list_events(&filter, since, limit)?;
-            if !events.is_empty() || tokio::time::Instant::now() >= deadline {
-                let next = events.last().map_or(since.max(upto), |e| e.id);
-                return Ok(EventList { events, next });
+            let (c, query) = (Arc::clone(self), Arc::clone(&query));
+            // The store is one connection behind a mutex: its reads block, off the runtime's workers.
+            let (upto, page) = tokio::task::spawn_blocking(move || -> Result<_> {
+                let (tenant, sandbox_id, kinds) = &*query;
+                let filter = EventFilter { tenant: tenant.as_deref(), sandbox_id: sandbox_id.as_deref(), kinds };
+                // Read first: every event up to it is committed, so an empty read that saw every row
+                // may move the cursor past the other tenants' and kinds' events it skipped.
+                let upto = c.store.last_event_id()?;
+                Ok((upto, c.store.list_events(&filter, since, limit)?))
+            })
+            .await
+            .map_err(|e| Error::internal(format!("reading events: {e}")))??;
+            let next = page.next(since, upto);
+            if !page.events.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(EventList { events: page.events, next });
+            }
+            // Nothing matched up to `next`: the next read starts there, never over the same rows; a
+            // read that stopped at its window goes on with the next window before it waits.
+            since = next;
+            if page.scanned_to.is_some() {
+                continue;
             }
             if tokio::time::timeout_at(deadline, latest.changed()).await.is_err() {
                 continue; // one last read at the deadline
             }
         }
+    }
+
+    /// A slot of `tenant`'s waiting reads, given back when dropped; past [`MAX_WAITERS_PER_TENANT`],
+    /// a limit error.
+    pub(crate) fn waiter(&self, tenant: &str) -> Result<Waiter> {
+        let mut waiters = lock(&self.events.waiters);
+        let n = waiters.entry(tenant.to_string()).or_insert(0);
+        if *n >= MAX_WAITERS_PER_TENANT {
+            return Err(Error::limit(format!(
+                "tenant {tenant} has {MAX_WAITERS_PER_TENANT} reads of events waiting (wait_s) already, the most \
+                 this server allows; wait for one to answer, or read without wait_s"
+            )));
+        }
+        *n += 1;
+        Ok(Waiter { hub: Arc::clone(&self.events), tenant: tenant.to_string() })
     }
 
     /// Emits an `oom` event for each running sandbox whose OOM-kill counter rose since the last look.

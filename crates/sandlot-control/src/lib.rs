@@ -77,7 +77,7 @@ pub struct Control {
     /// then cost no store write.
     access_secret: std::sync::OnceLock<[u8; 32]>,
     /// Lifecycle events: the newest id (wakes the webhook deliveries) and the OOM counts seen.
-    events: events::Hub,
+    events: Arc<events::Hub>,
     /// Every sandbox's recent metrics samples (the sampler service fills them).
     samples: sampler::Samples,
     /// This control layer itself, for work that outlives the call that starts it (watching a start

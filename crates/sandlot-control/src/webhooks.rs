@@ -5,6 +5,8 @@
 //! user info, and a literal loopback/private/link-local address is refused unless the admin allows
 //! private targets), and again where it is dialled (the address a name resolves to).
 
+use std::net::IpAddr;
+
 use rand::RngCore;
 use sandlot_api::{CreateWebhook, DeliveryList, Webhook, WebhookList};
 use sandlot_store::{now_ms, WebhookRow};
@@ -30,20 +32,36 @@ fn view(row: WebhookRow, secret: Option<String>) -> Webhook {
     }
 }
 
+/// Whether webhooks may call `ip`: a public address (unless `allow_private`), and none of the host's
+/// own (`host_net`: its addresses, on-link networks and default gateways, the egress proxy's
+/// always-denied list) unless `allow_private`. An IPv4-mapped IPv6 address is judged as its IPv4.
+pub(crate) fn may_call(ip: IpAddr, allow_private: bool, host_net: &dyn Fn(IpAddr) -> Option<String>) -> bool {
+    let ip = ip.to_canonical();
+    allow_private || (sandlot_oci::registry::is_public(ip) && host_net(ip).is_none())
+}
+
 /// Checks a webhook URL as registered: what is refused here is refused for every caller, whatever
 /// the name resolves to later (that is checked at each delivery).
-pub(crate) fn check_url(url: &str, allow_private: bool) -> Result<Target> {
+pub(crate) fn check_url(url: &str, allow_private: bool, host_net: &dyn Fn(IpAddr) -> Option<String>) -> Result<Target> {
     if url.len() > MAX_URL_BYTES {
         return Err(Error::invalid(format!("the webhook URL is {} bytes; at most {MAX_URL_BYTES}", url.len())));
     }
     let target = Target::parse(url).map_err(Error::invalid)?;
     if !allow_private {
         if let Some(ip) = target.literal_ip() {
-            if !sandlot_oci::registry::is_public(ip) {
+            if !sandlot_oci::registry::is_public(ip.to_canonical()) {
                 return Err(Error::invalid(format!(
                     "webhook URL {url:?} targets {ip}, a loopback, private, link-local or otherwise non-public \
                      address, which this server does not call; give a public address or name (an admin can allow \
                      private targets with `sandlot serve --webhook-allow-private`)"
+                )));
+            }
+            if !may_call(ip, false, host_net) {
+                return Err(Error::invalid(format!(
+                    "webhook URL {url:?} targets {ip}, an address of this server's host or of a network it is on \
+                     (its own addresses, on-link networks and gateways), which webhooks do not call; give a \
+                     receiver outside them (an admin can allow such targets with `sandlot serve \
+                     --webhook-allow-private`)"
                 )));
             }
         } else if target.host == "localhost" || target.host.ends_with(".localhost") {
@@ -56,11 +74,21 @@ pub(crate) fn check_url(url: &str, allow_private: bool) -> Result<Target> {
     Ok(target)
 }
 
+/// What the audit log keeps of a webhook URL: `scheme://host:port` and a SHA-256 of the path and
+/// query, where receivers (Slack, Discord, Zapier) put their credential.
+pub(crate) fn audit_target(target: &Target) -> serde_json::Value {
+    let digest = ring::digest::digest(&ring::digest::SHA256, target.path().as_bytes());
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let scheme = if target.tls { "https" } else { "http" };
+    let host = if target.host.contains(':') { format!("[{}]", target.host) } else { target.host.clone() };
+    json!({"target": format!("{scheme}://{host}:{}", target.port), "path_sha256": hex})
+}
+
 impl Control {
     /// Registers a webhook for the caller's tenant; the answer holds the secret only when the server
     /// made it.
     pub fn create_webhook(&self, caller: &Caller, req: CreateWebhook) -> Result<Webhook> {
-        check_url(&req.url, self.cfg.events.webhook_allow_private)?;
+        let target = check_url(&req.url, self.cfg.events.webhook_allow_private, &|ip| self.engine.host_network_of(ip))?;
         let made = req.secret.is_none();
         let secret = match req.secret {
             Some(s) if SECRET_BYTES.contains(&s.len()) => s,
@@ -103,7 +131,7 @@ impl Control {
             &caller.tenant,
             None,
             "webhook.create",
-            &json!({"id": row.id, "url": row.url, "events": row.kinds, "secret_generated": made}),
+            &json!({"id": row.id, "url": audit_target(&target), "events": row.kinds, "secret_generated": made}),
         )?;
         self.events.hooks_changed.notify_one();
         Ok(view(row, made.then_some(secret)))
@@ -132,7 +160,9 @@ impl Control {
         if !self.store.delete_webhook(Some(&row.tenant), id)? {
             return Err(Error::not_found(&format!("webhook {id}")));
         }
-        let detail = json!({"id": id, "url": row.url, "by_admin": caller.admin && caller.tenant != row.tenant});
+        // A stored URL that no longer parses is audited as nothing rather than in full.
+        let url = Target::parse(&row.url).map_or(serde_json::Value::Null, |t| audit_target(&t));
+        let detail = json!({"id": id, "url": url, "by_admin": caller.admin && caller.tenant != row.tenant});
         self.audit(&row.tenant, None, "webhook.delete", &detail)?;
         self.events.hooks_changed.notify_one();
         Ok(())
@@ -162,13 +192,13 @@ mod tests {
             "http://localhost:8080/",
             "http://api.localhost/",
         ] {
-            let e = check_url(url, false).unwrap_err();
+            let e = check_url(url, false, &|_| None).unwrap_err();
             assert_eq!(e.kind, Kind::Invalid, "{url}");
             assert!(e.message.contains("--webhook-allow-private"), "{url}: {}", e.message);
-            check_url(url, true).unwrap();
+            check_url(url, true, &|_| None).unwrap();
         }
-        check_url("https://hooks.example.com/sandlot", false).unwrap();
-        check_url("http://93.184.216.34:8443/x?y=1", false).unwrap();
+        check_url("https://hooks.example.com/sandlot", false, &|_| None).unwrap();
+        check_url("http://93.184.216.34:8443/x?y=1", false, &|_| None).unwrap();
     }
 
     #[test]
@@ -179,10 +209,42 @@ mod tests {
             ("example.com/hook", "http"),
             ("https:///nohost", "host"),
         ] {
-            let e = check_url(url, true).unwrap_err();
+            let e = check_url(url, true, &|_| None).unwrap_err();
             assert!(e.message.contains(says), "{url}: {}", e.message);
         }
         let long = format!("https://example.com/{}", "a".repeat(MAX_URL_BYTES));
-        assert!(check_url(&long, true).unwrap_err().message.contains("at most"));
+        assert!(check_url(&long, true, &|_| None).unwrap_err().message.contains("at most"));
+    }
+
+    #[test]
+    fn the_hosts_own_networks_are_refused_unless_private_targets_are_allowed() {
+        let host: &dyn Fn(IpAddr) -> Option<String> = &|ip| match ip {
+            IpAddr::V4(v4) if v4.octets()[..3] == [93, 184, 216] => Some("93.184.216.0/24".into()),
+            IpAddr::V6(v6) if v6.segments()[0] == 0x2a00 => Some("2a00::/16".into()),
+            _ => None,
+        };
+        for url in ["http://93.184.216.34:7423/metrics", "https://[2a00::5]/", "http://[::ffff:93.184.216.7]/"] {
+            let e = check_url(url, false, host).unwrap_err();
+            assert!(e.message.contains("network it is on") || e.message.contains("non-public"), "{url}: {}", e.message);
+            check_url(url, true, host).unwrap();
+        }
+        check_url("http://93.184.217.1/", false, host).unwrap();
+        // At delivery, the resolved addresses pass the same test.
+        assert!(!may_call("93.184.216.1".parse().unwrap(), false, host));
+        assert!(!may_call("::ffff:93.184.216.1".parse().unwrap(), false, host));
+        assert!(may_call("93.184.216.1".parse().unwrap(), true, host));
+        assert!(may_call("93.184.217.1".parse().unwrap(), false, host));
+        assert!(!may_call("127.0.0.1".parse().unwrap(), false, host));
+    }
+
+    #[test]
+    fn the_audit_keeps_where_a_url_points_but_not_its_path() {
+        let t = Target::parse("https://hooks.slack.com/services/T000/B000/XXXXsecret?token=abc").unwrap();
+        let a = audit_target(&t);
+        assert_eq!(a["target"], "https://hooks.slack.com:443");
+        assert_eq!(a["path_sha256"].as_str().unwrap().len(), 64);
+        assert!(!a.to_string().contains("XXXXsecret") && !a.to_string().contains("abc"), "{a}");
+        let v6 = audit_target(&Target::parse("http://[2001:db8::1]:8080/x").unwrap());
+        assert_eq!(v6["target"], "http://[2001:db8::1]:8080");
     }
 }

@@ -61,6 +61,8 @@ struct Host {
     running: BTreeMap<String, Arc<Peer>>,
     /// OOM kills by sandbox, as a test reports them.
     ooms: BTreeMap<String, u64>,
+    /// The host's own addresses and networks, as a test sets them.
+    host_networks: Vec<(std::net::IpAddr, u8)>,
 }
 
 /// The fake driver (see the module's documentation).
@@ -75,6 +77,11 @@ impl FakeDriver {
     /// A fake host with nothing on it.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Makes `nets` the fake host's own addresses and networks (read by `Engine::refresh_host_networks`).
+    pub fn set_host_networks(&self, nets: Vec<(std::net::IpAddr, u8)>) {
+        lock(&self.host).host_networks = nets;
     }
 
     /// Everything asked so far, in order.
@@ -278,7 +285,7 @@ impl Driver for FakeDriver {
     }
 
     fn host_networks(&self) -> Vec<(std::net::IpAddr, u8)> {
-        Vec::new()
+        lock(&self.host).host_networks.clone()
     }
 
     fn shutdown(&self) {}

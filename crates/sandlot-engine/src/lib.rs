@@ -189,6 +189,12 @@ impl Engine {
         (!now.is_empty() && nets.replace(now)).then(|| nets.list())
     }
 
+    /// The host network (its own address, an on-link network or a default gateway) holding `ip`,
+    /// as CIDR text: what sandboxes are always denied, and webhooks too.
+    pub fn host_network_of(&self, ip: std::net::IpAddr) -> Option<String> {
+        self.cfg.net.host_nets.find(ip).map(|c| c.to_string())
+    }
+
     /// The host networks always denied to sandboxes, for the log.
     pub fn host_networks(&self) -> Vec<String> {
         self.cfg.net.host_nets.list()

@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::Connection;
 
 pub use audit::{audit_argv, audit_head, AUDIT_LIST_BYTES};
-pub use events::EventFilter;
+pub use events::{EventFilter, EventPage, EVENTS_SCANNED_MAX};
 pub use images::{ImageRow, PUBLIC};
 pub use keys::{Auth, Principal};
 pub use sandboxes::SandboxRecord;

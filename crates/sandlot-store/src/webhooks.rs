@@ -123,11 +123,14 @@ impl Store {
         Ok(n > 0)
     }
 
-    /// Logs one delivery attempt of webhook `id`.
-    pub fn record_delivery(&self, id: &str, d: &Delivery) -> Result<()> {
-        self.conn().execute(
+    /// Logs one delivery attempt of webhook `id`, and keeps its newest `keep` attempts only; `false`
+    /// (nothing logged) when the webhook is gone: an attempt in flight at its deletion leaves no row.
+    pub fn record_delivery(&self, id: &str, d: &Delivery, keep: u64) -> Result<bool> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let n = tx.execute(
             "INSERT INTO webhook_deliveries(webhook_id, event_id, kind, attempt, at_ms, status, error, duration_ms, ok, will_retry)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 WHERE EXISTS (SELECT 1 FROM webhooks WHERE id = ?1)",
             params![
                 id,
                 d.event_id,
@@ -141,7 +144,16 @@ impl Store {
                 d.will_retry
             ],
         )?;
-        Ok(())
+        if n > 0 {
+            // Through `webhook_deliveries_hook`: the rows past the newest `keep` of this webhook.
+            tx.execute(
+                "DELETE FROM webhook_deliveries WHERE webhook_id = ?1 AND seq <= (SELECT seq FROM webhook_deliveries
+                   WHERE webhook_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+                params![id, keep as i64],
+            )?;
+        }
+        tx.commit()?;
+        Ok(n > 0)
     }
 
     /// The newest `limit` attempts of webhook `id`, newest first.
@@ -258,7 +270,7 @@ mod tests {
         assert_eq!(s.get_webhook(None, "wh_1").unwrap().unwrap().cursor, 9, "a cursor never goes back");
 
         for attempt in 1..=4 {
-            s.record_delivery("wh_1", &delivery(9, attempt)).unwrap();
+            assert!(s.record_delivery("wh_1", &delivery(9, attempt), 10).unwrap());
         }
         let log = s.list_deliveries("wh_1", 10).unwrap();
         assert_eq!(log.iter().map(|d| d.attempt).collect::<Vec<_>>(), [4, 3, 2, 1]);
@@ -270,5 +282,35 @@ mod tests {
         assert!(s.delete_webhook(Some("a"), "wh_1").unwrap());
         assert!(s.list_deliveries("wh_1", 10).unwrap().is_empty());
         assert!(!s.advance_webhook("wh_1", 10).unwrap());
+    }
+
+    #[test]
+    fn a_delivery_log_stays_bounded_and_leaves_no_rows_behind_its_webhook() {
+        let s = Store::open_in_memory().unwrap();
+        assert!(s.insert_webhook(&hook("wh_1", "a"), 10).unwrap());
+        assert!(s.insert_webhook(&hook("wh_2", "a"), 10).unwrap());
+        // Each attempt logged trims the webhook's log to its newest `keep` rows, at once.
+        for attempt in 1..=7 {
+            assert!(s.record_delivery("wh_1", &delivery(9, attempt), 3).unwrap());
+        }
+        s.record_delivery("wh_2", &delivery(9, 1), 3).unwrap();
+        let log = s.list_deliveries("wh_1", 100).unwrap();
+        assert_eq!(log.iter().map(|d| d.attempt).collect::<Vec<_>>(), [7, 6, 5]);
+        assert_eq!(s.list_deliveries("wh_2", 100).unwrap().len(), 1, "another webhook's log is its own");
+        // Deleting a webhook deletes its log; an attempt that ends after the deletion logs nothing.
+        assert!(s.delete_webhook(None, "wh_1").unwrap());
+        assert!(!s.record_delivery("wh_1", &delivery(9, 8), 3).unwrap());
+        assert!(s.list_deliveries("wh_1", 100).unwrap().is_empty());
+        // Rows of a webhook that is gone (an older server's) go in the pruning pass.
+        s.conn()
+            .execute(
+                "INSERT INTO webhook_deliveries(webhook_id, event_id, kind, attempt, at_ms, duration_ms, ok, will_retry)
+                 VALUES ('wh_gone', 1, 'created', 1, 0, 0, 0, 0)",
+                [],
+            )
+            .unwrap();
+        assert_eq!(s.prune_deliveries(3).unwrap(), 1);
+        assert!(s.list_deliveries("wh_gone", 100).unwrap().is_empty());
+        assert_eq!(s.list_deliveries("wh_2", 100).unwrap().len(), 1);
     }
 }

@@ -125,6 +125,84 @@ async fn a_read_with_wait_returns_when_an_event_comes() {
 }
 
 #[tokio::test]
+async fn reads_go_a_window_at_a_time_and_a_wait_never_reads_the_same_rows_twice() {
+    let h = harness();
+    let n = sandlot_store::EVENTS_SCANNED_MAX + 5;
+    for _ in 0..n {
+        h.control.store.insert_event("alice", "sb_x", EventKind::Created, &serde_json::json!({})).unwrap();
+    }
+    let last = h.control.store.insert_event("bob", "sb_y", EventKind::Created, &serde_json::json!({})).unwrap();
+    let failed = || EventQuery { kind: Some("failed".into()), ..Default::default() };
+    // Without a wait: an empty answer whose cursor is the end of the rows looked at, then the rest.
+    let first = h.control.events(&h.alice, failed()).await.unwrap();
+    assert!(first.events.is_empty());
+    assert_eq!(first.next, sandlot_store::EVENTS_SCANNED_MAX);
+    let second = h.control.events(&h.alice, EventQuery { since: Some(first.next), ..failed() }).await.unwrap();
+    assert_eq!((second.events.len() as i64, second.next), (0, last));
+    // With a wait: window after window, then the wait, from the newest id looked at.
+    let t0 = std::time::Instant::now();
+    let waited = h.control.events(&h.alice, EventQuery { wait_s: Some(1), ..failed() }).await.unwrap();
+    assert_eq!((waited.events.len(), waited.next), (0, last));
+    assert!(t0.elapsed() >= Duration::from_millis(900));
+}
+
+#[tokio::test]
+async fn waiting_reads_are_capped_per_tenant() {
+    let h = harness();
+    let held: Vec<_> = (0..crate::events::MAX_WAITERS_PER_TENANT).map(|_| h.control.waiter("alice").unwrap()).collect();
+    let q = || EventQuery { wait_s: Some(30), ..Default::default() };
+    let e = h.control.events(&h.alice, q()).await.unwrap_err();
+    assert_eq!(e.kind, Kind::LimitReached);
+    assert!(e.message.contains("without wait_s"), "{}", e.message);
+    // A read without a wait, and another tenant's waits, are not held up.
+    h.control.events(&h.alice, EventQuery::default()).await.unwrap();
+    drop(h.control.waiter("bob").unwrap());
+    drop(held);
+    let control = std::sync::Arc::clone(&h.control);
+    let alice = h.alice.clone();
+    let waiting = tokio::spawn(async move { control.events(&alice, q()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    h.sandbox().await;
+    assert_eq!(waiting.await.unwrap().unwrap().events[0].kind, EventKind::Created, "the slots were given back");
+}
+
+#[tokio::test]
+async fn webhooks_to_the_hosts_own_networks_are_refused_and_audits_keep_no_url_path() {
+    let h = harness();
+    // The fake host's own address and networks, as the egress proxy reads them (public ones: the
+    // loopback and private ranges are refused anyway). Nothing is sent to them.
+    h.driver.set_host_networks(vec![
+        ("93.184.216.34".parse().unwrap(), 32),
+        ("93.184.216.0".parse().unwrap(), 24),
+        ("2a00:1450:4001::".parse().unwrap(), 48),
+    ]);
+    h.control.engine.refresh_host_networks().await.unwrap();
+    let req = |url: &str| CreateWebhook { url: url.into(), ..Default::default() };
+    for url in ["http://93.184.216.34:7423/metrics", "http://93.184.216.200/admin", "https://[2a00:1450:4001::9]/"] {
+        let e = h.control.create_webhook(&h.alice, req(url)).unwrap_err();
+        assert_eq!(e.kind, Kind::Invalid, "{url}");
+        assert!(
+            e.message.contains("network it is on") && e.message.contains("--webhook-allow-private"),
+            "{}",
+            e.message
+        );
+    }
+    let hook =
+        h.control.create_webhook(&h.alice, req("https://hooks.example.com/services/T0/B0/SECRETPATH?k=v")).unwrap();
+    assert!(hook.url.contains("SECRETPATH"), "the owner still reads the URL");
+    h.control.delete_webhook(&h.alice, &hook.id).unwrap();
+    let rows = h.control.audit_log(&h.alice, None, Some(100)).unwrap().entries;
+    let hooks: Vec<_> = rows.iter().filter(|e| e.action.starts_with("webhook.")).collect();
+    assert_eq!(hooks.len(), 2);
+    for e in hooks {
+        let d = e.detail.to_string();
+        assert!(!d.contains("SECRETPATH") && !d.contains("k=v"), "{d}");
+        assert_eq!(e.detail["url"]["target"], "https://hooks.example.com:443", "{d}");
+        assert_eq!(e.detail["url"]["path_sha256"].as_str().unwrap().len(), 64, "{d}");
+    }
+}
+
+#[tokio::test]
 async fn events_past_the_count_per_tenant_are_pruned() {
     let cfg = Config { events: EventsConfig { max_per_tenant: 2, ..Default::default() }, ..test_config() };
     let h = harness_with(cfg, HOST);
