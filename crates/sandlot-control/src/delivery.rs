@@ -307,11 +307,22 @@ async fn worker(sender: Arc<Sender>, id: String) {
         let Ok(target) = Target::parse(&hook.url) else {
             return tracing::error!(webhook = %id, "stored URL {:?} does not parse; nothing is delivered", hook.url);
         };
-        // Read first: every event up to it is committed, so an empty read below may skip to it.
-        let upto = store.last_event_id();
-        let filter = EventFilter { tenant: Some(&hook.tenant), sandbox_id: None, kinds: &hook.kinds };
-        let page = match store.list_events(&filter, hook.cursor, BATCH) {
-            Ok(p) => p,
+        // Read first: every event up to it is committed, so an empty read below may skip to it. The
+        // store blocks: off the runtime's workers.
+        let (c, tenant, kinds, cursor) = (Arc::clone(&control), hook.tenant.clone(), hook.kinds.clone(), hook.cursor);
+        let read = tokio::task::spawn_blocking(move || {
+            let upto = c.store.last_event_id();
+            let filter = EventFilter { tenant: Some(&tenant), sandbox_id: None, kinds: &kinds };
+            (upto, c.store.list_events(&filter, cursor, BATCH))
+        })
+        .await;
+        let (upto, page) = match read {
+            Ok((upto, Ok(p))) => (upto, p),
+            Ok((_, Err(e))) => {
+                tracing::error!(webhook = %id, "reading events: {e}");
+                tokio::time::sleep(IDLE_RECHECK).await;
+                continue;
+            }
             Err(e) => {
                 tracing::error!(webhook = %id, "reading events: {e}");
                 tokio::time::sleep(IDLE_RECHECK).await;
