@@ -169,6 +169,10 @@ test('the sandbox page: overview, command output and file names as text, file do
   const bytes = new Uint8Array(4096).map((_, i) => (i * 7 + (i >> 8)) & 255)
   await api('PUT', `/v1/sandboxes/${sb.id}/files?path=data.bin`, bytes, { 'Content-Type': 'application/octet-stream' })
   await api('PUT', `/v1/sandboxes/${sb.id}/files?path=notes/readme.txt`, 'hello from the sandbox\n')
+  await api('PUT', `/v1/sandboxes/${sb.id}/files?path=notes/grows.txt`, 'small at first\n')
+  // A name that reads as a PDF but saves as .exe, through a right-to-left override.
+  const BIDI_NAME = 'invoice\u202Efdp.exe'
+  await api('PUT', `/v1/sandboxes/${sb.id}/files?path=${encodeURIComponent(BIDI_NAME)}`, 'MZ')
 
   await page.click(`tr[data-id="${sb.id}"] a`)
   await until(() => document.querySelector('#overview dd'), null, 'the overview')
@@ -214,11 +218,27 @@ test('the sandbox page: overview, command output and file names as text, file do
   await new Promise((r) => setTimeout(r, 200))
   assert.deepEqual(new Uint8Array(fs.readFileSync(saved)), bytes)
 
+  // The override is not kept in the saved name.
+  await page.$$eval('#file-rows tr[data-name]', (rows, n) => rows.find((r) => r.dataset.name === n).querySelector('button.download').click(), BIDI_NAME)
+  const bidiSaved = path.join(downloads, 'invoice_fdp.exe')
+  const bidiDeadline = Date.now() + 15_000
+  while (!fs.existsSync(bidiSaved)) {
+    assert.ok(Date.now() < bidiDeadline, `no download at ${bidiSaved}: ${fs.readdirSync(downloads)}`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  assert.ok(!fs.readdirSync(downloads).some((f) => f.includes('\u202E')), fs.readdirSync(downloads).join(','))
+
   // Into a directory and a text preview.
   await page.click('#file-rows tr[data-name="notes"] a')
   await until(() => document.querySelector('#file-rows tr[data-name="readme.txt"]'), null, 'the notes directory')
   await page.$$eval('#file-rows tr[data-name="readme.txt"] button', (b) => b.find((x) => x.textContent === 'View').click())
   assert.equal(await until(() => document.getElementById('file-preview')?.textContent, null, 'the preview'), 'hello from the sandbox\n')
+  // A file that grew past the preview's cap after it was listed: the page reads only the cap.
+  await api('PUT', `/v1/sandboxes/${sb.id}/files?path=notes/grows.txt`, 'y'.repeat(4 << 20))
+  await page.$$eval('#file-rows tr[data-name="grows.txt"] button', (b) => b.find((x) => x.textContent === 'View').click())
+  const grown = await until(() => { const t = document.getElementById('file-preview')?.textContent; return t && t.startsWith('y') && t }, null, 'the grown file preview')
+  assert.ok(grown.length <= 256 * 1024 + 200, `the preview held ${grown.length} characters`)
+  assert.match(grown, /grew past/)
 
   // Back up to the home directory.
   await page.$$eval('#file-rows a.dir', (a) => a.find((x) => x.textContent === '..').click())

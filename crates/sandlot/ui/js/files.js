@@ -27,10 +27,47 @@ function join(dir, name) {
   return dir === '/' ? '/' + name : dir + '/' + name
 }
 
+// A sandbox-chosen file name made safe to save under: control characters and the bidirectional
+// overrides and isolates (which can make `invoice\u202Efdp.exe` read as `invoice.pdf` while it
+// saves as .exe) become `_`; an empty or dot-only name becomes `download`.
+export function safeName(name) {
+  const clean = String(name).replace(/[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, '_')
+  return /^[.\s]*$/.test(clean) ? 'download' : clean
+}
+
+// Reads at most `max` bytes of a response body, cancelling the rest: a file that grew after it was
+// listed cannot make the page hold more than that.
+async function readAtMost(resp, max) {
+  const reader = resp.body.getReader()
+  const parts = []
+  let have = 0
+  let cut = false
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    parts.push(value)
+    have += value.length
+    if (have > max) {
+      cut = true
+      await reader.cancel()
+      break
+    }
+  }
+  const buf = new Uint8Array(Math.min(have, max))
+  let at = 0
+  for (const p of parts) {
+    const take = p.subarray(0, buf.length - at)
+    buf.set(take, at)
+    at += take.length
+    if (at === buf.length) break
+  }
+  return { buf, cut }
+}
+
 // Saves bytes under a name through a blob: URL.
 function save(blob, name) {
   const url = URL.createObjectURL(blob)
-  const a = h('a', { href: url, download: name, hidden: true })
+  const a = h('a', { href: url, download: safeName(name), hidden: true })
   document.body.append(a)
   a.click()
   a.remove()
@@ -94,8 +131,9 @@ export function filesBrowser(base) {
     }
     try {
       const resp = await api.raw(`${base}/files${api.qs({ path: entry.path, user: user() })}`)
-      const buf = new Uint8Array(await resp.arrayBuffer())
-      const text = new TextDecoder('utf-8', { fatal: false }).decode(buf)
+      const { buf, cut } = await readAtMost(resp, PREVIEW_MAX)
+      const text = new TextDecoder('utf-8', { fatal: false }).decode(buf) +
+        (cut ? `\n… (the file grew past ${fmt.bytes(PREVIEW_MAX)} since it was listed: download it to see the rest)` : '')
       const binary = buf.includes(0)
       replace(preview, h('div', { class: 'preview-head' }, h('strong', { class: 'mono' }, entry.path), ' ',
         on(h('button', { type: 'button', class: 'ghost small' }, 'Close'), 'click', () => replace(preview))),
