@@ -296,7 +296,8 @@ impl Drop for Tmux {
 
 /// `sandlot sandbox shell` under a real terminal (tmux, 100x30): the remote shell sees the window's
 /// size and follows a resize, runs what is typed, full-screen programs (busybox vi and top) draw and
-/// take keys, and `exit 3` ends the CLI with status 3 and the terminal back in cooked mode.
+/// take keys, and `exit 3` ends the CLI with status 3 and the terminal back in cooked mode, off the
+/// alternate screen, with the cursor shown and mouse reporting off though the shell left them on.
 #[test]
 fn the_cli_shell_works_under_a_real_terminal_and_gives_it_back() {
     if Command::new("tmux").arg("-V").output().is_err() {
@@ -353,8 +354,18 @@ fn the_cli_shell_works_under_a_real_terminal_and_gives_it_back() {
     tmux.keys(&["q"]);
     tmux.type_until("clear; echo top-quit-$((1+1))", "top-quit-2");
 
+    // A program that leaves the alternate screen, a hidden cursor and mouse reporting on: the CLI
+    // switches them off as it ends, and the earlier lines are on the screen again.
+    tmux.keys(&["printf '\\033[?1049h\\033[?25l\\033[?1000h'; echo alt-$((2+3))", "Enter"]);
+    tmux.wait_for("alt-5");
+    let modes = |tmux: &Tmux| {
+        tmux.run(&["display-message", "-p", "-t", "t", "#{alternate_on} #{cursor_flag} #{mouse_any_flag}"])
+    };
+    assert_eq!(modes(&tmux).trim(), "1 0 1", "the program's modes are on");
     tmux.keys(&["exit 3", "Enter"]);
     let pane = tmux.wait_for("cli-exit=3");
+    assert_eq!(modes(&tmux).trim(), "0 1 0", "the screen is given back:\n{pane}");
+    assert!(pane.contains("top-quit-2"), "the normal screen, with the earlier lines:\n{pane}");
     let stty = pane.split("cli-exit=3").nth(1).unwrap();
     let wait = Instant::now() + Duration::from_secs(10);
     let mut stty = stty.to_string();
