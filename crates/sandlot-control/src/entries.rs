@@ -14,11 +14,14 @@ pub(crate) struct Entry {
     /// Serialises its transitions: two concurrent resumes start it once.
     lock: Arc<tokio::sync::Mutex<()>>,
     /// Last API activity, Unix ms (idle timeouts; not persisted: no sandbox runs across a restart).
-    last_activity: AtomicI64,
+    pub(crate) last_activity: AtomicI64,
     /// Tokens of its preview URLs, by port (a restart invalidates them, as it stops every sandbox).
     port_tokens: Mutex<HashMap<u16, String>>,
     /// Terminal connections open on it (`terminal.rs`).
     pub(crate) terminals: std::sync::atomic::AtomicUsize,
+    /// Whether it is paused (frozen): set by pause, cleared by resume, so a terminal connection knows
+    /// without a store read that its sandbox takes no input now.
+    pub(crate) paused: std::sync::atomic::AtomicBool,
 }
 
 /// Every sandbox's entry, and per-tenant locks.
@@ -29,6 +32,8 @@ pub(crate) struct Entries {
     tenants: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Terminal connections open on all sandboxes together (`terminal.rs`).
     pub(crate) terminals: Arc<std::sync::atomic::AtomicUsize>,
+    /// Terminal connections open per tenant (`terminal.rs`); a tenant with none has no key.
+    pub(crate) tenant_terminals: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 impl Entries {
@@ -79,6 +84,13 @@ impl Entries {
         let Some(entry) = lock(&self.sandboxes).get(id).cloned() else { return false };
         let tokens = lock(&entry.port_tokens);
         tokens.get(&port).is_some_and(|t| t == token)
+    }
+
+    /// Marks sandbox `id` paused or not, if it has an entry.
+    pub(crate) fn set_paused(&self, id: &str, paused: bool) {
+        if let Some(e) = lock(&self.sandboxes).get(id) {
+            e.paused.store(paused, Ordering::SeqCst);
+        }
     }
 
     /// Forgets sandbox `id` (it ended for good). A task still waiting on its old lock re-reads the

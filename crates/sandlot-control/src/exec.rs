@@ -26,7 +26,7 @@ pub const MAX_LIST_BYTES: usize = 16 << 20;
 const PTY_CELLS: std::ops::RangeInclusive<u16> = 1..=1000;
 
 /// Checks a terminal size given by a caller.
-fn check_pty_size(rows: u16, cols: u16) -> Result<()> {
+pub(crate) fn check_pty_size(rows: u16, cols: u16) -> Result<()> {
     if !PTY_CELLS.contains(&rows) || !PTY_CELLS.contains(&cols) {
         return Err(Error::invalid(format!(
             "a terminal size must have rows and cols between {} and {}, got {rows}x{cols}",
@@ -345,7 +345,7 @@ impl Control {
     }
 
     /// The caller's running sandbox `id` and its process `pid`.
-    async fn running_process(
+    pub(crate) async fn running_process(
         &self,
         caller: &Caller,
         id: &str,

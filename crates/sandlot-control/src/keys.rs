@@ -93,6 +93,7 @@ impl Control {
             )));
         }
         self.store.revoke_key(id)?;
+        self.key_revocations.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.audit(&caller.tenant, None, "key.revoke", &json!({"id": id, "tenant": key.tenant}))?;
         Ok(())
     }

@@ -24,6 +24,7 @@ mod exec;
 mod files;
 pub mod images;
 mod keys;
+mod lease;
 mod lifecycle;
 mod metrics;
 mod network;
@@ -47,13 +48,16 @@ pub use config::{Config, ConfigError, Defaults};
 pub use error::{Error, Fault, Kind, Result};
 pub use exec::Started;
 pub use files::{SandboxPath, Upload};
+pub use lease::{KeyLease, LEASE_FULL_CHECK, LEASE_RECHECK};
 pub use lifecycle::Created;
 pub use ports::{Ports, Preview};
 pub use recovery::Recovered;
 pub use sampler::{MetricsConfig, MetricsReport};
 pub use sandlot_engine::{FileStream, Process, RawEvent, WatchStream};
 pub use services::Services;
-pub use terminal::{TerminalSlot, MAX_TERMINALS, MAX_TERMINALS_PER_SANDBOX, TERMINAL_SCROLLBACK_BYTES};
+pub use terminal::{
+    TerminalSlot, MAX_TERMINALS, MAX_TERMINALS_PER_SANDBOX, MAX_TERMINALS_PER_TENANT, TERMINAL_SCROLLBACK_BYTES,
+};
 
 /// Who is calling: the tenant an API key stands for. Surfaces get one from [`Control::authenticate`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +87,9 @@ pub struct Control {
     /// This control layer itself, for work that outlives the call that starts it (watching a start
     /// command started from `boot`, which borrows `self`).
     me: Weak<Control>,
+    /// Keys revoked through this control layer so far: a connection holding a key ([`KeyLease`])
+    /// reads its key again when this moves.
+    key_revocations: std::sync::atomic::AtomicU64,
 }
 
 impl Control {
@@ -109,6 +116,7 @@ impl Control {
             events: Default::default(),
             samples: Default::default(),
             me: me.clone(),
+            key_revocations: Default::default(),
         })
     }
 

@@ -265,6 +265,7 @@ impl Control {
                 return Err(e);
             }
         }
+        self.entries.set_paused(&id, false);
         let from = rec.info.state;
         // A lifetime is wall-clock: resuming keeps the deadline, so pause/resume cannot extend it. Only a
         // sandbox whose lifetime already ended (paused or stopped by expiry, resumed by its owner) starts
@@ -331,6 +332,7 @@ impl Control {
             Step::Go => {}
         }
         self.engine.freeze(&id, true).await?;
+        self.entries.set_paused(&id, true);
         self.store.set_state(&id, SandboxState::Paused, why)?;
         // For a pause by expiry, `stop_after_s` counts from now.
         self.store.touch(&id, now_ms())?;

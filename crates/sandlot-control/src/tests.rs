@@ -958,3 +958,75 @@ async fn sampler_rings_are_per_sandbox_tenant_scoped_and_freed_on_delete() {
     assert_eq!(crate::lock(c.samples_for_tests()).len(), 1, "the deleted sandbox's ring is gone");
     assert_eq!(c.metrics_report().unwrap().sandboxes.len(), 1);
 }
+
+/// A tenant's terminal connections are capped across its sandboxes (429 past the cap), another
+/// tenant keeps its own places, and every place comes back when dropped.
+#[tokio::test]
+async fn terminal_connections_are_capped_per_tenant() {
+    let h = harness();
+    let c = &h.control;
+    let per = crate::MAX_TERMINALS_PER_SANDBOX;
+    let mut slots = Vec::new();
+    for _ in 0..crate::MAX_TERMINALS_PER_TENANT.div_ceil(per) {
+        let id = h.sandbox().await;
+        let (proc, first) = c.open_terminal(&h.alice, &id, terminal(&["sleep", "60"])).await.unwrap();
+        slots.push(first);
+        while slots.len() % per != 0 && slots.len() < crate::MAX_TERMINALS_PER_TENANT {
+            slots.push(c.attach_terminal(&h.alice, &id, proc.handle).await.unwrap().1);
+        }
+    }
+    assert_eq!(slots.len(), crate::MAX_TERMINALS_PER_TENANT);
+    let spare = h.sandbox().await;
+    let e = c.open_terminal(&h.alice, &spare, terminal(&["true"])).await.err().unwrap();
+    assert_eq!(e.kind, Kind::LimitReached);
+    assert!(e.message.contains("tenant alice"), "{}", e.message);
+    assert_eq!(c.entries.existing(&spare).unwrap().terminals.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let theirs = h.control.create(&h.bob, CreateSandbox::default()).await.unwrap().info.id;
+    let (_, bobs) = c.open_terminal(&h.bob, &theirs, terminal(&["true"])).await.unwrap();
+    slots.pop();
+    slots.push(c.open_terminal(&h.alice, &spare, terminal(&["sleep", "60"])).await.unwrap().1);
+    drop((slots, bobs));
+    assert!(crate::lock(&c.entries.tenant_terminals).is_empty(), "no tenant keeps a count of zero");
+    assert_eq!(c.entries.terminals.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+/// What a terminal connection types goes to the process it opened with; while the sandbox is paused
+/// the write is refused (it does not auto-resume), and after the resume it goes through again.
+#[tokio::test]
+async fn terminal_input_follows_the_sandbox_paused_and_resumed() {
+    let h = harness();
+    let id = h.sandbox().await;
+    let c = &h.control;
+    let (proc, slot) = c.open_terminal(&h.alice, &id, terminal(&["sleep", "60"])).await.unwrap();
+    assert!(Arc::ptr_eq(&proc, slot.process()));
+    c.terminal_input(&h.alice, &slot, b"hi\n").await.unwrap();
+    c.terminal_resize(&h.alice, &slot, 30, 100).await.unwrap();
+    assert_eq!(c.terminal_resize(&h.alice, &slot, 0, 100).await.unwrap_err().kind, Kind::Invalid);
+    c.pause_sandbox(&h.alice, &id).await.unwrap();
+    let e = c.terminal_input(&h.alice, &slot, b"x").await.unwrap_err();
+    assert!(e.kind == Kind::Conflict && e.message.contains("paused"), "{}", e.message);
+    c.resume_sandbox(&h.alice, &id).await.unwrap();
+    c.terminal_input(&h.alice, &slot, b"again\n").await.unwrap();
+}
+
+/// A connection's key lease holds while the key works and fails once it is revoked or has expired.
+#[tokio::test]
+async fn a_key_lease_ends_with_revocation_or_expiry() {
+    let h = harness();
+    let admin = Caller { tenant: "admin".into(), admin: true };
+    let made =
+        h.control.create_key(&admin, &sandlot_api::CreateKey { tenant: "carol".into(), ..Default::default() }).unwrap();
+    let (caller, mut lease) = h.control.authenticate_lease(&made.key).unwrap();
+    assert_eq!((caller.tenant.as_str(), lease.id()), ("carol", made.id.as_str()));
+    h.control.recheck_key(&mut lease).unwrap();
+    h.control.revoke_key(&admin, &made.id).unwrap();
+    let e = h.control.recheck_key(&mut lease).unwrap_err();
+    assert!(e.kind == Kind::Unauthenticated && e.message.contains("revoked"), "{}", e.message);
+    let (key, _) = h.control.store.create_key_expiring("carol", false, Some(now_ms() + 200)).unwrap();
+    let (_, mut lease) = h.control.authenticate_lease(&key).unwrap();
+    h.control.recheck_key(&mut lease).unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let e = h.control.recheck_key(&mut lease).unwrap_err();
+    assert!(e.kind == Kind::Unauthenticated && e.message.contains("expired"), "{}", e.message);
+    assert_eq!(h.control.authenticate_lease("sl_nope").unwrap_err().kind, Kind::Unauthenticated);
+}

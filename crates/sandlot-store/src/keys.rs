@@ -43,6 +43,11 @@ fn key_id(digest: &str) -> String {
     format!("key_{}", &digest[..16])
 }
 
+/// The public id of API key `key` (as `GET /v1/keys` lists it).
+pub fn key_id_of(key: &str) -> String {
+    key_id(&digest(key))
+}
+
 fn random_token(prefix: &str) -> String {
     use rand::Rng;
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -143,6 +148,34 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
+    /// The key with id `id`, if there is one: one indexed read (the id is a prefix of the digest, the
+    /// table's primary key), cheap enough for long-lived connections to re-check their key often.
+    pub fn key_by_id(&self, id: &str) -> Result<Option<KeyInfo>> {
+        let Some(hex) = id.strip_prefix("key_").filter(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        else {
+            return Ok(None);
+        };
+        // Hex digits sort below `g`: every digest that starts with `hex` lies in [hex, hex + "g").
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT digest, prefix, tenant, admin, created_ms, expires_ms, last_used_ms, revoked_ms FROM api_keys
+             WHERE digest >= ?1 AND digest < ?2",
+        )?;
+        let mut rows = stmt.query_map(params![hex, format!("{hex}g")], |r| {
+            Ok(KeyInfo {
+                id: key_id(&r.get::<_, String>(0)?),
+                prefix: r.get(1)?,
+                tenant: r.get(2)?,
+                admin: r.get(3)?,
+                created_at_ms: r.get(4)?,
+                expires_at_ms: r.get(5)?,
+                last_used_at_ms: r.get(6)?,
+                revoked_at_ms: r.get(7)?,
+            })
+        })?;
+        Ok(rows.next().transpose()?)
+    }
+
     /// Revokes the key with id `id` (kept, marked, so its holder is told it was revoked); returns it
     /// as it was, or `None` if there is no such key.
     pub fn revoke_key(&self, id: &str) -> Result<Option<KeyInfo>> {
@@ -191,6 +224,13 @@ mod tests {
         assert_eq!(store.authenticate(&key).unwrap(), Auth::Valid(Principal { tenant: "acme".into(), admin: false }));
         assert!(matches!(store.authenticate(&admin).unwrap(), Auth::Valid(p) if p.admin));
         assert_eq!(store.authenticate("sl_wrong").unwrap(), Auth::Unknown);
+        let id = key_id_of(&key);
+        let info = store.key_by_id(&id).unwrap().expect("found by id");
+        assert_eq!((info.id.as_str(), info.tenant.as_str(), info.revoked_at_ms), (id.as_str(), "acme", None));
+        store.revoke_key(&id).unwrap();
+        assert!(store.key_by_id(&id).unwrap().unwrap().revoked_at_ms.is_some());
+        assert!(store.key_by_id("key_0000000000000000").unwrap().is_none());
+        assert!(store.key_by_id("key_%").unwrap().is_none());
         drop(store);
         let raw = std::fs::read(dir.path().join("s.db")).unwrap();
         let wal = std::fs::read(dir.path().join("s.db-wal")).unwrap_or_default();

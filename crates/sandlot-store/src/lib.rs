@@ -25,7 +25,7 @@ use rusqlite::Connection;
 pub use audit::{audit_argv, audit_head, AUDIT_LIST_BYTES};
 pub use events::{EventFilter, EventPage, EVENTS_SCANNED_MAX};
 pub use images::{ImageRow, PUBLIC};
-pub use keys::{Auth, Principal};
+pub use keys::{key_id_of, Auth, Principal};
 pub use sandboxes::SandboxRecord;
 pub use webhooks::{DeliveryRow, WebhookRow};
 

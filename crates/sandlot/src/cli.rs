@@ -13,8 +13,10 @@ mod mcp;
 mod metrics;
 mod network;
 mod output;
+pub(crate) use output::sanitize_text;
 mod run;
 mod sandbox;
+mod screen;
 mod shell;
 
 use std::fs;

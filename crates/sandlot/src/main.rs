@@ -81,7 +81,8 @@ fn main() {
         Command::Client(cmd) => match cli::execute(cmd) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("sandlot: {}", error_text(&e));
+                // The server's messages can quote what a sandbox chose (file names, argv).
+                eprintln!("sandlot: {}", cli::sanitize_text(&error_text(&e)));
                 1
             }
         },

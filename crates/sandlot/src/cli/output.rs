@@ -1,5 +1,8 @@
-//! Printing helpers: JSON, aligned tables, times and ages.
+//! Printing helpers: JSON, aligned tables, times and ages, and [`sanitize`] for text that came from
+//! the server (and often from inside a sandbox) on its way to a human's terminal.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -21,7 +24,50 @@ pub(super) fn print_table(headers: &[&str], rows: &[Vec<String>]) -> anyhow::Res
     Ok(())
 }
 
+/// Whether `c` must not reach a terminal as is: C0 controls (but `\t` and `\n` when `lines`), DEL,
+/// C1 controls, and the bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069), which
+/// reorder what follows them on screen.
+fn unsafe_char(c: char, lines: bool) -> bool {
+    match c {
+        '\t' | '\n' => !lines,
+        '\0'..='\x1f' | '\x7f'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => true,
+        _ => false,
+    }
+}
+
+fn sanitized(s: &str, lines: bool) -> Cow<'_, str> {
+    if !s.chars().any(|c| unsafe_char(c, lines)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if unsafe_char(c, lines) {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `s` made safe for a human's terminal: every control character (tabs and newlines included) and
+/// every bidirectional override or isolate is written as a visible escape (`\u{1b}`, `\u{202e}`), so
+/// server text (file names, argv, reasons chosen inside a sandbox) cannot move the cursor, set the
+/// title, write the clipboard or reorder the line. For table cells and one-line messages; `--json`
+/// output, the terminal stream of `sandbox shell` and `sandbox exec` passthrough stay raw by design.
+pub(crate) fn sanitize(s: &str) -> Cow<'_, str> {
+    sanitized(s, false)
+}
+
+/// [`sanitize`] that keeps tabs and newlines (multi-line messages such as errors).
+pub(crate) fn sanitize_text(s: &str) -> Cow<'_, str> {
+    sanitized(s, true)
+}
+
 fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> =
+        rows.iter().map(|row| row.iter().map(|cell| sanitize(cell).into_owned()).collect()).collect();
+    let rows = rows.as_slice();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -75,6 +121,24 @@ pub(super) fn utc_time(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sanitize_escapes_controls_and_bidi_overrides_only() {
+        assert!(matches!(sanitize("plain é 日本 -_./"), Cow::Borrowed(_)));
+        assert_eq!(sanitize("a\x1b]52;c;SGVsbG8=\x07b"), "a\\u{1b}]52;c;SGVsbG8=\\u{7}b");
+        assert_eq!(sanitize("x\x1b[2J\ty\nz\r\x7f"), "x\\u{1b}[2J\\u{9}y\\u{a}z\\u{d}\\u{7f}");
+        assert_eq!(sanitize("\u{9b}31m\u{85}"), "\\u{9b}31m\\u{85}", "C1 controls");
+        assert_eq!(sanitize("invoice\u{202e}fdp.exe"), "invoice\\u{202e}fdp.exe");
+        assert_eq!(sanitize("\u{202a}\u{2066}\u{2069}"), "\\u{202a}\\u{2066}\\u{2069}");
+        assert_eq!(sanitize("\u{a0}\u{2065}\u{206a}"), "\u{a0}\u{2065}\u{206a}", "neighbours kept");
+        assert_eq!(sanitize_text("line one\n\tline two\x1b[H"), "line one\n\tline two\\u{1b}[H");
+    }
+
+    #[test]
+    fn table_cells_are_sanitized() {
+        let t = table(&["NAME", "ARGV"], &[vec!["a\x1b[31m".into(), "x\ny\u{202e}".into()]]);
+        assert_eq!(t, "NAME          ARGV\na\\u{1b}[31m   x\\u{a}y\\u{202e}\n");
+    }
 
     #[test]
     fn tables_align_columns() {

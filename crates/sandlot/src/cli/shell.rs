@@ -4,7 +4,9 @@
 //! One thread polls standard input, the connection and a socket that signals arrive on (SIGWINCH
 //! resizes, SIGTERM/SIGHUP/SIGINT/SIGQUIT detach). When standard input is a terminal it is put in raw
 //! mode (every key, ^C included, goes to the sandbox) and restored on every way out: the shell's
-//! exit, an error, a signal, a panic.
+//! exit, an error, a signal, a panic. When standard output is a terminal, the screen modes a
+//! full-screen program may have left on are switched off on the same ways out (`screen.rs`); what the
+//! server says about the session (`note`) is sanitized, the terminal's own bytes are not.
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -16,6 +18,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use rustix::termios::{self, OptionalActions, Termios};
 use sandlot_client::{Terminal, TerminalEvent, TerminalOptions};
 
+use super::output::sanitize;
+use super::screen::{self, AltScreen, ScreenReset};
 use super::{parse_key_value, Conn, Doing, UserArg};
 
 pub(super) const SHELL_LONG: &str = "\
@@ -23,7 +27,9 @@ Open an interactive terminal in a sandbox: by default the user's login shell (ba
 it, else sh), or CMD. Keys go to the sandbox as typed (raw mode: ^C, ^Z and ^D reach the remote \
 shell, not sandlot); the window's size follows yours, and TERM in the sandbox is xterm-256color unless \
 -e TERM=... says otherwise. sandlot exits with the shell's exit code (128+N \
-when signal N ended it) and always gives your terminal back as it was.
+when signal N ended it) and always gives your terminal back as it was: its settings, and the screen \
+modes a program in the sandbox may have left on (the alternate screen, mouse reporting, bracketed \
+paste, a hidden cursor, colours).
 
 The shell is a background process of the sandbox: if the connection drops, or sandlot gets SIGTERM or \
 SIGHUP, it runs on; attach again with --attach PID (its recent output is shown first). It ends when it \
@@ -77,6 +83,7 @@ impl RawMode {
         *SAVED.lock().unwrap_or_else(|p| p.into_inner()) = Some(saved);
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
+            screen::reset();
             restore();
             previous(info);
         }));
@@ -203,6 +210,16 @@ pub(super) fn shell(args: ShellArgs) -> anyhow::Result<i32> {
     }
     let outcome = {
         let _raw = if interactive { Some(RawMode::enter()?) } else { None };
+        // Dropped before `_raw`: the screen is reset, then the settings restored.
+        let _screen = termios::isatty(std::io::stdout().as_fd()).then(ScreenReset::arm);
+        if !interactive && _screen.is_some() {
+            // Without raw mode there is no hook of `RawMode`'s to reset the screen on a panic.
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                screen::reset();
+                previous(info);
+            }));
+        }
         pump(&mut term, &signals, interactive)
     };
     match outcome? {
@@ -228,7 +245,7 @@ pub(super) fn shell(args: ShellArgs) -> anyhow::Result<i32> {
 /// A line for the user while the terminal may be raw (`\r\n`).
 fn note(interactive: bool, text: &str) {
     let end = if interactive { "\r\n" } else { "\n" };
-    eprint!("sandlot: {text}{end}");
+    eprint!("sandlot: {}{end}", sanitize(text));
 }
 
 /// Moves bytes until the process ends, the connection closes or a signal says to stop.
@@ -239,6 +256,7 @@ fn pump(term: &mut Terminal, signals: &UnixStream, interactive: bool) -> anyhow:
     let mut stdin_open = true;
     let mut buf = vec![0u8; 16 << 10];
     let mut signals_in = signals;
+    let mut alt = AltScreen::default();
     loop {
         let mut sock_flags = PollFlags::POLLIN;
         if term.wants_flush() {
@@ -279,6 +297,7 @@ fn pump(term: &mut Terminal, signals: &UnixStream, interactive: bool) -> anyhow:
             while let Some(event) = term.read().doing("reading the terminal")? {
                 match event {
                     TerminalEvent::Output(bytes) => {
+                        alt.feed(&bytes);
                         stdout.write_all(&bytes).context("writing to standard output")?;
                         stdout.flush().context("writing to standard output")?;
                     }

@@ -10,9 +10,13 @@
 //! process's terminal takes input waits on its own TCP window); output is read from the process's
 //! scrollback at this connection's pace (a slow reader skips ahead, it never makes the process or
 //! another reader wait) and a connection that takes no frame for [`STALL`] is dropped.
+//!
+//! The sandbox and process are resolved once, when the connection opens: typing costs no store read
+//! (see `Control::terminal_input` for a sandbox paused meanwhile). The key is re-checked every
+//! [`LEASE_RECHECK`]: once it is revoked or expires, an `error` frame (`unauthenticated`) and a close
+//! (1008) end the connection; the process runs on, as after any disconnect.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -23,7 +27,7 @@ use sandlot_api::{
     codes, ExecEvent, ExecRequest, PtyClientMessage, PtyServerMessage, PtySize, User, PTY_BEARER_PREFIX,
     PTY_MAX_INPUT_FRAME, PTY_SUBPROTOCOL,
 };
-use sandlot_control::{Caller, Kind, Process, RawEvent, TerminalSlot};
+use sandlot_control::{Caller, KeyLease, Kind, RawEvent, TerminalSlot, LEASE_RECHECK};
 
 use super::app::AppState;
 use super::error::ApiError;
@@ -146,11 +150,12 @@ fn offered(headers: &HeaderMap) -> Vec<&str> {
 }
 
 /// The caller, from `Authorization: Bearer KEY` or else from the offered subprotocol
-/// `sandlot.bearer.KEY` (browsers cannot set headers on a WebSocket).
-fn caller(app: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+/// `sandlot.bearer.KEY` (browsers cannot set headers on a WebSocket), and the key's lease: the session
+/// re-checks it every [`LEASE_RECHECK`] and ends when the key is revoked or expires.
+fn caller(app: &AppState, headers: &HeaderMap) -> Result<(Caller, KeyLease), ApiError> {
     let unauthenticated = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, codes::UNAUTHENTICATED, m);
     match bearer_key(headers) {
-        Some(Some(key)) => return Ok(app.control.authenticate(key)?),
+        Some(Some(key)) => return Ok(app.control.authenticate_lease(key)?),
         Some(None) => return Err(unauthenticated("malformed Authorization header; expected `Bearer <API key>`")),
         None => {}
     }
@@ -166,7 +171,7 @@ fn caller(app: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
             "a key in the subprotocols needs `{PTY_SUBPROTOCOL}` offered too: the server selects that one"
         )));
     }
-    Ok(app.control.authenticate(key)?)
+    Ok(app.control.authenticate_lease(key)?)
 }
 
 pub async fn pty(
@@ -176,7 +181,7 @@ pub async fn pty(
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
-    let caller = caller(&app, &headers)?;
+    let (caller, lease) = caller(&app, &headers)?;
     let q = parse_query(raw.as_deref()).map_err(ApiError::invalid)?;
     let ws = ws.map_err(|e| {
         ApiError::invalid(format!(
@@ -184,15 +189,15 @@ pub async fn pty(
             e.body_text()
         ))
     })?;
-    let (proc, slot) = match q.pid {
+    let slot = match q.pid {
         Some(pid) => {
             let (proc, slot) = app.control.attach_terminal(&caller, &id, pid).await?;
             if let (Some(rows), Some(cols)) = (q.rows, q.cols) {
                 if proc.running() {
-                    app.control.resize(&caller, &id, pid, rows, cols).await?;
+                    app.control.terminal_resize(&caller, &slot, rows, cols).await?;
                 }
             }
-            (proc, slot)
+            slot
         }
         None => {
             let argv = match (q.cmd, q.argv.is_empty()) {
@@ -209,14 +214,14 @@ pub async fn pty(
                 pty: Some(size),
                 ..Default::default()
             };
-            app.control.open_terminal(&caller, &id, req).await?
+            app.control.open_terminal(&caller, &id, req).await?.1
         }
     };
     Ok(ws
         .protocols([PTY_SUBPROTOCOL])
         .max_message_size(PTY_MAX_INPUT_FRAME)
         .max_frame_size(PTY_MAX_INPUT_FRAME)
-        .on_upgrade(move |socket| session(socket, app, caller, id, proc, slot)))
+        .on_upgrade(move |socket| session(socket, app, caller, lease, slot)))
 }
 
 /// How a session ended.
@@ -231,19 +236,15 @@ enum End {
     Idle,
     /// The sandbox ended and the process's end never came.
     SandboxEnded,
+    /// The key the connection was opened with was revoked or expired (its `error` was sent).
+    KeyEnded,
 }
 
-async fn session(
-    mut socket: WebSocket,
-    app: AppState,
-    caller: Caller,
-    id: String,
-    proc: Arc<Process>,
-    slot: TerminalSlot,
-) {
-    let end = drive(&mut socket, &app, &caller, &id, &proc).await;
-    // The process (its scrollback) is not held while the close waits for a client.
-    drop(proc);
+async fn session(mut socket: WebSocket, app: AppState, caller: Caller, mut lease: KeyLease, slot: TerminalSlot) {
+    let end = drive(&mut socket, &app, &caller, &mut lease, &slot).await;
+    // The process (its scrollback) and the connection's place are not held while the close waits for
+    // a client.
+    drop(slot);
     let close = |code: u16, reason: &str| Message::Close(Some(CloseFrame { code, reason: reason.into() }));
     let last = match end {
         End::Exited => Some(close(1000, "exited")),
@@ -251,12 +252,15 @@ async fn session(
         End::Stalled => None,
         End::Idle => Some(close(1001, "idle: no frame or pong from the client")),
         End::SandboxEnded => Some(close(1011, "the sandbox ended")),
+        End::KeyEnded => Some(close(KEY_ENDED_CLOSE, "API key revoked or expired")),
     };
     if let Some(msg) = last {
         let _ = tokio::time::timeout(Duration::from_secs(2), socket.send(msg)).await;
     }
-    drop(slot);
 }
+
+/// The close code when the connection's key stops working: 1008, policy violation.
+const KEY_ENDED_CLOSE: u16 = 1008;
 
 fn text(msg: &PtyServerMessage) -> Message {
     Message::Text(serde_json::to_string(msg).expect("messages serialise").into())
@@ -275,8 +279,14 @@ fn error_message(e: &sandlot_control::Error) -> PtyServerMessage {
     PtyServerMessage::Error { code: e.kind.code().to_string(), message: e.message.clone() }
 }
 
-async fn drive(socket: &mut WebSocket, app: &AppState, caller: &Caller, id: &str, proc: &Arc<Process>) -> End {
-    match run(socket, app, caller, id, proc).await {
+async fn drive(
+    socket: &mut WebSocket,
+    app: &AppState,
+    caller: &Caller,
+    lease: &mut KeyLease,
+    slot: &TerminalSlot,
+) -> End {
+    match run(socket, app, caller, lease, slot).await {
         Ok(never) => match never {},
         Err(end) => end,
     }
@@ -286,14 +296,16 @@ async fn run(
     socket: &mut WebSocket,
     app: &AppState,
     caller: &Caller,
-    id: &str,
-    proc: &Arc<Process>,
+    lease: &mut KeyLease,
+    slot: &TerminalSlot,
 ) -> Result<std::convert::Infallible, End> {
+    let proc = slot.process();
     let pid = proc.handle;
     send(socket, text(&PtyServerMessage::Started { pid })).await?;
     let mut follow = proc.follow();
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
     let mut heard = tokio::time::Instant::now();
+    let mut recheck = tokio::time::interval_at(tokio::time::Instant::now() + LEASE_RECHECK, LEASE_RECHECK);
     let mut sandbox_ended: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
@@ -315,7 +327,7 @@ async fn run(
                 heard = tokio::time::Instant::now();
                 let reply = match msg {
                     None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Err(End::Gone),
-                    Some(Ok(Message::Binary(bytes))) => match app.control.stdin(caller, id, pid, &bytes, false).await {
+                    Some(Ok(Message::Binary(bytes))) => match app.control.terminal_input(caller, slot, &bytes).await {
                         Ok(()) => None,
                         // The process has ended or closed its input: its `exit` follows.
                         Err(e) if e.kind == Kind::Conflict && !proc.running() => None,
@@ -323,7 +335,7 @@ async fn run(
                     },
                     Some(Ok(Message::Text(t))) => match serde_json::from_str::<PtyClientMessage>(t.as_str()) {
                         Ok(PtyClientMessage::Resize { rows, cols }) => {
-                            match app.control.resize(caller, id, pid, rows, cols).await {
+                            match app.control.terminal_resize(caller, slot, rows, cols).await {
                                 Ok(()) => None,
                                 Err(e) if e.kind == Kind::Conflict && !proc.running() => None,
                                 Err(e) => Some(error_message(&e)),
@@ -341,6 +353,13 @@ async fn run(
                 };
                 if let Some(reply) = reply {
                     send(socket, text(&reply)).await?;
+                }
+            },
+            _ = recheck.tick() => {
+                if let Err(e) = app.control.recheck_key(lease) {
+                    tracing::info!(key = lease.id(), pid, "terminal closed: {}", e.message);
+                    send(socket, text(&error_message(&e))).await?;
+                    return Err(End::KeyEnded);
                 }
             },
             _ = ping.tick() => {

@@ -296,7 +296,8 @@ impl Drop for Tmux {
 
 /// `sandlot sandbox shell` under a real terminal (tmux, 100x30): the remote shell sees the window's
 /// size and follows a resize, runs what is typed, full-screen programs (busybox vi and top) draw and
-/// take keys, and `exit 3` ends the CLI with status 3 and the terminal back in cooked mode.
+/// take keys, and `exit 3` ends the CLI with status 3 and the terminal back in cooked mode, off the
+/// alternate screen, with the cursor shown and mouse reporting off though the shell left them on.
 #[test]
 fn the_cli_shell_works_under_a_real_terminal_and_gives_it_back() {
     if Command::new("tmux").arg("-V").output().is_err() {
@@ -353,8 +354,18 @@ fn the_cli_shell_works_under_a_real_terminal_and_gives_it_back() {
     tmux.keys(&["q"]);
     tmux.type_until("clear; echo top-quit-$((1+1))", "top-quit-2");
 
+    // A program that leaves the alternate screen, a hidden cursor and mouse reporting on: the CLI
+    // switches them off as it ends, and the earlier lines are on the screen again.
+    tmux.keys(&["printf '\\033[?1049h\\033[?25l\\033[?1000h'; echo alt-$((2+3))", "Enter"]);
+    tmux.wait_for("alt-5");
+    let modes = |tmux: &Tmux| {
+        tmux.run(&["display-message", "-p", "-t", "t", "#{alternate_on} #{cursor_flag} #{mouse_any_flag}"])
+    };
+    assert_eq!(modes(&tmux).trim(), "1 0 1", "the program's modes are on");
     tmux.keys(&["exit 3", "Enter"]);
     let pane = tmux.wait_for("cli-exit=3");
+    assert_eq!(modes(&tmux).trim(), "0 1 0", "the screen is given back:\n{pane}");
+    assert!(pane.contains("top-quit-2"), "the normal screen, with the earlier lines:\n{pane}");
     let stty = pane.split("cli-exit=3").nth(1).unwrap();
     let wait = Instant::now() + Duration::from_secs(10);
     let mut stty = stty.to_string();
@@ -459,4 +470,46 @@ fn a_terminal_resumes_its_sandbox_like_an_exec_and_ends_with_it() {
     let err = expect_error(plain.open_terminal(&shell(24, 80)), 409, "conflict");
     assert!(err.to_string().contains("paused"), "{err}");
     plain.delete().unwrap();
+}
+
+/// Revoking the key a terminal was opened with ends its connection within the re-check interval
+/// (5 s): an `error` frame (`unauthenticated`), then a close 1008. The process runs on: another key of
+/// the tenant still sees it and attaches to it, and the revoked key is refused (401).
+#[test]
+fn revoking_a_key_closes_the_terminals_it_opened_and_the_process_runs_on() {
+    let server = Server::start();
+    let admin = server.client();
+    let doomed = admin.create_key("carol").unwrap();
+    let kept = server.tenant_client("carol");
+    let sb = kept.create(&Default::default()).unwrap();
+    let path = format!("/v1/sandboxes/{}/pty?cmd=echo%20up%3B%20sleep%20120", sb.id());
+    let (mut ws, _) = raw_connect(&server, &path, Some(&doomed.key), None).unwrap();
+    let started: serde_json::Value = serde_json::from_str(ws.read().unwrap().to_text().unwrap()).unwrap();
+    let pid = started["pid"].as_u64().unwrap();
+    admin.revoke_key(&doomed.id).unwrap();
+    let revoked = Instant::now();
+    let mut error = None;
+    let close = loop {
+        match ws.read() {
+            Ok(tungstenite::Message::Text(t)) => error = Some(serde_json::from_str::<serde_json::Value>(&t).unwrap()),
+            Ok(tungstenite::Message::Close(frame)) => break frame.expect("a close frame with a code"),
+            Ok(_) => {}
+            Err(e) => panic!("the connection broke without a close: {e}"),
+        }
+    };
+    assert!(revoked.elapsed() < Duration::from_secs(8), "closed {:?} after the revocation", revoked.elapsed());
+    let error = error.expect("an error frame before the close");
+    assert_eq!((error["type"].as_str(), error["code"].as_str()), (Some("error"), Some("unauthenticated")), "{error}");
+    assert!(error["message"].as_str().unwrap().contains("revoked"), "{error}");
+    assert_eq!(u16::from(close.code), 1008, "{close:?}");
+    assert!(close.reason.contains("revoked"), "{close:?}");
+
+    let running = sb.processes().unwrap().into_iter().find(|p| p.pid == pid).expect("the process is listed");
+    assert!(running.running, "{running:?}");
+    let mut again = sb.attach_terminal(pid, None).unwrap();
+    read_until(&mut again, "up");
+    again.close();
+    let attach = format!("/v1/sandboxes/{}/pty?pid={pid}", sb.id());
+    assert_eq!(raw_connect(&server, &attach, Some(&doomed.key), None).err(), Some(401));
+    sb.delete().unwrap();
 }
