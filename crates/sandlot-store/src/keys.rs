@@ -39,6 +39,24 @@ fn digest(key: &str) -> String {
 
 /// A key's public id: derived from its digest (a hash of a hash of 238 random bits reveals nothing),
 /// so it needs no column and old keys have one too.
+/// The columns [`key_info`] reads, in its order.
+const KEY_INFO_SELECT: &str =
+    "SELECT digest, prefix, tenant, admin, created_ms, expires_ms, last_used_ms, revoked_ms FROM api_keys";
+
+/// A row of [`KEY_INFO_SELECT`] as the API shows a key (its id, never its digest).
+fn key_info(r: &rusqlite::Row<'_>) -> rusqlite::Result<KeyInfo> {
+    Ok(KeyInfo {
+        id: key_id(&r.get::<_, String>(0)?),
+        prefix: r.get(1)?,
+        tenant: r.get(2)?,
+        admin: r.get(3)?,
+        created_at_ms: r.get(4)?,
+        expires_at_ms: r.get(5)?,
+        last_used_at_ms: r.get(6)?,
+        revoked_at_ms: r.get(7)?,
+    })
+}
+
 fn key_id(digest: &str) -> String {
     format!("key_{}", &digest[..16])
 }
@@ -129,22 +147,9 @@ impl Store {
     /// API keys, of one tenant or all, oldest first (revoked ones included, marked).
     pub fn list_keys(&self, tenant: Option<&str>) -> Result<Vec<KeyInfo>> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT digest, prefix, tenant, admin, created_ms, expires_ms, last_used_ms, revoked_ms FROM api_keys
-             WHERE (?1 IS NULL OR tenant = ?1) ORDER BY created_ms, digest",
-        )?;
-        let rows = stmt.query_map(params![tenant], |r| {
-            Ok(KeyInfo {
-                id: key_id(&r.get::<_, String>(0)?),
-                prefix: r.get(1)?,
-                tenant: r.get(2)?,
-                admin: r.get(3)?,
-                created_at_ms: r.get(4)?,
-                expires_at_ms: r.get(5)?,
-                last_used_at_ms: r.get(6)?,
-                revoked_at_ms: r.get(7)?,
-            })
-        })?;
+        let mut stmt =
+            conn.prepare(&format!("{KEY_INFO_SELECT} WHERE (?1 IS NULL OR tenant = ?1) ORDER BY created_ms, digest"))?;
+        let rows = stmt.query_map(params![tenant], key_info)?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
@@ -157,22 +162,8 @@ impl Store {
         };
         // Hex digits sort below `g`: every digest that starts with `hex` lies in [hex, hex + "g").
         let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT digest, prefix, tenant, admin, created_ms, expires_ms, last_used_ms, revoked_ms FROM api_keys
-             WHERE digest >= ?1 AND digest < ?2",
-        )?;
-        let mut rows = stmt.query_map(params![hex, format!("{hex}g")], |r| {
-            Ok(KeyInfo {
-                id: key_id(&r.get::<_, String>(0)?),
-                prefix: r.get(1)?,
-                tenant: r.get(2)?,
-                admin: r.get(3)?,
-                created_at_ms: r.get(4)?,
-                expires_at_ms: r.get(5)?,
-                last_used_at_ms: r.get(6)?,
-                revoked_at_ms: r.get(7)?,
-            })
-        })?;
+        let mut stmt = conn.prepare(&format!("{KEY_INFO_SELECT} WHERE digest >= ?1 AND digest < ?2"))?;
+        let mut rows = stmt.query_map(params![hex, format!("{hex}g")], key_info)?;
         Ok(rows.next().transpose()?)
     }
 
