@@ -447,6 +447,31 @@ mod tests {
         seen
     }
 
+    /// A recursive watcher of `root` (holding `sub`), beside a directory `outside` the tree, with the
+    /// socket its events come out of.
+    struct Tree {
+        _tmp: tempfile::TempDir,
+        root: PathBuf,
+        outside: PathBuf,
+        w: Watcher,
+        events: std::os::unix::net::UnixStream,
+        stop: Arc<AtomicBool>,
+    }
+
+    impl Tree {
+        fn new() -> Tree {
+            let tmp = tempfile::tempdir().unwrap();
+            let (root, outside) = (tmp.path().join("w"), tmp.path().join("outside"));
+            std::fs::create_dir_all(root.join("sub")).unwrap();
+            std::fs::create_dir(&outside).unwrap();
+            let (a, events) = std::os::unix::net::UnixStream::pair().unwrap();
+            let out = Outbox { sock: Arc::new(Mutex::new(a)) };
+            let stop = Arc::new(AtomicBool::new(false));
+            let w = Watcher::new(1, &out, Arc::new(AtomicUsize::new(0)), &root, true, stop.clone()).unwrap();
+            Tree { _tmp: tmp, root, outside, w, events, stop }
+        }
+    }
+
     /// What is written in a directory after it moved out of the tree is not reported, and a rename
     /// within the tree keeps the directory watched under its new path, however the events fall
     /// into reads: all in one (the moved-out directory's events used to come under its old path),
@@ -454,14 +479,7 @@ mod tests {
     #[test]
     fn a_directory_moved_out_is_unwatched_before_the_events_queued_behind_it() {
         for one_by_one in [false, true] {
-            let tmp = tempfile::tempdir().unwrap();
-            let (root, outside) = (tmp.path().join("w"), tmp.path().join("outside"));
-            std::fs::create_dir_all(root.join("sub")).unwrap();
-            std::fs::create_dir(&outside).unwrap();
-            let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
-            let out = Outbox { sock: Arc::new(Mutex::new(a)) };
-            let stop = Arc::new(AtomicBool::new(false));
-            let mut w = Watcher::new(1, &out, Arc::new(AtomicUsize::new(0)), &root, true, stop).unwrap();
+            let Tree { _tmp, root, outside, mut w, mut events, .. } = Tree::new();
 
             // All of it before the watcher reads.
             std::fs::rename(root.join("sub"), root.join("sub2")).unwrap();
@@ -479,7 +497,7 @@ mod tests {
                 (WatchKind::Create, at("end")),
                 (WatchKind::Write, at("end")),
             ];
-            assert_eq!(handled(&mut w, &mut b, one_by_one), want, "one by one: {one_by_one}");
+            assert_eq!(handled(&mut w, &mut events, one_by_one), want, "one by one: {one_by_one}");
             assert_eq!(w.dirs.len(), 1, "only the root is watched: {:?}", w.dirs);
         }
     }
@@ -488,16 +506,9 @@ mod tests {
     /// was a move out of the tree: its watch goes.
     #[test]
     fn a_move_out_that_ends_a_read_is_settled_when_the_queue_stays_empty() {
-        let tmp = tempfile::tempdir().unwrap();
-        let (root, outside) = (tmp.path().join("w"), tmp.path().join("outside"));
-        std::fs::create_dir_all(root.join("sub")).unwrap();
-        std::fs::create_dir(&outside).unwrap();
-        let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let out = Outbox { sock: Arc::new(Mutex::new(a)) };
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut w = Watcher::new(1, &out, Arc::new(AtomicUsize::new(0)), &root, true, stop.clone()).unwrap();
+        let Tree { _tmp, root, outside, mut w, mut events, stop } = Tree::new();
         std::fs::rename(root.join("sub"), outside.join("sub")).unwrap();
-        let seen = handled(&mut w, &mut b, false);
+        let seen = handled(&mut w, &mut events, false);
         assert_eq!(seen, vec![(WatchKind::RenameFrom, root.join("sub").to_string_lossy().into_owned())]);
         assert_eq!(w.dirs.len(), 2, "undecided until the next read or a quiet poll");
         let stopper = std::thread::spawn(move || {
