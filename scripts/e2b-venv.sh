@@ -3,28 +3,10 @@
 # `e2b` and `e2b-code-interpreter` SDKs and pytest, pinned in tests/e2b/requirements.txt, from PyPI.
 # Prints the venv's directory.
 #
-# Cached as /var/cache/sandlot-e2b/venv-<hash of requirements.txt> (SANDLOT_E2B_CACHE changes the
-# directory): a changed pin makes a new venv (and removes the stale ones); an unchanged one costs nothing.
-# A venv records its own path in its scripts, so it is made under its final name; the `.complete` marker,
-# written last, is what says an install finished.
+# Cached as /var/cache/sandlot-e2b/venv-<hash> (SANDLOT_E2B_CACHE changes the
+# directory); see scripts/pinned-venv.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cache=${SANDLOT_E2B_CACHE:-/var/cache/sandlot-e2b}
-python=${PYTHON:-python3}
-hash=$( (cat tests/e2b/requirements.txt; "$python" --version) | sha256sum | cut -c1-16)
-venv=$cache/venv-$hash
-if [ -f "$venv/.complete" ]; then
-    echo "$venv"
-    exit 0
-fi
-mkdir -p "$cache"
-rm -rf "$venv"
-"$python" -m venv "$venv" >&2
-"$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/e2b/requirements.txt >&2 || {
-    rm -rf "$venv"
-    echo "e2b-venv: installing tests/e2b/requirements.txt from PyPI failed" >&2
-    exit 1
-}
-touch "$venv/.complete"
-find "$cache" -maxdepth 1 -name 'venv-*' ! -name "venv-$hash" -exec rm -rf {} +
+. scripts/pinned-venv.sh
+venv=$(pinned_venv e2b-venv tests/e2b/requirements.txt "${SANDLOT_E2B_CACHE:-/var/cache/sandlot-e2b}")
 echo "$venv"

@@ -5,37 +5,11 @@
 # network (`pip install --no-index --no-build-isolation`), as README's offline install says. Prints the
 # venv's directory.
 #
-# Cached as /var/cache/sandlot-sdk-python/venv-<hash of requirements.txt> (SANDLOT_SDK_PYTHON_CACHE
-# changes the directory): a changed pin makes a new venv (and removes the stale ones). The SDK is
-# reinstalled on every call (a second, offline and cheap), so the venv always holds this checkout's code.
-# A venv records its own path in its scripts, so it is made under its final name; the `.complete`
-# marker, written last, is what says the requirements' install finished.
+# Cached as /var/cache/sandlot-sdk-python/venv-<hash> (SANDLOT_SDK_PYTHON_CACHE changes the
+# directory); see scripts/pinned-venv.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cache=${SANDLOT_SDK_PYTHON_CACHE:-/var/cache/sandlot-sdk-python}
-python=${PYTHON:-python3}
-hash=$( (cat sdk/python/tests/requirements.txt; "$python" --version) | sha256sum | cut -c1-16)
-venv=$cache/venv-$hash
-if [ ! -f "$venv/.complete" ]; then
-    mkdir -p "$cache"
-    rm -rf "$venv"
-    "$python" -m venv "$venv" >&2
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r sdk/python/tests/requirements.txt >&2 || {
-        rm -rf "$venv"
-        echo "sdk-python-venv: installing sdk/python/tests/requirements.txt from PyPI failed" >&2
-        exit 1
-    }
-    touch "$venv/.complete"
-    find "$cache" -maxdepth 1 -name 'venv-*' ! -name "venv-$hash" -exec rm -rf {} +
-fi
-# A copy of the source, so setuptools' build directory and egg-info land outside the checkout.
-src=$(mktemp -d)
-trap 'rm -rf "$src"' EXIT
-cp -r sdk/python/. "$src"
-rm -rf "$src/tests" "$src/build" "$src"/*.egg-info
-"$venv/bin/pip" install --quiet --disable-pip-version-check --no-index --no-build-isolation --force-reinstall \
-    --no-deps "$src" >&2 || {
-    echo "sdk-python-venv: installing the SDK from sdk/python offline failed" >&2
-    exit 1
-}
+. scripts/pinned-venv.sh
+venv=$(pinned_venv sdk-python-venv sdk/python/tests/requirements.txt "${SANDLOT_SDK_PYTHON_CACHE:-/var/cache/sandlot-sdk-python}")
+install_sdk_offline sdk-python-venv "$venv"
 echo "$venv"
