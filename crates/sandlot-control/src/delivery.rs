@@ -120,13 +120,8 @@ pub(crate) fn tls_config(extra_pem: &[u8]) -> Result<Arc<rustls::ClientConfig>, 
 
 /// `Sandlot-Signature`: `v1=` and the hex HMAC-SHA256, keyed by `secret`, of `"<timestamp>.<body>"`.
 pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
-    let mut ctx = ring::hmac::Context::with_key(&key);
-    ctx.update(timestamp.to_string().as_bytes());
-    ctx.update(b".");
-    ctx.update(body);
-    let tag = ctx.sign();
-    format!("v1={}", tag.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>())
+    let tag = crate::access::hmac_sha256(secret, &[timestamp.to_string().as_bytes(), b".", body]);
+    format!("v1={}", tag.iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
 /// The wait before attempt `attempt + 1`: `base` doubled per attempt already made, capped at an hour,

@@ -43,6 +43,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use sandlot_engine::Engine;
 use sandlot_store::Store;
 
+pub use access::same_bytes;
 pub use build::BuildFailure;
 pub use config::{Config, ConfigError, Defaults};
 pub use error::{Error, Fault, Kind, Result};

@@ -114,7 +114,7 @@ pub fn signed_caller(
         };
         let digest = sha2::Sha256::digest(raw.as_bytes());
         let expected = format!("v1_{}", base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest));
-        constant_time_eq(expected.as_bytes(), signature.as_bytes())
+        sandlot_control::same_bytes(expected.as_bytes(), signature.as_bytes())
     };
     let caller = app.control.caller_proving_token(id, proves).map_err(ConnectError::from);
     Some(caller.map(|c| (c, SignedFile { path, username: user })))
@@ -125,11 +125,6 @@ fn serde_urlencoded_pairs(q: &str) -> Vec<(String, String)> {
     axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&format!("/?{q}").parse().expect("a path and query"))
         .map(|axum::extract::Query(v)| v)
         .unwrap_or_default()
-}
-
-/// Equality whose time does not depend on where the inputs differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// `GET /files?path=…&username=…`.
