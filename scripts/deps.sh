@@ -1,18 +1,21 @@
 # Sourced by the other scripts: installs, from Debian's archive, what sandlot needs beyond a Rust
 # toolchain: btrfs-progs (the layers volume behind per-sandbox disk limits), bubblewrap (the
-# benchmark's baseline), and what the image tests use.
+# benchmark's baseline), and what the tests use. With SANDLOT_DEPS=runtime (the quickstart's), only
+# what running the server needs: a user trying sandlot does not download a browser for its tests.
 need=()
 command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
 command -v bwrap >/dev/null || need+=(bubblewrap)
-# The image tests: a real OCI registry on loopback, skopeo to write archives the way users' tools do,
-# and a static busybox to build test images from.
-command -v docker-registry >/dev/null || need+=(docker-registry)
-command -v skopeo >/dev/null || need+=(skopeo)
-# The terminal tests: `sandlot sandbox shell` driven under a real terminal.
-command -v tmux >/dev/null || need+=(tmux)
-[ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && ldd /bin/busybox 2>&1 | grep -q "not a dynamic" || need+=(busybox-static)
-# The dashboard suite (tests/ui): headless Chromium, driven through puppeteer-core.
-command -v chromium >/dev/null || need+=(chromium)
+if [ "${SANDLOT_DEPS:-all}" != runtime ]; then
+    # The image tests: a real OCI registry on loopback, skopeo to write archives the way users' tools do,
+    # and a static busybox to build test images from.
+    command -v docker-registry >/dev/null || need+=(docker-registry)
+    command -v skopeo >/dev/null || need+=(skopeo)
+    # The terminal tests: `sandlot sandbox shell` driven under a real terminal.
+    command -v tmux >/dev/null || need+=(tmux)
+    [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && ldd /bin/busybox 2>&1 | grep -q "not a dynamic" || need+=(busybox-static)
+    # The dashboard suite (tests/ui): headless Chromium, driven through puppeteer-core.
+    command -v chromium >/dev/null || need+=(chromium)
+fi
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi

@@ -19,7 +19,7 @@ die() {
 }
 
 [ "$(id -u)" = 0 ] || die "run as root (sudo $0): sandlot creates namespaces and cgroups"
-. scripts/deps.sh
+SANDLOT_DEPS=runtime . scripts/deps.sh
 command -v cargo >/dev/null || die "cargo not found; install Rust from https://rustup.rs"
 command -v curl >/dev/null || die "curl not found (it checks the server's /healthz): apt-get install curl"
 
