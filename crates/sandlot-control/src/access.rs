@@ -8,7 +8,6 @@
 //! is checked on every use), or when its tenant has no working API key left (revoking a tenant's
 //! keys ends its tokens). Knowing an id proves nothing: the token is checked in constant time.
 
-
 use crate::{Caller, Control, Error, Result};
 
 /// A kind of per-sandbox token: what it starts with, so a leaked one is recognisable (secret
