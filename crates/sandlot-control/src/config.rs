@@ -34,6 +34,8 @@ pub struct Config {
     pub snapshot_quota_bytes: u64,
     /// Bytes one tenant's images may take (their blobs as stored).
     pub image_quota_bytes: u64,
+    /// What one tenant's persistent sandboxes may hold, running or stopped.
+    pub persistent: crate::capacity::PersistentQuota,
     /// Audit rows older than this many days are pruned.
     pub audit_retention_days: u64,
     /// How far running sandboxes' memory and disk limits may exceed the host's capacity.
@@ -123,6 +125,7 @@ pub(crate) fn test_config() -> Config {
         max_snapshots_per_tenant: 64,
         snapshot_quota_bytes: 8 << 30,
         image_quota_bytes: 20 << 30,
+        persistent: Default::default(),
         audit_retention_days: 30,
         overcommit: 1.5,
         default_image: "host".into(),

@@ -150,12 +150,26 @@ impl Error {
 /// Results of the control layer.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A host step that found the disk full: the server's state, not the caller's mistake nor a bug.
+fn volume_full(e: &EngineError) -> Error {
+    Error::new(
+        Kind::ServerFull,
+        format!(
+            "server full: the host's disk for sandbox layers is full ({e}); retry when sandboxes have been deleted"
+        ),
+    )
+}
+
 impl From<EngineError> for Error {
     fn from(e: EngineError) -> Self {
         let kind = match &e {
             EngineError::NotRunning | EngineError::Gone(_) => {
                 return Error::conflict(format!("{e}; its processes are gone. Delete it and create a new one"))
             }
+            EngineError::Io(io) if matches!(io.raw_os_error(), Some(nix::libc::ENOSPC | nix::libc::EDQUOT)) => {
+                return volume_full(&e)
+            }
+            EngineError::StartFailed(why) if why.contains("No space left on device") => return volume_full(&e),
             EngineError::UnknownImage(_) => Kind::Invalid,
             EngineError::OutputBudget(_) | EngineError::Busy(_) => Kind::LimitReached,
             EngineError::PortUnreachable(_) => Kind::PortUnreachable,

@@ -104,7 +104,8 @@ impl Control {
         images: Option<images::Images>,
     ) -> Arc<Control> {
         let ledger = capacity::Ledger::new(host, cfg.overcommit, cfg.max_sandboxes)
-            .with_pids_overhead(sandlot_engine::linux::SUPERVISOR_PIDS);
+            .with_pids_overhead(sandlot_engine::linux::SUPERVISOR_PIDS)
+            .with_persistent_quota(cfg.persistent);
         Arc::new_cyclic(|me| Control {
             store,
             engine,

@@ -11,6 +11,7 @@ use sandlot_engine::{LayerSource, Resources, Sandbox, StartSpec};
 use sandlot_store::{now_ms, SandboxRecord};
 use serde_json::json;
 
+use crate::capacity::Claim;
 use crate::plan::{check_name, Plan};
 use crate::transitions::{refusal, step, Step, Transition};
 use crate::{Caller, Control, Error, Kind, Result};
@@ -22,6 +23,11 @@ pub struct Created {
     pub info: SandboxInfo,
     /// Whether it existed already (`get_or_create` found it) rather than being made now.
     pub existed: bool,
+}
+
+/// A sandbox's place in the capacity ledger.
+pub(crate) fn claim(rec: &SandboxRecord) -> Claim<'_> {
+    Claim { tenant: &rec.tenant, persistent: rec.info.persistent, limits: &rec.info.limits }
 }
 
 fn name_taken(name: &str) -> Error {
@@ -119,7 +125,7 @@ impl Control {
         let Plan { mut rec, source } = plan;
         let id = rec.info.id.clone();
         // Reserved before the boot is awaited: concurrent creates cannot all pass the check and all boot.
-        self.ledger.reserve(&id, &rec.info.limits)?;
+        self.ledger.reserve(&id, claim(&rec))?;
         // Locked before the row exists, so a concurrent get_or_create waits for the boot to finish.
         let _g = self.entries.lock(&id).await;
         if let Err(e) = self.store.insert_sandbox(&rec) {
@@ -258,9 +264,10 @@ impl Control {
         if rec.info.state == SandboxState::Paused {
             self.engine.freeze(&id, false).await?;
         } else {
-            self.ledger.reserve(&id, &rec.info.limits)?;
+            self.ledger.reserve(&id, claim(&rec))?;
             if let Err(e) = self.boot(&rec, LayerSource::Existing).await {
-                self.ledger.release(&id);
+                // Still stopped, its layer still on the volume.
+                self.ledger.park(&id, claim(&rec));
                 self.audit(&rec.tenant, Some(&id), "sandbox.resume_failed", &json!({"reason": e.message}))?;
                 return Err(e);
             }
@@ -304,7 +311,8 @@ impl Control {
             Step::Go => {}
         }
         self.engine.stop(&id).await?;
-        self.ledger.release(&id);
+        // Its processes' share goes back; its layer stays on the volume, and so does its place.
+        self.ledger.park(&id, claim(&rec));
         self.store.set_state(&id, SandboxState::Stopped, why)?;
         self.audit(&rec.tenant, Some(&id), "sandbox.stop", &json!({"from": rec.info.state.as_str(), "why": why}))?;
         self.emit(&rec, EventKind::Stopped, json!({"from": rec.info.state.as_str(), "why": why}));

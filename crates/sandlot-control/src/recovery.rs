@@ -35,12 +35,15 @@ impl Control {
                 (s, _) => {
                     if s == SandboxState::Stopped {
                         keep.insert(id.clone());
+                        self.ledger.park(id, crate::lifecycle::claim(&rec));
                     }
                     continue;
                 }
             };
             if state == SandboxState::Stopped {
                 keep.insert(id.clone());
+                // Its layer stays on the volume: it keeps its place until it is deleted.
+                self.ledger.park(id, crate::lifecycle::claim(&rec));
             }
             self.store.set_state(id, state, Some(reason))?;
             self.store.audit(

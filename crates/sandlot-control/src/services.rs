@@ -168,8 +168,9 @@ impl Control {
             // Already stopped (or failed) by a transition that won the lock: its layer is not ours to touch.
             return;
         }
-        self.ledger.release(&id);
         if rec.info.persistent {
+            // Its processes' share goes back; its layer stays on the volume, and so does its place.
+            self.ledger.park(&id, crate::lifecycle::claim(&rec));
             let kept = self.engine.stop(&id).await;
             let reason = format!("{reason}; files kept, resume to start it again");
             let _ = self.store.set_state(&id, SandboxState::Stopped, Some(&reason));
@@ -180,6 +181,7 @@ impl Control {
             detail["state"] = json!("stopped");
             self.emit(&rec, EventKind::Failed, detail);
         } else {
+            self.ledger.release(&id);
             let _ = self.engine.destroy(&id).await;
             let _ = self.store.set_state(&id, SandboxState::Failed, Some(&reason));
             let _ = self.store.audit(&rec.tenant, Some(&id), "sandbox.failed", &json!({"reason": reason}));

@@ -1030,3 +1030,35 @@ async fn a_key_lease_ends_with_revocation_or_expiry() {
     assert!(e.kind == Kind::Unauthenticated && e.message.contains("expired"), "{}", e.message);
     assert_eq!(h.control.authenticate_lease("sl_nope").unwrap_err().kind, Kind::Unauthenticated);
 }
+
+#[tokio::test]
+async fn stopped_persistent_sandboxes_keep_their_disk_charged_until_deleted_and_across_a_restart() {
+    let persistent = crate::capacity::PersistentQuota { count: 10, disk_mb: 3000 };
+    let h = harness_with(Config { persistent, ..test_config() }, Host { disk_mb: Some(2500), ..HOST });
+    let kept = |disk| CreateSandbox { persistent: Some(true), disk_mb: Some(disk), ..CreateSandbox::default() };
+    let a = h.create(kept(1000)).await;
+    let b = h.create(kept(1000)).await;
+    h.control.stop_sandbox(&h.alice, &a).await.unwrap();
+    h.control.stop_sandbox(&h.alice, &b).await.unwrap();
+    // Two stopped layers hold 2000 MiB of the volume's 2500 × 1.5: bob's 1800 MiB does not fit.
+    let e = h.control.create(&h.bob, CreateSandbox { disk_mb: Some(1800), ..Default::default() }).await.unwrap_err();
+    assert_eq!(e.kind, Kind::ServerFull, "{}", e.message);
+    assert!(e.message.contains("kept by stopped sandboxes"), "{}", e.message);
+    // Alice's own quota: 2000 of 3000 MiB kept, so 1001 more is refused, and says what to do.
+    let e = h.control.create(&h.alice, kept(1001)).await.unwrap_err();
+    assert_eq!(e.kind, Kind::LimitReached, "{}", e.message);
+    assert!(e.message.contains("delete stopped sandboxes"), "{}", e.message);
+    // After a restart the stopped sandboxes are still charged.
+    let restarted = Control::new(
+        Arc::clone(&h.control.engine),
+        Store::open(&h._dir.path().join("sandlot.db")).unwrap(),
+        Config { persistent, ..test_config() },
+        Host { disk_mb: Some(2500), ..HOST },
+        None,
+    );
+    restarted.recover().await.unwrap();
+    assert_eq!(restarted.create(&h.alice, kept(1001)).await.unwrap_err().kind, Kind::LimitReached);
+    // Deleting one gives its place back.
+    h.control.delete(&h.alice, &a).await.unwrap();
+    h.control.create(&h.bob, CreateSandbox { disk_mb: Some(1800), ..Default::default() }).await.unwrap();
+}

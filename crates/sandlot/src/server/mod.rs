@@ -93,6 +93,15 @@ pub struct ServeArgs {
     /// an unpacking that would pass it is refused and what it stored is collected.
     #[arg(long, default_value_t = 20_480)]
     pub image_quota_mb: u64,
+    /// Most persistent sandboxes one tenant keeps, running or stopped (a stopped one keeps its files,
+    /// and so its writable layer on the layers volume, until it is deleted).
+    #[arg(long, default_value_t = 64)]
+    pub max_persistent_per_tenant: u64,
+    /// Disk one tenant's persistent sandboxes may be promised together, running or stopped, in MiB:
+    /// each counts its `disk_mb`. Creating or resuming one past it is refused until stopped ones are
+    /// deleted.
+    #[arg(long, default_value_t = 32_768)]
+    pub persistent_disk_quota_mb: u64,
     /// Memory limit of a sandbox when the request names none, in MiB.
     #[arg(long, default_value_t = 512)]
     pub default_memory_mb: u64,
@@ -298,6 +307,10 @@ impl ServeArgs {
             max_snapshots_per_tenant: self.max_snapshots_per_tenant,
             snapshot_quota_bytes: self.snapshot_quota_mb << 20,
             image_quota_bytes: self.image_quota_mb << 20,
+            persistent: sandlot_control::capacity::PersistentQuota {
+                count: self.max_persistent_per_tenant,
+                disk_mb: self.persistent_disk_quota_mb,
+            },
             audit_retention_days: self.audit_retention_days,
             overcommit: self.overcommit,
             default_image: self.default_image.clone(),
