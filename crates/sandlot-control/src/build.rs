@@ -34,6 +34,7 @@ use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::charges::ImageUpload;
 use crate::images::{check_name, info, HOST_IMAGE};
 use crate::plan::{new_record, Plan};
 use crate::{Caller, Control, Error, Kind, Result};
@@ -253,10 +254,11 @@ impl Control {
         self: &Arc<Self>,
         caller: &Caller,
         req: BuildImage,
+        upload: ImageUpload,
         context: File,
         events: UnboundedSender<BuildEvent>,
     ) -> std::result::Result<ImageInfo, BuildFailure> {
-        let built = self.build_steps(caller, req, context, events).await;
+        let built = self.build_steps(caller, req, upload, context, events).await;
         if built.is_err() {
             self.collect_in_background();
         }
@@ -267,6 +269,7 @@ impl Control {
         self: &Arc<Self>,
         caller: &Caller,
         req: BuildImage,
+        mut upload: ImageUpload,
         context: File,
         events: UnboundedSender<BuildEvent>,
     ) -> std::result::Result<ImageInfo, BuildFailure> {
@@ -304,27 +307,28 @@ impl Control {
         .await
         .map_err(|e| Error::internal(format!("reading the build context: {e}")))??;
 
+        // The context was capped at what the tenant's quota left while it arrived; from here on the
+        // quota is charged the layers the build writes (the context file is one of at most
+        // MAX_BUILDS_PER_TENANT a tenant holds, and goes with the build).
+        upload.charge.release();
         // Held shared for the whole build: a collection must not take a root or layer the build made
         // before the image that uses it is recorded.
         let _shared = images.collection_lock().read().await;
-        // The layers a build writes count against the tenant's image quota as they are written, so a
-        // build cannot fill the blob store on the way to an image it could never keep.
-        let budget = self.image_budget(caller, &req.name, false)?;
-        let mut written = 0u64;
-        let charge = |written: &mut u64, size: u64, line: usize| -> std::result::Result<(), BuildFailure> {
-            *written = written.saturating_add(size);
-            if *written > budget {
-                return Err(at_line(
+        // The layers a build writes are charged to the tenant's image quota as they are written, with
+        // its context and whatever else of the tenant's is in flight, so a build cannot fill the blob
+        // store on the way to an image it could never keep.
+        let charge = |upload: &mut ImageUpload, size: u64, line: usize| -> std::result::Result<(), BuildFailure> {
+            upload.charge.in_blobs();
+            upload.charge.add(size, upload.room).map_err(|total| {
+                at_line(
                     line,
                     Error::limit(format!(
-                        "the build's layers take {} MiB, more than the {} MiB the tenant's image quota leaves \
+                        "the build's layers would take the tenant's images to {} MiB, past its image quota \
                          (--image-quota-mb); delete images (sandlot image rm) and retry",
-                        written.div_ceil(1 << 20),
-                        budget >> 20
+                        total.div_ceil(1 << 20)
                     )),
-                ));
-            }
-            Ok(())
+                )
+            })
         };
         let mut vars = Vars::new(req.build_args.clone());
         let mut state: Option<State> = None;
@@ -376,7 +380,8 @@ impl Control {
                     c.exposed_ports.dedup();
                 }
                 Instruction::Copy { sources, dest, chown, .. } => {
-                    let max = self.max_import_bytes().min(budget.saturating_sub(written));
+                    let left = upload.room.saturating_sub(images.charges.held(&caller.tenant));
+                    let max = self.max_import_bytes().min(left);
                     let (blobs, ctx) = (Arc::clone(images.blobs()), Arc::clone(&context));
                     let layer = tokio::task::spawn_blocking(move || {
                         put_layer(&blobs, max, move |w| {
@@ -391,11 +396,11 @@ impl Control {
                     let quota_bound = max < self.max_import_bytes();
                     let layer = match layer {
                         Err(e) if e.kind == Kind::TooLarge && quota_bound => {
-                            return Err(charge(&mut written, max.saturating_add(1), line).unwrap_err())
+                            return Err(charge(&mut upload, max.saturating_add(1), line).unwrap_err())
                         }
                         r => r.map_err(|e| at_line(line, e))?,
                     };
-                    charge(&mut written, layer.size, line)?;
+                    charge(&mut upload, layer.size, line)?;
                     st.key = chain(&[&st.key, layer.digest.as_str()]);
                     let cached = !req.no_cache && self.store.build_step(&caller.tenant, &st.key)?.is_some();
                     self.store.put_build_step(
@@ -437,7 +442,7 @@ impl Control {
                         now_ms(),
                     )?;
                     if let Some(l) = &layer {
-                        charge(&mut written, l.size, line)?;
+                        charge(&mut upload, l.size, line)?;
                         st.key = chain(&[&st.key, l.digest.as_str()]);
                     }
                     st.image.layers.extend(layer);
@@ -470,7 +475,7 @@ impl Control {
                 }
             })
         };
-        let stored = self.store_image(caller, &req.name, None, image, false, &tx).await;
+        let stored = self.store_image(caller, &req.name, None, image, false, &tx, &mut upload.charge).await;
         drop(tx);
         let _ = forward.await;
         let row = stored?;
@@ -542,7 +547,7 @@ impl Control {
         let budget = self.image_budget(caller, &req.name, false).map_err(|e| at_line(line, e))?;
         let forward = events.clone();
         let prepared = self
-            .prepare_root(images, &root_key, &st.image.layers, budget, move |e| {
+            .prepare_root(images, &caller.tenant, &root_key, &st.image.layers, budget, move |e| {
                 let _ = forward.send(match e {
                     PrepareEvent::Unpacking { index, .. } => BuildEvent::Unpacking { index },
                     PrepareEvent::Unpacked { index, report } => {
@@ -753,7 +758,9 @@ impl Control {
         let _shared = images.collection_lock().read().await;
         let (r, w) = pipe()?;
         let export = self.engine.export_layer(ExportFrom::Snapshot { id: snap.id.clone(), owner }, w);
-        let (blobs, max) = (Arc::clone(images.blobs()), self.max_import_bytes());
+        // At most what the tenant's quota leaves: the layer is on disk before the image is recorded.
+        let max = self.max_import_bytes().min(self.image_budget(caller, name, false)?);
+        let blobs = Arc::clone(images.blobs());
         let store = tokio::task::spawn_blocking(move || blobs.put(r, max));
         let (exported, stored) = tokio::join!(export, store);
         let report = exported?;
@@ -766,7 +773,8 @@ impl Control {
             .await
             .map_err(|e| Error::internal(format!("the image task: {e}")))??;
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let row = self.store_image(caller, name, None, image, false, &tx).await?;
+        let mut charge = images.charges.charge(&caller.tenant);
+        let row = self.store_image(caller, name, None, image, false, &tx, &mut charge).await?;
         self.audit(
             &caller.tenant,
             Some(&snap.sandbox_id),

@@ -23,6 +23,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use sandlot_store::now_ms;
 
+use crate::charges::{Charge, Charges, ImageUpload, SpoolBudget, TenantLocks};
 use crate::{Caller, Control, Error, Kind, Result};
 
 /// The built-in image: the host's `/usr`, read-only.
@@ -51,8 +52,17 @@ pub struct Images {
     gc: tokio::sync::RwLock<()>,
     max_import_bytes: u64,
     credentials: HashMap<String, ConfiguredCredentials>,
-    /// One pull or import per tenant at a time, by tenant (entries go when their last user does).
-    turns: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One pull or import per tenant at a time.
+    turns: TenantLocks,
+    /// One image recorded per tenant at a time: its quota is checked, the image unpacked and recorded
+    /// as one step, so concurrent builds and imports of a tenant cannot all pass the same check.
+    storing: TenantLocks,
+    /// One unpacking per tenant at a time, so one tenant never holds every unpack place.
+    unpack_turns: TenantLocks,
+    /// What tenants are charged beyond their stored images.
+    pub(crate) charges: Charges,
+    /// Bytes all uploads being spooled may hold together.
+    spool: SpoolBudget,
     /// Pulls and imports the server runs at once.
     running: tokio::sync::Semaphore,
     /// Images unpacking at once (each takes a core and, for its tree, memory).
@@ -83,7 +93,7 @@ pub struct ConfiguredCredentials {
 
 /// A tenant's turn at pulling or importing, and a place among the server's concurrent ones.
 pub(crate) struct Turn<'a> {
-    _tenant: tokio::sync::OwnedMutexGuard<()>,
+    _tenant: Option<tokio::sync::OwnedMutexGuard<()>>,
     _slot: tokio::sync::SemaphorePermit<'a>,
 }
 
@@ -115,23 +125,33 @@ impl Images {
             max_import_bytes,
             credentials,
             turns: Default::default(),
+            storing: Default::default(),
+            unpack_turns: Default::default(),
+            charges: Default::default(),
+            spool: SpoolBudget::new(max_import_bytes.saturating_mul(2)),
             running: tokio::sync::Semaphore::new(MAX_CONCURRENT_PULLS),
             unpacking: tokio::sync::Semaphore::new(MAX_CONCURRENT_UNPACKS),
             collect_pending: Default::default(),
         })
     }
 
+    /// Bounds the bytes all uploads being spooled may hold together (default: twice the import limit).
+    pub fn with_spool_budget(mut self, bytes: u64) -> Images {
+        self.spool = SpoolBudget::new(bytes);
+        self
+    }
+
     /// Waits for `tenant`'s turn and a free place among the server's pulls and imports.
     pub(crate) async fn turn(&self, tenant: &str) -> Turn<'_> {
-        let lock = {
-            let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
-            // Forget the locks nobody holds or waits for, so the map does not grow with tenants.
-            turns.retain(|_, l| Arc::strong_count(l) > 1);
-            Arc::clone(turns.entry(tenant.to_string()).or_default())
-        };
-        let tenant = lock.lock_owned().await;
+        let tenant = self.turns.lock(tenant).await;
         let slot = self.running.acquire().await.expect("the semaphore is never closed");
-        Turn { _tenant: tenant, _slot: slot }
+        Turn { _tenant: Some(tenant), _slot: slot }
+    }
+
+    /// A free place among the server's pulls and imports, for one that already holds its tenant's turn.
+    async fn slot(&self) -> Turn<'_> {
+        let slot = self.running.acquire().await.expect("the semaphore is never closed");
+        Turn { _tenant: None, _slot: slot }
     }
 
     /// The admin's configured credentials for `reference`'s registry, if `caller` may use them.
@@ -332,6 +352,10 @@ impl Control {
         } else {
             return Err(Error::not_found(&format!("image {name:?}")));
         };
+        // Its blobs and tree stay on disk until a collection removes them, and stay charged till then.
+        if let Some(row) = self.store.get_image(&owner, name)? {
+            self.images()?.charges.add_uncollected(&owner, row.bytes);
+        }
         self.store.delete_image(&owner, name)?;
         self.audit(&caller.tenant, None, "image.delete", &json!({"name": name, "public": owner == PUBLIC}))?;
         if !self.collect_images().await {
@@ -432,7 +456,10 @@ impl Control {
             .map_err(|e| Error::internal(format!("pull task: {e}")))?
             .map_err(pull_error)?
         };
-        let row = self.store_image(caller, name, Some(reference.to_string()), image, req.public, events).await?;
+        let owner = if req.public { PUBLIC } else { caller.tenant.as_str() };
+        let mut charge = images.charges.charge(owner);
+        let row =
+            self.store_image(caller, name, Some(reference.to_string()), image, req.public, events, &mut charge).await?;
         info(&row)
     }
 
@@ -442,10 +469,8 @@ impl Control {
         if public {
             return Ok(u64::MAX);
         }
-        let (_, held) = self.store.image_usage(&caller.tenant)?;
-        let replaced = self.store.get_image(&caller.tenant, name)?.map_or(0, |r| r.bytes);
-        let held = held.saturating_sub(replaced);
         let quota = self.cfg.image_quota_bytes;
+        let held = quota - self.image_room(&caller.tenant, name)? + self.images()?.charges.held(&caller.tenant);
         if held >= quota {
             return Err(Error::limit(format!(
                 "tenant {}'s images already take {} MiB of {} MiB (--image-quota-mb): delete images \
@@ -458,11 +483,42 @@ impl Control {
         Ok(quota - held)
     }
 
+    /// The tenant's image quota less what its stored images take (the image `name` replaces is not
+    /// counted).
+    fn image_room(&self, tenant: &str, name: &str) -> Result<u64> {
+        let (_, held) = self.store.image_usage(tenant)?;
+        let replaced = self.store.get_image(tenant, name)?.map_or(0, |r| r.bytes);
+        Ok(self.cfg.image_quota_bytes.saturating_sub(held.saturating_sub(replaced)))
+    }
+
+    /// Admits an import before its archive is read: waits for the tenant's turn, then charges every
+    /// byte the surface spools to the tenant's quota and the server's spool budget.
+    pub async fn begin_import(&self, caller: &Caller, name: Option<&str>, public: bool) -> Result<ImageUpload> {
+        self.check_import(caller, name, public)?;
+        let images = self.images()?;
+        let turn = images.turns.lock(&caller.tenant).await;
+        let room = if public { u64::MAX } else { self.image_room(&caller.tenant, name.unwrap_or(""))? };
+        let charge = images.charges.charge(if public { PUBLIC } else { &caller.tenant });
+        Ok(ImageUpload::new(Some(turn), None, charge, room, images.max_import_bytes, &images.spool))
+    }
+
+    /// Admits a build before its context is read: one of the tenant's build places, and every byte of
+    /// the context and of the layers the build writes charged to its image quota.
+    pub fn begin_build(&self, caller: &Caller, name: &str) -> Result<ImageUpload> {
+        let images = self.images()?;
+        check_name(name)?;
+        let slot = images.charges.begin_build(&caller.tenant)?;
+        let room = self.image_room(&caller.tenant, name)?;
+        let charge = images.charges.charge(&caller.tenant);
+        Ok(ImageUpload::new(None, Some(slot), charge, room, images.max_import_bytes, &images.spool))
+    }
+
     /// `POST /v1/images/import`: a `docker save` tarball, an OCI archive, or a root filesystem tar, read
     /// from the file `archive` (the surface spools the request body there). Returns the images stored.
     pub async fn import_image(
         self: &Arc<Self>,
         caller: &Caller,
+        mut upload: ImageUpload,
         archive: std::fs::File,
         name: Option<String>,
         public: bool,
@@ -470,11 +526,17 @@ impl Control {
     ) -> Result<Vec<ImageInfo>> {
         let images = self.images()?;
         self.check_import(caller, name.as_deref(), public)?;
-        let _turn = images.turn(&caller.tenant).await;
-        let budget = self.image_budget(caller, name.as_deref().unwrap_or(""), public)?;
+        // The tenant's turn came with the upload; only a place among the server's imports is missing.
+        let _slot = images.slot().await;
+        let owner = if public { PUBLIC } else { caller.tenant.as_str() };
+        let others = images.charges.held(owner).saturating_sub(upload.charge.bytes());
+        let budget = upload.room.saturating_sub(others);
         let shared = images.gc.read().await;
         let stored = async {
-            let (blobs, max) = (Arc::clone(&images.blobs), images.max_import_bytes.min(budget));
+            let (blobs, max) = (Arc::clone(&images.blobs), upload.max.min(budget));
+            // What the archive holds goes to the blob store: charged until an image records it or a
+            // collection removes it.
+            upload.charge.in_blobs();
             let imported =
                 tokio::task::spawn_blocking(move || sandlot_oci::import(std::io::BufReader::new(archive), &blobs, max))
                     .await
@@ -492,7 +554,7 @@ impl Control {
                     return Err(Error::invalid("the archive names no image: give one with `name` (--name)"));
                 };
                 check_name(&n)?;
-                let row = self.store_image(caller, &n, None, im.image, public, &events).await?;
+                let row = self.store_image(caller, &n, None, im.image, public, &events, &mut upload.charge).await?;
                 self.audit(
                     &caller.tenant,
                     None,
@@ -516,6 +578,7 @@ impl Control {
     pub(crate) async fn prepare_root(
         &self,
         images: &Images,
+        tenant: &str,
         key: &str,
         layers: &[sandlot_oci::Layer],
         max_bytes: u64,
@@ -532,6 +595,8 @@ impl Control {
             }
         });
         let prepared = {
+            // The tenant's turn first: one tenant's unpackings wait for each other, not for a place.
+            let _mine = images.unpack_turns.lock(tenant).await;
             let _core = images.unpacking.acquire().await.expect("the semaphore is never closed");
             self.engine.prepare_image(key.to_string(), blobs, max_bytes, tx).await
         };
@@ -539,7 +604,9 @@ impl Control {
         prepared
     }
 
-    /// Unpacks `image` into its root (once per config digest) and records it under `name`.
+    /// Unpacks `image` into its root (once per config digest) and records it under `name`. `charge`
+    /// is what the operation storing it is charged already (its upload, its layers): not counted twice.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn store_image(
         &self,
         caller: &Caller,
@@ -548,17 +615,22 @@ impl Control {
         image: Image,
         public: bool,
         events: &UnboundedSender<PullEvent>,
+        charge: &mut Charge,
     ) -> Result<ImageRow> {
         let images = self.images()?;
         let blob_bytes =
             image.layers.iter().map(|l| l.size).sum::<u64>() + images.blobs().size(&image.config_digest).unwrap_or(0);
         let owner = if public { PUBLIC.to_string() } else { caller.tenant.clone() };
-        // What the tenant already holds, less the image this one replaces; checked before unpacking,
-        // so a refused image takes no room on the layers volume (its blobs go with the next collection).
-        let (_, held) = self.store.image_usage(&owner)?;
-        let replaced = self.store.get_image(&owner, name)?.map_or(0, |r| r.bytes);
+        // Checked, unpacked and recorded under the owner's lock: two images of one tenant cannot both
+        // pass the check against the same room.
+        let _storing = images.storing.lock(&owner).await;
+        // What the tenant already holds (stored, in flight, not yet collected), less the image this one
+        // replaces; checked before unpacking, so a refused image takes no room on the layers volume
+        // (its blobs go with the next collection).
         let quota = self.cfg.image_quota_bytes;
-        let free = quota.saturating_sub(held - replaced.min(held));
+        let others = images.charges.held(&owner).saturating_sub(charge.bytes());
+        let free = self.image_room(&owner, name)?.saturating_sub(others);
+        let held = quota - free;
         if !public && blob_bytes > free {
             return Err(Error::limit(format!(
                 "image {name:?} is {} MiB; tenant {}'s images already take {} MiB of {} MiB (--image-quota-mb): \
@@ -575,7 +647,7 @@ impl Control {
         let unpack_budget = if public { u64::MAX } else { free - blob_bytes };
         let events = events.clone();
         let prepared = self
-            .prepare_root(images, &key, &image.layers, unpack_budget, move |e| {
+            .prepare_root(images, &owner, &key, &image.layers, unpack_budget, move |e| {
                 let _ = events.send(match e {
                     PrepareEvent::Unpacking { index, .. } => PullEvent::Unpacking { index },
                     PrepareEvent::Unpacked { index, report } => PullEvent::Unpacked {
@@ -614,6 +686,7 @@ impl Control {
             created_ms: now_ms(),
         };
         self.store.put_image(&row)?;
+        charge.recorded();
         Ok(row)
     }
 
@@ -644,6 +717,8 @@ impl Control {
     pub async fn collect_images(&self) -> bool {
         let Ok(images) = self.images() else { return true };
         let Ok(_exclusive) = images.gc.try_write() else { return false };
+        // What was deleted or failed before this point is removed by this collection.
+        let uncollected = images.charges.take_uncollected();
         let result = async {
             let roots = self.store.image_keys_in_use()?;
             let mut chains = HashSet::new();
@@ -674,6 +749,7 @@ impl Control {
         .await;
         if let Err(e) = result {
             tracing::warn!("image collection: {e}");
+            images.charges.restore_uncollected(uncollected);
         }
         true
     }

@@ -15,6 +15,7 @@ mod access;
 mod audit;
 mod build;
 pub mod capacity;
+mod charges;
 mod config;
 mod delivery;
 mod entries;
@@ -45,6 +46,7 @@ use sandlot_store::Store;
 
 pub use access::same_bytes;
 pub use build::BuildFailure;
+pub use charges::{ImageUpload, UPLOAD_DEADLINE, UPLOAD_IDLE};
 pub use config::{Config, ConfigError, Defaults};
 pub use error::{Error, Fault, Kind, Result};
 pub use exec::Started;

@@ -78,12 +78,14 @@ pub async fn build(
     body: Body,
 ) -> Result<Response, ApiError> {
     let req = options(pairs)?;
-    let context = spool(&app, body).await?;
+    // Admitted (one of the tenant's builds, its quota, the server's spool budget) before a byte is read.
+    let mut upload = app.control.begin_build(&caller, &req.name)?;
+    let context = spool(&app, body, &mut upload).await?;
     let control = std::sync::Arc::clone(&app.control);
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
     // Its own task: a client that goes away does not cut the build short (its build sandboxes are
     // deleted by the build itself, whatever happens).
-    let task = tokio::spawn(async move { control.build_image(&caller, req, context, events_tx).await });
+    let task = tokio::spawn(async move { control.build_image(&caller, req, upload, context, events_tx).await });
     if !wants_ndjson(&headers) {
         drop(events_rx);
         let result = task.await.map_err(|e| ApiError::from(sandlot_control::Error::internal(e.to_string())))?;

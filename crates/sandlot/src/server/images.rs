@@ -14,6 +14,8 @@ use sandlot_api::{ErrorDetail, ImageInfo, ImageList, PullEvent, PullImage, NDJSO
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
+use sandlot_control::{UPLOAD_DEADLINE, UPLOAD_IDLE};
+
 use super::app::{channel_body, AppState};
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, Auth};
@@ -103,39 +105,53 @@ pub async fn import(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    app.control.check_import(&caller, q.name.as_deref(), q.public)?;
-    let spool = spool(&app, body).await?;
+    // Admitted (the tenant's turn, its quota, the server's spool budget) before a byte is read.
+    let mut upload = app.control.begin_import(&caller, q.name.as_deref(), q.public).await?;
+    let spool = spool(&app, body, &mut upload).await?;
     let control = std::sync::Arc::clone(&app.control);
     stream_or_wait(wants_ndjson(&headers), move |events| async move {
-        control.import_image(&caller, spool, q.name, q.public, events).await
+        control.import_image(&caller, upload, spool, q.name, q.public, events).await
     })
     .await
 }
 
 /// Writes the request body to an unlinked file in the state directory (the archive may be read in any
-/// order, and memory is no place for gigabytes), refusing a body over the import limit.
-pub(super) async fn spool(app: &AppState, body: Body) -> Result<std::fs::File, ApiError> {
-    let max = app.control.max_import_bytes();
+/// order, and memory is no place for gigabytes), each chunk charged to `upload` before it is written.
+/// A body that stalls for [`UPLOAD_IDLE`] or is still arriving after [`UPLOAD_DEADLINE`] is cut off.
+pub(super) async fn spool(
+    app: &AppState,
+    body: Body,
+    upload: &mut sandlot_control::ImageUpload,
+) -> Result<std::fs::File, ApiError> {
     let file = tempfile::tempfile_in(&app.spool_dir)
-        .map_err(|e| sandlot_control::Error::internal(format!("spooling the import: {e}")))?;
+        .map_err(|e| sandlot_control::Error::internal(format!("spooling the upload: {e}")))?;
     let mut out =
         tokio::fs::File::from_std(file.try_clone().map_err(|e| sandlot_control::Error::internal(e.to_string()))?);
     let mut stream = body.into_data_stream();
-    let mut written = 0u64;
-    while let Some(chunk) =
-        stream.try_next().await.map_err(|e| ApiError::invalid(format!("reading the archive: {e}")))?
-    {
-        written += chunk.len() as u64;
-        if written > max {
-            return Err(sandlot_control::Error::new(
-                sandlot_control::Kind::TooLarge,
-                format!("the archive is over the server's import limit of {} MiB (--max-import-mb)", max >> 20),
-            )
-            .into());
-        }
+    let deadline = tokio::time::Instant::now() + UPLOAD_DEADLINE;
+    loop {
+        let next = tokio::time::timeout(UPLOAD_IDLE, tokio::time::timeout_at(deadline, stream.try_next()));
+        let chunk = match next.await {
+            Err(_) => {
+                return Err(ApiError::invalid(format!(
+                    "the upload sent nothing for {} s after {} bytes; send the body without pauses",
+                    UPLOAD_IDLE.as_secs(),
+                    upload.written()
+                )))
+            }
+            Ok(Err(_)) => {
+                return Err(ApiError::invalid(format!(
+                    "the upload took longer than {} s; send a smaller body or a faster connection",
+                    UPLOAD_DEADLINE.as_secs()
+                )))
+            }
+            Ok(Ok(chunk)) => chunk.map_err(|e| ApiError::invalid(format!("reading the upload: {e}")))?,
+        };
+        let Some(chunk) = chunk else { break };
+        upload.take(chunk.len() as u64)?;
         out.write_all(&chunk)
             .await
-            .map_err(|e| sandlot_control::Error::internal(format!("spooling the import: {e}")))?;
+            .map_err(|e| sandlot_control::Error::internal(format!("spooling the upload: {e}")))?;
     }
     out.flush().await.map_err(|e| sandlot_control::Error::internal(e.to_string()))?;
     let mut file = file;

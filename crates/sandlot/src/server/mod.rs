@@ -185,6 +185,11 @@ pub struct ServeArgs {
     /// Largest image archive `sandlot image import` takes, in MiB.
     #[arg(long, default_value_t = 16_384)]
     pub max_import_mb: u64,
+    /// Bytes all uploads being received (import archives, build contexts) may hold on disk together,
+    /// in MiB; an upload that would pass it is refused as `server_full` (retryable). Each upload is also
+    /// charged to its tenant's image quota as it arrives.
+    #[arg(long, default_value_t = 32_768, value_parser = clap::value_parser!(u64).range(1..))]
+    pub spool_budget_mb: u64,
     /// Audit rows older than this many days are deleted (hourly, and at start-up).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=36_500))]
     pub audit_retention_days: u64,
@@ -479,6 +484,7 @@ fn image_store(args: &ServeArgs, state_dir: &std::path::Path) -> anyhow::Result<
     .map_err(|e| anyhow::anyhow!("the registry client: {e}"))?;
     let blobs = state_dir.join("blobs");
     sandlot_control::images::Images::new(registry, blobs.clone(), args.max_import_mb << 20, credentials)
+        .map(|images| images.with_spool_budget(args.spool_budget_mb << 20))
         .with_context(|| format!("opening the blob store {}", blobs.display()))
 }
 
