@@ -98,6 +98,10 @@ pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
     out
 }
 
+/// Bytes a layer's uncompressed stream may hold after its tar archive ends: the end-of-archive blocks
+/// and a writer's record padding (tar's default record is 10 KiB), with room to spare.
+const MAX_AFTER_TAR_END: u64 = 1 << 20;
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -246,22 +250,36 @@ impl ImageStore {
         }
         // No marker, or one that disagrees: hash the blob again (a torn marker must not fail an image
         // for good).
-        self.settle_diff_id(layer, open_hashed(layer)?)
+        self.settle_diff_id(layer, open_hashed(layer)?, u64::MAX)
     }
 
-    /// Reads what is left of `layer`'s uncompressed stream, remembers the diff id it hashes to, and
-    /// checks it against the one its image names.
-    fn settle_diff_id(&self, layer: &LayerBlob, mut hashed: HashingReader<Box<dyn Read>>) -> io::Result<()> {
+    /// Reads what is left of `layer`'s uncompressed stream (at most `max_left` bytes), remembers the
+    /// diff id it hashes to, and checks it against the one its image names.
+    fn settle_diff_id(
+        &self,
+        layer: &LayerBlob,
+        mut hashed: HashingReader<Box<dyn Read>>,
+        max_left: u64,
+    ) -> io::Result<()> {
         // The tar may end before the stream does (padding): what follows counts towards the digest.
-        io::copy(&mut hashed, &mut io::sink())?;
+        // After an unpack, only that padding is left, so a stream that goes on past it is refused
+        // rather than decompressed for nothing (a small zstd frame can expand to gigabytes).
+        let left = io::copy(&mut (&mut hashed).take(max_left.saturating_add(1)), &mut io::sink())?;
+        if left > max_left {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a layer goes on for more than {max_left} bytes after the end of its tar archive"),
+            ));
+        }
         let got = format!("sha256:{}", hex(&hashed.hash.finalize()));
         write_marker(&self.diff_marker(layer)?, &got)?;
         if got != layer.diff_id {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
-                    "layer {} unpacks to {got}, not to the diff id {} its image names",
-                    layer.path.display(),
+                    "layer sha256:{} unpacks to {got}, not to the diff id {} its image names",
+                    // The blob's digest, never its path: errors reach tenants, host paths must not.
+                    layer.path.file_name().and_then(|n| n.to_str()).unwrap_or_default(),
                     layer.diff_id
                 ),
             ));
@@ -286,7 +304,7 @@ impl ImageStore {
             let mut hashed = open_hashed(layer)?;
             let report = unpack::apply_layer(dir.as_fd(), &mut hashed, limits)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-            self.settle_diff_id(layer, hashed)?;
+            self.settle_diff_id(layer, hashed, MAX_AFTER_TAR_END)?;
             match volume::snapshot(&tmp, path, true) {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 r => r?,
@@ -528,5 +546,45 @@ mod tests {
         for bad in ["sha256:../../etc", "md5:abc", &format!("sha256:{}", "A".repeat(64)), "sha256:"] {
             assert!(digest_hex(bad).is_err(), "{bad}");
         }
+    }
+
+    /// A layer whose stream goes on long after its tar ends is refused after the unpack, not hashed
+    /// to its end; ordinary padding is taken. Errors name the blob's digest, never a host path.
+    #[test]
+    fn a_layer_that_goes_on_past_its_tar_end_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(dir.path()).unwrap();
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_ustar();
+        h.set_size(2);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(&mut h, "hi", &b"hi"[..]).unwrap();
+        let tar = tar.into_inner().unwrap();
+        let blob = |name: &str, trailing: usize| {
+            let mut bytes = tar.clone();
+            bytes.resize(tar.len() + trailing, 0);
+            let diff_id = format!("sha256:{}", hex(&Sha256::digest(&bytes)));
+            let hexname = hex(&Sha256::digest(name.as_bytes()));
+            let path = dir.path().join(&hexname);
+            fs::write(&path, &bytes).unwrap();
+            (LayerBlob { path, diff_id }, hexname)
+        };
+        // As after an unpack: the tar's own bytes read, what follows left to settle.
+        let settle = |layer: &LayerBlob| {
+            let mut hashed = open_hashed(layer).unwrap();
+            io::copy(&mut (&mut hashed).take(tar.len() as u64), &mut io::sink()).unwrap();
+            store.settle_diff_id(layer, hashed, MAX_AFTER_TAR_END)
+        };
+        let (padded, _) = blob("padded", 10 << 10);
+        settle(&padded).unwrap();
+        let (long, _) = blob("long", (MAX_AFTER_TAR_END + 1) as usize);
+        let e = settle(&long).unwrap_err();
+        assert!(e.to_string().contains("after the end of its tar archive"), "{e}");
+        let (wrong, hexname) = blob("wrong", 0);
+        let wrong = LayerBlob { diff_id: format!("sha256:{}", "0".repeat(64)), ..wrong };
+        let e = settle(&wrong).unwrap_err();
+        assert!(e.to_string().contains(&format!("layer sha256:{hexname} unpacks to")), "{e}");
+        assert!(!e.to_string().contains(dir.path().to_str().unwrap()), "{e}");
     }
 }

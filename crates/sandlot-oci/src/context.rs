@@ -17,6 +17,14 @@ use crate::dockerfile::Chown;
 
 /// Most entries a context may hold.
 pub const MAX_CONTEXT_ENTRIES: usize = 1_000_000;
+/// Longest member name (and link target) of a context, bytes: Linux's PATH_MAX.
+pub const MAX_CONTEXT_NAME: usize = 4096;
+/// Most components in a member name.
+pub const MAX_CONTEXT_DEPTH: usize = 128;
+/// Memory the index of one context may take (names, link targets and a fixed cost per entry), bytes.
+pub const MAX_CONTEXT_INDEX_BYTES: usize = 64 << 20;
+/// What an entry of the index costs beyond its name and link: the entry and the map's node.
+const ENTRY_COST: usize = 96;
 
 /// A context that cannot be read or a copy that cannot be made.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +95,7 @@ impl Context {
     /// Indexes the tar in `file`.
     pub fn open(file: File) -> Result<Context, ContextError> {
         let mut entries = BTreeMap::new();
+        let mut index_bytes = 0usize;
         // The tar crate reads long names and PAX headers whole: walk the headers first, as an import
         // does, so no member makes the daemon allocate more than a megabyte.
         let mut probe = file.try_clone()?;
@@ -108,9 +117,20 @@ impl Context {
                         ))
                     })?
                     .to_string();
+                if name.len() > MAX_CONTEXT_NAME {
+                    return Err(ContextError::Invalid(format!(
+                        "an entry's name is {} bytes, more than the {MAX_CONTEXT_NAME} a path may have",
+                        name.len()
+                    )));
+                }
                 let key = normalise(&name).ok_or_else(|| {
                     ContextError::Invalid(format!("entry {name:?} climbs out of the context with `..`"))
                 })?;
+                if key.split('/').count() > MAX_CONTEXT_DEPTH {
+                    return Err(ContextError::Invalid(format!(
+                        "entry {name:?} is more than {MAX_CONTEXT_DEPTH} directories deep"
+                    )));
+                }
                 let h = e.header();
                 let kind = match h.entry_type() {
                     tar::EntryType::Regular | tar::EntryType::Continuous => Kind::File,
@@ -126,6 +146,12 @@ impl Context {
                         let l = e
                             .link_name_bytes()
                             .ok_or_else(|| ContextError::Invalid(format!("link {name:?} has no target")))?;
+                        if l.len() > MAX_CONTEXT_NAME {
+                            return Err(ContextError::Invalid(format!(
+                                "link {name:?} has a target of {} bytes, more than {MAX_CONTEXT_NAME}",
+                                l.len()
+                            )));
+                        }
                         let l = std::str::from_utf8(&l)
                             .map_err(|_| {
                                 ContextError::Invalid(format!("link {name:?} has a target that is not UTF-8"))
@@ -151,6 +177,13 @@ impl Context {
                 };
                 if key.is_empty() && kind != Kind::Dir {
                     return Err(ContextError::Invalid(format!("entry {name:?} names the context's root")));
+                }
+                index_bytes += ENTRY_COST + key.len() + entry.link.as_ref().map_or(0, String::len);
+                if index_bytes > MAX_CONTEXT_INDEX_BYTES {
+                    return Err(ContextError::Invalid(format!(
+                        "the context's names take more than {} MiB; send fewer or shorter ones",
+                        MAX_CONTEXT_INDEX_BYTES >> 20
+                    )));
                 }
                 entries.insert(key, entry);
                 if entries.len() > MAX_CONTEXT_ENTRIES {
@@ -335,6 +368,34 @@ mod tests {
             b.finish().unwrap();
         }
         Context::open(f).unwrap()
+    }
+
+    fn open_names(names: &[String]) -> Result<Context, ContextError> {
+        let mut f = tempfile::tempfile().unwrap();
+        {
+            let mut b = tar::Builder::new(&mut f);
+            for name in names {
+                let mut h = tar::Header::new_gnu();
+                h.set_entry_type(tar::EntryType::Regular);
+                h.set_mode(0o644);
+                h.set_size(0);
+                b.append_data(&mut h, name, &b""[..]).unwrap();
+            }
+            b.finish().unwrap();
+        }
+        Context::open(f)
+    }
+
+    #[test]
+    fn names_past_path_max_or_too_deep_are_refused() {
+        let long = "a".repeat(MAX_CONTEXT_NAME + 1);
+        let e = open_names(&[long]).err().unwrap();
+        assert!(e.to_string().contains("more than the 4096 a path may have"), "{e}");
+        let deep = vec!["d"; MAX_CONTEXT_DEPTH + 1].join("/");
+        let e = open_names(&[deep]).err().unwrap();
+        assert!(e.to_string().contains("directories deep"), "{e}");
+        let ok = vec!["d"; MAX_CONTEXT_DEPTH].join("/");
+        open_names(&[ok, "a".repeat(MAX_CONTEXT_NAME)]).unwrap();
     }
 
     /// `(path, kind, uid, mode, data or link target)` of every entry of a layer.
