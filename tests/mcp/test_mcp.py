@@ -319,6 +319,23 @@ def test_http_open_sessions_are_capped_per_tenant(server):
             server.status("DELETE", "/mcp", key=key, headers={**headers, "Mcp-Session-Id": sid})
 
 
+def test_concurrent_initializes_never_open_more_sessions_than_the_cap(server):
+    """The cap is reserved before rmcp opens a session: 60 `initialize`s at once open at most 16."""
+    import concurrent.futures
+
+    key = server.tenant_key("racing")
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=60) as pool:
+        results = list(pool.map(lambda _: _open_http_session(server, key), range(60)))
+    opened = [sid for status, sid, _ in results if status == 200 and sid]
+    try:
+        assert len(opened) == 16, [r[0] for r in results]
+        assert all(status in (200, 429) for status, _, _ in results), [r[0] for r in results]
+    finally:
+        for sid in opened:
+            server.status("DELETE", "/mcp", key=key, headers={**headers, "Mcp-Session-Id": sid})
+
+
 def test_http_without_a_valid_key_is_401(server):
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-06-18", "capabilities": {},

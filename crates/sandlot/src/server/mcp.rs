@@ -218,6 +218,7 @@ async fn guard(State(o): State<Arc<Owners>>, req: Request, next: Next) -> Respon
         },
     };
     let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let mut reserved = None;
     if let Some(id) = &session {
         if lock(&o).get(id).is_some_and(|tenant| *tenant != caller.tenant) {
             return ApiError::not_found("MCP session").into_response();
@@ -226,7 +227,8 @@ async fn guard(State(o): State<Arc<Owners>>, req: Request, next: Next) -> Respon
         // A request without a session opens one (initialize): count the live ones first.
         let live = live_sessions(&o).await;
         let mut owners = lock(&o);
-        owners.retain(|id, _| live.contains(id));
+        // Places reserved by `initialize`s still in flight are kept: they count as sessions.
+        owners.retain(|id, _| live.contains(id) || id.starts_with(RESERVED));
         let mine = owners.values().filter(|t| **t == caller.tenant).count();
         if mine >= MAX_SESSIONS_PER_TENANT || owners.len() >= MAX_SESSIONS {
             let (held, max) = if mine >= MAX_SESSIONS_PER_TENANT {
@@ -240,6 +242,10 @@ async fn guard(State(o): State<Arc<Owners>>, req: Request, next: Next) -> Respon
             );
             return ApiError::new(StatusCode::TOO_MANY_REQUESTS, codes::LIMIT_REACHED, &message).into_response();
         }
+        // Reserved under the lock, before rmcp runs: concurrent `initialize`s cannot all pass the count.
+        let place = Reservation::new(Arc::clone(&o));
+        owners.insert(place.key.clone(), caller.tenant.clone());
+        reserved = Some(place);
     }
     let closing = req.method() == Method::DELETE;
     let resp = next.run(req).await;
@@ -255,7 +261,33 @@ async fn guard(State(o): State<Arc<Owners>>, req: Request, next: Next) -> Respon
         }
         Some(_) => {}
     }
+    // After the session it opened was recorded, so the count never dips in between.
+    drop(reserved);
     resp
+}
+
+/// Prefix of the keys of places reserved for sessions being opened (no session id has it).
+const RESERVED: &str = "\0reserved-";
+
+/// A place among the sessions, held by an `initialize` in flight; given back when dropped (the
+/// request finished, or was cancelled), when the session it opened takes its place.
+struct Reservation {
+    owners: Arc<Owners>,
+    key: String,
+}
+
+impl Reservation {
+    fn new(owners: Arc<Owners>) -> Reservation {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Reservation { owners, key: format!("{RESERVED}{n}") }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        lock(&self.owners).remove(&self.key);
+    }
 }
 
 /// The ids of the sessions rmcp holds now (those that ended, by DELETE or idle expiry, are gone).
