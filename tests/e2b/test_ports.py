@@ -58,6 +58,15 @@ def test_a_port_is_proxied_with_the_traffic_token_and_waited_for(server):
         assert status == 200 and "x-access-token" not in json.loads(body)["headers"]
         status, body = _get(server, sbx.sandbox_id, 8000, X_API_Key=server.e2b_key)
         assert status == 200 and "x-api-key" not in json.loads(body)["headers"]
+        # Our key sent as a bearer token as well never reaches the sandbox's server; the app's own
+        # Authorization does.
+        for bearer in (server.e2b_key, server.admin_key):
+            status, body = _get(server, sbx.sandbox_id, 8000, X_API_Key=server.e2b_key,
+                                Authorization=f"Bearer {bearer}")
+            assert status == 200 and "authorization" not in json.loads(body)["headers"], body
+        status, body = _get(server, sbx.sandbox_id, 8000, X_API_Key=server.e2b_key,
+                            Authorization="Bearer the-apps-own-token")
+        assert json.loads(body)["headers"].get("authorization") == "Bearer the-apps-own-token", body
     finally:
         sbx.kill()
 

@@ -31,6 +31,12 @@ fn key_caller(app: &AppState, key: &str) -> sandlot_control::Result<Caller> {
     }
 }
 
+/// Whether `headers` carry this server's own key as a bearer token (some clients send the API key
+/// that way): such a header must never reach a sandbox's server.
+pub fn bearer_is_a_server_key(app: &AppState, headers: &HeaderMap) -> bool {
+    super::super::extract::bearer_key(headers).flatten().is_some_and(|k| key_caller(app, k).is_ok())
+}
+
 /// The caller of a control-plane request.
 pub struct E2bAuth(pub Caller);
 

@@ -228,6 +228,11 @@ async fn sandbox_port(app: &AppState, id: String, port: u16, req: Request) -> Re
     for h in auth::E2B_REQUEST_HEADERS {
         req.headers_mut().remove(*h);
     }
+    // A key of ours sent as a bearer token is ours, not the sandbox server's (the app's own
+    // Authorization, anything else, goes through as it came).
+    if auth::bearer_is_a_server_key(app, req.headers()) {
+        req.headers_mut().remove(axum::http::header::AUTHORIZATION);
+    }
     match super::ports::forward(&ports, port, req, PORT_PATIENCE).await {
         Ok(resp) => resp.map(axum::body::Body::new),
         Err(e) => e.into_response(),
