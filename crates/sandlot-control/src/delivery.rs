@@ -159,22 +159,27 @@ impl Sender {
 
     /// One POST of `body`: the receiver's status, or why there was none.
     async fn attempt(&self, hook: &WebhookRow, target: &Target, event_id: i64, body: &str) -> Result<u16, Failure> {
-        let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
-            .await
-            .map_err(|e| Failure::Retry(format!("resolving {}: {e}", target.host)))?
-            .collect();
+        // A name that does not resolve and one that resolves only to addresses this server refuses get
+        // one message, and are both retried: told apart, they would let a tenant map internal DNS.
+        let unreachable = || {
+            Failure::Retry(format!(
+                "{} resolves to no address this server calls (it does not resolve, or only to loopback, \
+                 private or link-local targets, the server's own addresses, on-link networks or gateways; an \
+                 admin can allow those with --webhook-allow-private)",
+                target.host
+            ))
+        };
+        let addrs: Vec<std::net::SocketAddr> = match tokio::net::lookup_host((target.host.as_str(), target.port)).await
+        {
+            Ok(addrs) => addrs.collect(),
+            Err(_) => return Err(unreachable()),
+        };
         let allow_private = self.control.cfg.events.webhook_allow_private;
         let host_net = |ip| self.control.engine.host_network_of(ip);
         let allowed: Vec<_> =
             addrs.into_iter().filter(|a| crate::webhooks::may_call(a.ip(), allow_private, &host_net)).collect();
         if allowed.is_empty() {
-            // The addresses stay out of the message: a tenant must not map internal DNS through it.
-            return Err(Failure::Refused(format!(
-                "{} resolves to no address this server calls: not loopback, private or link-local targets, nor \
-                 the server's own addresses, on-link networks or gateways (an admin can allow them with \
-                 --webhook-allow-private)",
-                target.host
-            )));
+            return Err(unreachable());
         }
         let mut last = String::new();
         let mut tcp = None;

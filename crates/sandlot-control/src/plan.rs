@@ -22,6 +22,10 @@ pub(crate) const DEFAULT_STOP_AFTER_S: u64 = 600;
 /// Longest idle timeout.
 const MAX_IDLE_S: u64 = 7 * 86_400;
 const MAX_ENV: usize = 256;
+/// Bytes of all names and values of an `env` together: what a kernel takes for a whole
+/// environment and argument list is far more, but a sandbox's environment is stored in its record
+/// and sent with every command.
+const MAX_ENV_BYTES: usize = 128 << 10;
 
 /// A validated create: what to record and what to boot.
 pub(crate) struct Plan {
@@ -60,6 +64,13 @@ pub(crate) fn no_nul(what: &str, s: &str) -> Result<()> {
 pub(crate) fn check_env(env: &BTreeMap<String, String>) -> Result<()> {
     if env.len() > MAX_ENV {
         return Err(Error::invalid(format!("env: at most {MAX_ENV} variables")));
+    }
+    let bytes: usize = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    if bytes > MAX_ENV_BYTES {
+        return Err(Error::invalid(format!(
+            "env: {bytes} bytes of names and values, more than {} KiB; pass large data as a file instead",
+            MAX_ENV_BYTES >> 10
+        )));
     }
     for (k, v) in env {
         if k.is_empty() || k.contains('=') || k.contains('\0') {

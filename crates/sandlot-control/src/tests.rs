@@ -155,6 +155,8 @@ async fn limits_out_of_range_are_refused_before_anything_boots() {
         CreateSandbox { image: Some("nope".into()), ..Default::default() },
         CreateSandbox { get_or_create: true, ..Default::default() },
         CreateSandbox { name: Some("no spaces".into()), ..Default::default() },
+        // Few variables, but 4 MiB of them.
+        CreateSandbox { env: [("BIG".to_string(), "x".repeat(4 << 20))].into(), ..Default::default() },
     ];
     for req in bad {
         let e = h.control.create(&h.alice, req.clone()).await.unwrap_err();
