@@ -246,6 +246,17 @@ fn parent_on_pseudo_fs(path: &Path) -> bool {
     on_pseudo_fs(&unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+fn kernel_interface(path: &Path) -> OpError {
+    OpError::new(
+        FileErrorKind::PermissionDenied,
+        format!(
+            "{}: is a kernel interface under /proc or /sys, which the file API does not read; run a command \
+             (cat) in the sandbox instead",
+            path.display()
+        ),
+    )
+}
+
 /// Opens a file for a download: without blocking (a FIFO would hold the thread until a writer comes),
 /// refusing anything but a regular file outside /proc and /sys. Returns it, blocking again, with the
 /// size seen now, past which nothing is read (a file that grows, or never ends, cannot hold a thread).
@@ -257,7 +268,13 @@ fn open_regular(path: &Path, follow: bool) -> Result<(File, fs::Metadata), OpErr
         libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC | nofollow)
     };
     if fd < 0 {
-        return Err(OpError::io(path, io::Error::last_os_error()));
+        let e = io::Error::last_os_error();
+        // `/proc/1/fd/3` (a socket: ENXIO) and the like fail in open itself: refused as every other
+        // kernel interface is, not reported as the server's own failure.
+        if e.raw_os_error() == Some(libc::ENXIO) || (e.kind() != io::ErrorKind::NotFound && parent_on_pseudo_fs(path)) {
+            return Err(kernel_interface(path));
+        }
+        return Err(OpError::io(path, e));
     }
     // SAFETY: fd was just opened and is owned by nothing else.
     let f = unsafe { File::from_raw_fd(fd) };
@@ -269,14 +286,7 @@ fn open_regular(path: &Path, follow: bool) -> Result<(File, fs::Metadata), OpErr
         ));
     }
     if on_pseudo_fs(&f) {
-        return Err(OpError::new(
-            FileErrorKind::PermissionDenied,
-            format!(
-                "{}: is a kernel interface under /proc or /sys, which the file API does not read; run a command \
-                 (cat) in the sandbox instead",
-                path.display()
-            ),
-        ));
+        return Err(kernel_interface(path));
     }
     // SAFETY: fcntl on our own descriptor.
     unsafe {
