@@ -72,3 +72,43 @@ where
 {
     axum::body::Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
 }
+
+/// `resp` with a body that ends once the key behind `lease` is revoked or expires (checked every
+/// [`sandlot_control::LEASE_RECHECK`]): a stream opened with a key lasts no longer than the key does.
+/// Ending it drops the inner body, which stops whatever fed it (a watch, a follower).
+pub fn leased(
+    app: &AppState,
+    mut lease: sandlot_control::KeyLease,
+    resp: axum::response::Response,
+) -> axum::response::Response {
+    use futures_util::StreamExt;
+    let (parts, body) = resp.into_parts();
+    let mut inner = body.into_data_stream();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, axum::Error>>(1);
+    let control = Arc::clone(&app.control);
+    tokio::spawn(async move {
+        let mut recheck = tokio::time::interval(sandlot_control::LEASE_RECHECK);
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        recheck.tick().await;
+        loop {
+            tokio::select! {
+                chunk = inner.next() => match chunk {
+                    Some(chunk) => {
+                        if tx.send(chunk).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => return,
+                },
+                _ = recheck.tick() => {
+                    if let Err(e) = control.recheck_key(&mut lease) {
+                        tracing::info!(key = lease.id(), "a stream ends with its key: {}", e.message);
+                        return;
+                    }
+                }
+                () = tx.closed() => return,
+            }
+        }
+    });
+    axum::response::Response::from_parts(parts, channel_body(rx))
+}

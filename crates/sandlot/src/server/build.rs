@@ -12,9 +12,9 @@ use bytes::Bytes;
 use sandlot_api::{BuildEvent, BuildImage, ErrorDetail, SnapshotImage, NDJSON};
 use sandlot_control::BuildFailure;
 
-use super::app::{channel_body, AppState};
+use super::app::{channel_body, leased, AppState};
 use super::error::ApiError;
-use super::extract::{ApiJson, ApiPath, ApiQuery, Auth};
+use super::extract::{ApiJson, ApiPath, ApiQuery, Auth, Leased};
 use super::images::{spool, wants_ndjson};
 
 /// The build's options from its query string; `allow` and `build_arg` may repeat.
@@ -72,7 +72,7 @@ fn error_event(f: BuildFailure) -> BuildEvent {
 
 pub async fn build(
     State(app): State<AppState>,
-    Auth(caller): Auth,
+    Leased(caller, lease): Leased,
     ApiQuery(pairs): ApiQuery<Vec<(String, String)>>,
     headers: HeaderMap,
     body: Body,
@@ -122,7 +122,7 @@ pub async fn build(
         };
         let _ = tx.send(line(&last)).await;
     });
-    Ok(([(header::CONTENT_TYPE, NDJSON)], channel_body(rx)).into_response())
+    Ok(leased(&app, lease, ([(header::CONTENT_TYPE, NDJSON)], channel_body(rx)).into_response()))
 }
 
 pub async fn from_snapshot(

@@ -15,9 +15,9 @@ use sandlot_api::{
 };
 use sandlot_control::{Process, Started};
 
-use super::app::{abandonable_queue, AppState};
+use super::app::{abandonable_queue, leased, AppState};
 use super::error::ApiError;
-use super::extract::{optional_json, ApiJson, ApiPath, ApiQuery, Auth};
+use super::extract::{optional_json, ApiJson, ApiPath, ApiQuery, Auth, Leased};
 
 /// Query of `GET …/processes`.
 #[derive(serde::Deserialize)]
@@ -33,14 +33,14 @@ fn wants_ndjson(headers: &HeaderMap) -> bool {
 
 pub async fn exec(
     State(app): State<AppState>,
-    Auth(caller): Auth,
+    Leased(caller, lease): Leased,
     ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<ExecRequest>,
 ) -> Result<Response, ApiError> {
     Ok(match app.control.exec(&caller, &id, req, wants_ndjson(&headers)).await? {
         Started::Background { pid } => (StatusCode::ACCEPTED, Json(ProcessStarted { pid })).into_response(),
-        Started::Streaming(proc) => ndjson(proc),
+        Started::Streaming(proc) => leased(&app, lease, ndjson(proc)),
         Started::Finished(r) => Json(r).into_response(),
     })
 }
@@ -165,8 +165,8 @@ pub async fn stdin(
 
 pub async fn logs(
     State(app): State<AppState>,
-    Auth(caller): Auth,
+    Leased(caller, lease): Leased,
     ApiPath((id, pid)): ApiPath<(String, u64)>,
 ) -> Result<Response, ApiError> {
-    Ok(ndjson(app.control.process(&caller, &id, pid).await?))
+    Ok(leased(&app, lease, ndjson(app.control.process(&caller, &id, pid).await?)))
 }

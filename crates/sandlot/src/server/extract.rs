@@ -28,6 +28,25 @@ impl FromRequestParts<AppState> for Auth {
     }
 }
 
+/// The caller of a request whose answer is a stream that may outlive the key (a watch, a log, an
+/// exec's output, a pull's progress), and the lease [`super::app::leased`] keeps checking while it lasts.
+pub struct Leased(pub Caller, pub sandlot_control::KeyLease);
+
+impl FromRequestParts<AppState> for Leased {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        match bearer_key(&parts.headers) {
+            None => Err(unauthenticated("missing Authorization header; send `Authorization: Bearer <API key>`")),
+            Some(None) => Err(unauthenticated("malformed Authorization header; expected `Bearer <API key>`")),
+            Some(Some(key)) => {
+                let (caller, lease) = app.control.authenticate_lease(key)?;
+                Ok(Leased(caller, lease))
+            }
+        }
+    }
+}
+
 fn unauthenticated(message: &str) -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, codes::UNAUTHENTICATED, message)
 }

@@ -12,9 +12,9 @@ use sandlot_api::{FileList, FileStat, MkdirRequest, MoveRequest, User};
 use sandlot_control::{Caller, FileStream, SandboxPath, Upload};
 use serde::Deserialize;
 
-use super::app::{channel_body, AppState};
+use super::app::{channel_body, leased, AppState};
 use super::error::ApiError;
-use super::extract::{ApiJson, ApiPath, ApiQuery, Auth};
+use super::extract::{ApiJson, ApiPath, ApiQuery, Auth, Leased};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -151,7 +151,7 @@ pub struct WatchQuery {
 /// in the sandbox) or the directory is removed.
 pub async fn watch(
     State(app): State<AppState>,
-    Auth(caller): Auth,
+    Leased(caller, lease): Leased,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<WatchQuery>,
 ) -> Result<Response, ApiError> {
@@ -173,7 +173,8 @@ pub async fn watch(
             }
         }
     });
-    Ok(([(header::CONTENT_TYPE, sandlot_api::NDJSON)], channel_body(rx)).into_response())
+    let resp = ([(header::CONTENT_TYPE, sandlot_api::NDJSON)], channel_body(rx)).into_response();
+    Ok(leased(&app, lease, resp))
 }
 
 pub async fn stat(

@@ -16,9 +16,9 @@ use tokio::io::AsyncWriteExt;
 
 use sandlot_control::{UPLOAD_DEADLINE, UPLOAD_IDLE};
 
-use super::app::{channel_body, AppState};
+use super::app::{channel_body, leased, AppState};
 use super::error::ApiError;
-use super::extract::{ApiJson, ApiPath, ApiQuery, Auth};
+use super::extract::{ApiJson, ApiPath, ApiQuery, Auth, Leased};
 
 pub(super) fn wants_ndjson(headers: &HeaderMap) -> bool {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(NDJSON))
@@ -77,7 +77,7 @@ where
 
 pub async fn pull(
     State(app): State<AppState>,
-    Auth(caller): Auth,
+    Leased(caller, lease): Leased,
     headers: HeaderMap,
     ApiJson(req): ApiJson<PullImage>,
 ) -> Result<Response, ApiError> {
@@ -88,6 +88,7 @@ pub async fn pull(
         control.pull_image(&caller, req, events).await.map(|i| vec![i])
     })
     .await
+    .map(|resp| leased(&app, lease, resp))
 }
 
 #[derive(Debug, Deserialize)]
@@ -100,7 +101,7 @@ pub struct ImportQuery {
 
 pub async fn import(
     State(app): State<AppState>,
-    Auth(caller): Auth,
+    Leased(caller, lease): Leased,
     ApiQuery(q): ApiQuery<ImportQuery>,
     headers: HeaderMap,
     body: Body,
@@ -113,6 +114,7 @@ pub async fn import(
         control.import_image(&caller, upload, spool, q.name, q.public, events).await
     })
     .await
+    .map(|resp| leased(&app, lease, resp))
 }
 
 /// Writes the request body to an unlinked file in the state directory (the archive may be read in any

@@ -103,6 +103,35 @@ fn a_revoked_key_gets_401() {
     assert!(admin.list().is_ok(), "the admin key still works");
 }
 
+/// Revoking a tenant's only key closes what it opened: its preview tokens answer 404 (as an unknown
+/// sandbox) instead of reaching the port, and an open watch stream ends within the lease's re-check.
+#[test]
+fn revoking_a_key_closes_its_previews_and_its_open_streams() {
+    let server = Server::start();
+    let admin = server.client();
+    let made = admin.create_key("alice").unwrap();
+    let alice = Client::new(server.url(), &made.key);
+    let sb = alice.create(&Default::default()).unwrap();
+    let port = sb.expose_port(9999).unwrap();
+    let host = format!("9999-{}.localhost:{}", sb.id(), server.port());
+    let by_token = format!("/?sandlot_token={}", port.token);
+    // Live key: the token reaches the port (nobody listens there: 502).
+    assert_eq!(server.raw("GET", &by_token, None, &[("host", &host)], b"").status, 502);
+    let mut watch = sb.watch("/tmp", false).unwrap();
+    sb.write_file("/tmp/one", b"1").unwrap();
+    assert!(watch.next().is_some_and(|e| e.is_ok()), "the watch delivers while the key works");
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Drains until the stream ends.
+        for _ in watch.by_ref() {}
+        let _ = done_tx.send(());
+    });
+    admin.revoke_key(&made.id).unwrap();
+    assert_eq!(server.raw("GET", &by_token, None, &[("host", &host)], b"").status, 404);
+    let ended = done_rx.recv_timeout(std::time::Duration::from_secs(20));
+    assert!(ended.is_ok(), "the watch stream outlived its key by 20 s");
+}
+
 /// A key made with `expires_in_s` gets 401 saying it expired once that time has passed.
 #[test]
 fn an_expired_key_gets_401() {
