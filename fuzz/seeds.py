@@ -1,3 +1,5 @@
+# Writes the seed corpora of the fuzz targets (docs/TESTING.md, "Fuzzing"): run it in fuzz/corpus
+# (`cd fuzz/corpus && python3 ../seeds.py`). Inputs of the kinds the parsers' unit tests use.
 import json, struct, os, io, tarfile, gzip, hashlib
 def w(t, name, data):
     os.makedirs(t, exist_ok=True)
