@@ -81,5 +81,5 @@ w('netproxy_sniff', 'http', b"GET / HTTP/1.1\r\nHost: example.com:8080\r\nUser-A
 w('netproxy_sniff', 'http-partial', b"POST /x HTTP/1.1\r\nhost: a.b")
 # netproxy_policy
 w('netproxy_policy', 'allowlist', json.dumps({"mode": "allowlist", "allow": ["pypi.org", "*.pythonhosted.org", "203.0.113.0/24", "10.0.0.0/8"], "deny": ["203.0.113.128/25"], "rules": {"api.example.com": {"headers": {"authorization": "Bearer x"}}}}))
-w('netproxy_policy', 'allow-all', json.dumps({"mode": "allow_all"}))
+w('netproxy_policy', 'allow-all', json.dumps({"mode": "allow-all"}))
 w('netproxy_policy', 'deny', json.dumps({"mode": "deny"}))
