@@ -26,3 +26,8 @@ fi
 need_cargo_deny() {
     cargo deny --version >/dev/null 2>&1 || cargo install --locked cargo-deny --version 0.20.2
 }
+
+# cargo-fuzz, for scripts/fuzz.sh (the fuzz targets of fuzz/); built once per machine, like cargo-deny.
+need_cargo_fuzz() {
+    cargo fuzz --version >/dev/null 2>&1 || cargo install --locked cargo-fuzz --version 0.13.2
+}

@@ -47,6 +47,8 @@ else
     cargo test --locked --workspace --no-fail-fast
     cargo test --locked -p sandlot --test fairness -- --ignored --test-threads 1 --nocapture
 fi
+# The fuzz targets of fuzz/ (docs/TESTING.md, "Fuzzing"), 20 s each on their seed corpora: about four minutes.
+scripts/fuzz.sh 20
 # The E2B-compatibility suite: the official `e2b` and `e2b-code-interpreter` SDKs (pinned, in a venv made
 # once per machine) against a real server (docs/TESTING.md, "The E2B suite").
 e2b_venv=$(scripts/e2b-venv.sh)

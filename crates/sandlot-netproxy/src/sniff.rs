@@ -70,12 +70,15 @@ fn parse_client_hello(hs: &[u8]) -> Option<String> {
     None
 }
 
+/// A host name of 1..=63-byte labels (one trailing dot allowed): `....` or `..pypi.org` is no name,
+/// not an empty one or one that a `*.pypi.org` rule would match.
 fn valid_host(name: &[u8]) -> Option<String> {
     let s = std::str::from_utf8(name).ok()?;
-    let ok = !s.is_empty()
-        && s.len() <= 253
+    let s = s.strip_suffix('.').unwrap_or(s);
+    let ok = s.len() <= 253
+        && s.split('.').all(|l| !l.is_empty() && l.len() <= 63)
         && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.' || c == b'_');
-    ok.then(|| s.trim_end_matches('.').to_ascii_lowercase())
+    ok.then(|| s.to_ascii_lowercase())
 }
 
 /// The Host of an HTTP/1 request head (port stripped).
@@ -138,6 +141,19 @@ mod tests {
         assert_eq!(tls_sni(&ch), Sniff::Name("api.example.com".into()));
         assert_eq!(tls_sni(&ch[..10]), Sniff::NeedMore);
         assert_eq!(tls_sni(b"GET / HTTP/1.1\r\n"), Sniff::NoName);
+    }
+
+    /// Found by the netproxy_sniff fuzz target: `Host: ....` was sniffed as the empty name, and
+    /// `..pypi.org` as a name a `*.pypi.org` rule matches. Empty labels are no name.
+    #[test]
+    fn empty_labels_are_no_name() {
+        assert_eq!(http_host(b"GET /\x19 \n\r\n\rH1.1\r\nHost:....\r\n\r\n"), Sniff::NoName);
+        assert_eq!(http_host(b"GET / HTTP/1.1\r\nHost: ..pypi.org\r\n\r\n"), Sniff::NoName);
+        assert_eq!(http_host(b"GET / HTTP/1.1\r\nHost: a..b\r\n\r\n"), Sniff::NoName);
+        assert_eq!(tls_sni(&client_hello(".")), Sniff::NoName);
+        assert_eq!(tls_sni(&client_hello("x..pypi.org")), Sniff::NoName);
+        assert_eq!(http_host(b"GET / HTTP/1.1\r\nHost: A.test.:80\r\n\r\n"), Sniff::Name("a.test".into()));
+        assert_eq!(tls_sni(&client_hello("pypi.org.")), Sniff::Name("pypi.org".into()));
     }
 
     #[test]

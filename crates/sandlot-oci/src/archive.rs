@@ -203,8 +203,10 @@ pub(crate) fn check_headers(file: &mut File) -> Result<(), ImportError> {
                 }
             }
         }
-        at = at
-            .checked_add(size.div_ceil(512) * 512)
+        at = size
+            .div_ceil(512)
+            .checked_mul(512)
+            .and_then(|data| at.checked_add(data))
             .ok_or_else(|| ImportError::Format("the archive has an entry size past 2^64".into()))?;
     }
     Ok(())
@@ -555,5 +557,20 @@ mod tests {
         b.append_data(&mut h, "x".repeat(300), &b"abc"[..]).unwrap();
         std::fs::write(&path, b.into_inner().unwrap()).unwrap();
         check_headers(&mut File::open(&path).unwrap()).unwrap();
+    }
+
+    /// Found by the oci_context fuzz target: a base-256 size within 511 bytes of 2^64 overflowed the
+    /// rounding up to whole blocks (a panic in debug builds, a wrong offset in release).
+    #[test]
+    fn an_entry_size_near_2_pow_64_is_refused_not_overflowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.tar");
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.as_old_mut().size = [0x80, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+        header.set_cksum();
+        std::fs::write(&path, header.as_bytes()).unwrap();
+        let err = check_headers(&mut File::open(&path).unwrap()).unwrap_err().to_string();
+        assert!(err.contains("past 2^64"), "{err}");
     }
 }

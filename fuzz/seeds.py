@@ -1,0 +1,85 @@
+# Writes the seed corpora of the fuzz targets (docs/TESTING.md, "Fuzzing"): run it in fuzz/corpus
+# (`cd fuzz/corpus && python3 ../seeds.py`). Inputs of the kinds the parsers' unit tests use.
+import json, struct, os, io, tarfile, gzip, hashlib
+def w(t, name, data):
+    os.makedirs(t, exist_ok=True)
+    open(os.path.join(t, name), 'wb').write(data if isinstance(data, bytes) else data.encode())
+def frame(h, p=b""):
+    hb = json.dumps(h, separators=(',', ':')).encode()
+    return struct.pack('<II', len(hb), len(p)) + hb + p
+# protocol_frame
+w('protocol_frame', 'output', frame({"ev": "output", "proc": 7, "fd": 1}, b"hello"))
+w('protocol_frame', 'ready', frame({"ev": "ready", "version": 1}))
+w('protocol_frame', 'stdin', frame({"type": "stdin", "proc": 1, "eof": False}, b"ls\n") + frame({"type": "signal", "proc": 1, "signal": 9}))
+w('protocol_frame', 'resize', frame({"type": "resize", "proc": 3, "rows": 24, "cols": 80}))
+w('protocol_frame', 'watch', frame({"type": "watch", "id": 1, "uid": 1000, "path": "/home/user", "recursive": True}))
+w('protocol_frame', 'credit', frame({"type": "credit", "id": 2, "bytes": 65536}) + frame({"type": "connect", "conn": 4, "port": 8080}))
+w('protocol_frame', 'garbage', struct.pack('<II', 3, 0) + b"{x}")
+# tars
+def tarbytes(entries, fmt=tarfile.GNU_FORMAT):
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode='w', format=fmt) as t:
+        for e in entries:
+            ti = tarfile.TarInfo(e[0]); ti.mtime = 1000000
+            kind = e[1]
+            if kind == 'f':
+                ti.size = len(e[2]); ti.mode = 0o644; t.addfile(ti, io.BytesIO(e[2]))
+            elif kind == 'd':
+                ti.type = tarfile.DIRTYPE; ti.mode = 0o755; t.addfile(ti)
+            elif kind == 'l':
+                ti.type = tarfile.SYMTYPE; ti.linkname = e[2]; t.addfile(ti)
+            elif kind == 'h':
+                ti.type = tarfile.LNKTYPE; ti.linkname = e[2]; t.addfile(ti)
+    return b.getvalue()
+layer = tarbytes([('etc', 'd'), ('etc/passwd', 'f', b"root:x:0:0::/root:/bin/sh\n"), ('bin', 'd'), ('bin/sh', 'f', b"#!"), ('usr', 'l', '/'), ('link', 'h', 'etc/passwd')])
+w('linux_unpack', 'layer.tar', layer)
+w('linux_unpack', 'whiteout.tar', tarbytes([('a', 'd'), ('a/.wh.b', 'f', b""), ('a/.wh..wh..opq', 'f', b""), ('escape', 'l', '../../x'), ('escape/y', 'f', b"no")]))
+w('linux_unpack', 'pax.tar', tarbytes([('long/' + 'n' * 150, 'f', b"x")], tarfile.PAX_FORMAT))
+w('linux_unpack', 'layer.tar.gz', gzip.compress(layer, mtime=0))
+# oci_context
+w('oci_context', 'ctx.tar', tarbytes([('Dockerfile', 'f', b"FROM scratch\nCOPY . /app\n"), ('src', 'd'), ('src/main.py', 'f', b"print(1)\n"), ('ln', 'l', 'src')]))
+# oci_archive: docker save, oci layout, rootfs
+cfg = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/usr/bin"], "Cmd": ["/bin/sh"]}, "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}}).encode()
+ch = hashlib.sha256(cfg).hexdigest(); lh = hashlib.sha256(layer).hexdigest()
+w('oci_archive', 'docker-save.tar', tarbytes([('manifest.json', 'f', json.dumps([{"Config": ch + ".json", "RepoTags": ["x:1"], "Layers": [lh + "/layer.tar"]}]).encode()), (ch + ".json", 'f', cfg), (lh, 'd'), (lh + "/layer.tar", 'f', layer)]))
+man = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + ch, "size": len(cfg)}, "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": "sha256:" + lh, "size": len(layer)}]}).encode()
+mh = hashlib.sha256(man).hexdigest()
+idx = json.dumps({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:" + mh, "size": len(man), "annotations": {"org.opencontainers.image.ref.name": "1"}}]}).encode()
+w('oci_archive', 'oci-layout.tar', tarbytes([('oci-layout', 'f', b'{"imageLayoutVersion":"1.0.0"}'), ('index.json', 'f', idx), ('blobs', 'd'), ('blobs/sha256', 'd'), ('blobs/sha256/' + ch, 'f', cfg), ('blobs/sha256/' + mh, 'f', man), ('blobs/sha256/' + lh, 'f', layer)]))
+w('oci_archive', 'rootfs.tar.gz', gzip.compress(layer, mtime=0))
+# oci_manifest (first byte picks the content type)
+w('oci_manifest', 'manifest.json', man)
+w('oci_manifest', 'index.json', json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:" + mh, "size": 100, "platform": {"architecture": "amd64", "os": "linux"}}, {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:" + ch, "size": 100, "platform": {"architecture": "arm64", "os": "linux", "variant": "v8"}}]}))
+w('oci_manifest', 'docker-v2.json', json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": "sha256:" + ch, "size": 10}, "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "digest": "sha256:" + lh, "size": 10}]}))
+w('oci_manifest', 'config.json', cfg)
+# oci_dockerfile
+w('oci_dockerfile', 'basic', "# syntax=docker/dockerfile:1\nARG BASE=python:3.12\nFROM ${BASE}\nENV A=1 B=\"two words\"\nWORKDIR /app\nCOPY --chown=1000:1000 . /app/\nRUN pip install -r requirements.txt && \\\n    echo $A\nUSER 1000\nEXPOSE 8080\nLABEL k=v\nCMD [\"python\", \"app.py\"]\nENTRYPOINT /bin/sh -c\n")
+w('oci_dockerfile', 'scratch', "FROM scratch\nADD rootfs.tar /\nARG V\nRUN echo ${V:-none} ${V:+set}\n")
+w('oci_dockerfile', 'multi', "FROM a\nFROM b\n")
+# oci_reference
+for i, r in enumerate(["python:3.12", "user/app", "ghcr.io/a/b:t", "127.0.0.1:5000/x@sha256:" + "a" * 64, "docker.io/library/debian:12", "localhost/a__b/c-----d/e.f_g", "Python:3", "[::1]:5000/img:tag"]):
+    w('oci_reference', f'ref{i}', r)
+# netproxy_dns
+def q(name, qtype=1, flags=0x0100):
+    b = struct.pack('>HHHHHH', 0x1234, flags, 1, 0, 0, 0)
+    for l in name.split('.'):
+        b += bytes([len(l)]) + l.encode()
+    return b + b"\0" + struct.pack('>HH', qtype, 1)
+w('netproxy_dns', 'a', q("pypi.org"))
+w('netproxy_dns', 'aaaa', q("Files.PythonHosted.org", 28))
+w('netproxy_dns', 'ptr', q("_svc.example.com", 12, 0))
+# netproxy_sniff: ClientHello with SNI and an HTTP head
+def client_hello(name):
+    n = name.encode()
+    sni = struct.pack('>HBH', len(n) + 3, 0, len(n)) + n
+    ext = struct.pack('>HH', 0, len(sni)) + sni
+    body = b"\x03\x03" + b"\0" * 32 + b"\x00" + b"\x00\x02\x13\x01" + b"\x01\x00" + struct.pack('>H', len(ext)) + ext
+    hs = b"\x01" + struct.pack('>I', len(body))[1:] + body
+    return b"\x16\x03\x01" + struct.pack('>H', len(hs)) + hs
+w('netproxy_sniff', 'hello', client_hello("pypi.org"))
+w('netproxy_sniff', 'http', b"GET / HTTP/1.1\r\nHost: example.com:8080\r\nUser-Agent: x\r\n\r\n")
+w('netproxy_sniff', 'http-partial', b"POST /x HTTP/1.1\r\nhost: a.b")
+# netproxy_policy
+w('netproxy_policy', 'allowlist', json.dumps({"mode": "allowlist", "allow": ["pypi.org", "*.pythonhosted.org", "203.0.113.0/24", "10.0.0.0/8"], "deny": ["203.0.113.128/25"], "rules": {"api.example.com": {"headers": {"authorization": "Bearer x"}}}}))
+w('netproxy_policy', 'allow-all', json.dumps({"mode": "allow-all"}))
+w('netproxy_policy', 'deny', json.dumps({"mode": "deny"}))
