@@ -178,6 +178,15 @@ fn pull_error(e: sandlot_oci::PullError) -> Error {
     Error::new(kind, e.message)
 }
 
+/// Whose image `caller` stores: its tenant's, or every tenant's when published.
+fn image_owner(caller: &Caller, public: bool) -> &str {
+    if public {
+        PUBLIC
+    } else {
+        &caller.tenant
+    }
+}
+
 fn check_publish(caller: &Caller, public: bool) -> Result<()> {
     if public && !caller.admin {
         return Err(Error::new(Kind::Forbidden, "only an admin key may publish an image to every tenant"));
@@ -456,8 +465,7 @@ impl Control {
             .map_err(|e| Error::internal(format!("pull task: {e}")))?
             .map_err(pull_error)?
         };
-        let owner = if req.public { PUBLIC } else { caller.tenant.as_str() };
-        let mut charge = images.charges.charge(owner);
+        let mut charge = images.charges.charge(image_owner(caller, req.public));
         let row =
             self.store_image(caller, name, Some(reference.to_string()), image, req.public, events, &mut charge).await?;
         info(&row)
@@ -498,7 +506,7 @@ impl Control {
         let images = self.images()?;
         let turn = images.turns.lock(&caller.tenant).await;
         let room = if public { u64::MAX } else { self.image_room(&caller.tenant, name.unwrap_or(""))? };
-        let charge = images.charges.charge(if public { PUBLIC } else { &caller.tenant });
+        let charge = images.charges.charge(image_owner(caller, public));
         Ok(ImageUpload::new(Some(turn), None, charge, room, images.max_import_bytes, &images.spool))
     }
 
@@ -528,8 +536,7 @@ impl Control {
         self.check_import(caller, name.as_deref(), public)?;
         // The tenant's turn came with the upload; only a place among the server's imports is missing.
         let _slot = images.slot().await;
-        let owner = if public { PUBLIC } else { caller.tenant.as_str() };
-        let others = images.charges.held(owner).saturating_sub(upload.charge.bytes());
+        let others = images.charges.held(image_owner(caller, public)).saturating_sub(upload.charge.bytes());
         let budget = upload.room.saturating_sub(others);
         let shared = images.gc.read().await;
         let stored = async {
@@ -620,7 +627,7 @@ impl Control {
         let images = self.images()?;
         let blob_bytes =
             image.layers.iter().map(|l| l.size).sum::<u64>() + images.blobs().size(&image.config_digest).unwrap_or(0);
-        let owner = if public { PUBLIC.to_string() } else { caller.tenant.clone() };
+        let owner = image_owner(caller, public).to_string();
         // Checked, unpacked and recorded under the owner's lock: two images of one tenant cannot both
         // pass the check against the same room.
         let _storing = images.storing.lock(&owner).await;

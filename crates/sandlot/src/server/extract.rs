@@ -20,11 +20,7 @@ impl FromRequestParts<AppState> for Auth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
-        match bearer_key(&parts.headers) {
-            None => Err(unauthenticated("missing Authorization header; send `Authorization: Bearer <API key>`")),
-            Some(None) => Err(unauthenticated("malformed Authorization header; expected `Bearer <API key>`")),
-            Some(Some(key)) => Ok(Auth(app.control.authenticate(key)?)),
-        }
+        Ok(Auth(app.control.authenticate(required_bearer_key(&parts.headers)?)?))
     }
 }
 
@@ -36,14 +32,18 @@ impl FromRequestParts<AppState> for Leased {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
-        match bearer_key(&parts.headers) {
-            None => Err(unauthenticated("missing Authorization header; send `Authorization: Bearer <API key>`")),
-            Some(None) => Err(unauthenticated("malformed Authorization header; expected `Bearer <API key>`")),
-            Some(Some(key)) => {
-                let (caller, lease) = app.control.authenticate_lease(key)?;
-                Ok(Leased(caller, lease))
-            }
-        }
+        let (caller, lease) = app.control.authenticate_lease(required_bearer_key(&parts.headers)?)?;
+        Ok(Leased(caller, lease))
+    }
+}
+
+/// The API key of the `Authorization: Bearer` header every authenticated route needs, or the `401`
+/// saying what is wrong with it.
+fn required_bearer_key(headers: &axum::http::HeaderMap) -> Result<&str, ApiError> {
+    match bearer_key(headers) {
+        None => Err(unauthenticated("missing Authorization header; send `Authorization: Bearer <API key>`")),
+        Some(None) => Err(unauthenticated("malformed Authorization header; expected `Bearer <API key>`")),
+        Some(Some(key)) => Ok(key),
     }
 }
 

@@ -84,11 +84,23 @@ pub async fn pull(
     // What can be refused before anything is fetched is an error status, not a line of a stream.
     app.control.check_pull(&caller, &req)?;
     let control = std::sync::Arc::clone(&app.control);
-    stream_or_wait(wants_ndjson(&headers), move |events| async move {
-        control.pull_image(&caller, req, events).await.map(|i| vec![i])
-    })
-    .await
-    .map(|resp| leased(&app, lease, resp))
+    let ndjson = wants_ndjson(&headers);
+    let resp =
+        stream_or_wait(
+            ndjson,
+            move |events| async move { control.pull_image(&caller, req, events).await.map(|i| vec![i]) },
+        )
+        .await?;
+    Ok(lease_stream(&app, lease, ndjson, resp))
+}
+
+/// A progress stream lasts no longer than its key; a plain answer is sent whole when the work is done.
+fn lease_stream(app: &AppState, lease: sandlot_control::KeyLease, ndjson: bool, resp: Response) -> Response {
+    if ndjson {
+        leased(app, lease, resp)
+    } else {
+        resp
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -110,11 +122,12 @@ pub async fn import(
     let mut upload = app.control.begin_import(&caller, q.name.as_deref(), q.public).await?;
     let spool = spool(&app, body, &mut upload).await?;
     let control = std::sync::Arc::clone(&app.control);
-    stream_or_wait(wants_ndjson(&headers), move |events| async move {
+    let ndjson = wants_ndjson(&headers);
+    let resp = stream_or_wait(ndjson, move |events| async move {
         control.import_image(&caller, upload, spool, q.name, q.public, events).await
     })
-    .await
-    .map(|resp| leased(&app, lease, resp))
+    .await?;
+    Ok(lease_stream(&app, lease, ndjson, resp))
 }
 
 /// Writes the request body to an unlinked file in the state directory (the archive may be read in any
