@@ -32,8 +32,11 @@ pub struct Config {
     pub max_snapshots_per_tenant: u64,
     /// Bytes one tenant's snapshots may be charged.
     pub snapshot_quota_bytes: u64,
-    /// Bytes one tenant's images may take (their blobs as stored).
+    /// Bytes one tenant's images may take: their blobs as stored plus what their layers add to the
+    /// layers volume.
     pub image_quota_bytes: u64,
+    /// Most images one tenant may keep.
+    pub max_images_per_tenant: u64,
     /// What one tenant's persistent sandboxes may hold, running or stopped.
     pub persistent: crate::capacity::PersistentQuota,
     /// Audit rows older than this many days are pruned.
@@ -125,6 +128,7 @@ pub(crate) fn test_config() -> Config {
         max_snapshots_per_tenant: 64,
         snapshot_quota_bytes: 8 << 30,
         image_quota_bytes: 20 << 30,
+        max_images_per_tenant: 256,
         persistent: Default::default(),
         audit_retention_days: 30,
         overcommit: 1.5,

@@ -67,6 +67,8 @@ pub struct Images {
     running: tokio::sync::Semaphore,
     /// Images unpacking at once (each takes a core and, for its tree, memory).
     unpacking: tokio::sync::Semaphore,
+    /// How long one image's unpacking may hold its place.
+    unpack_timeout: std::time::Duration,
     /// Whether a collection is waiting for its turn on a task of its own.
     collect_pending: std::sync::atomic::AtomicBool,
 }
@@ -80,6 +82,10 @@ const BUILD_CACHE_ROWS_PER_TENANT: u64 = 10_000;
 
 /// Images that unpack at once, all tenants together.
 pub const MAX_CONCURRENT_UNPACKS: usize = 2;
+
+/// How long one image's layers may take to unpack (a 10 GiB CUDA image takes about three minutes on
+/// this project's 2-core CI machine).
+pub const DEFAULT_UNPACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(900);
 
 /// Credentials the admin configured for a registry, and who may pull with them.
 #[derive(Clone)]
@@ -131,8 +137,16 @@ impl Images {
             spool: SpoolBudget::new(max_import_bytes.saturating_mul(2)),
             running: tokio::sync::Semaphore::new(MAX_CONCURRENT_PULLS),
             unpacking: tokio::sync::Semaphore::new(MAX_CONCURRENT_UNPACKS),
+            unpack_timeout: DEFAULT_UNPACK_TIMEOUT,
             collect_pending: Default::default(),
         })
+    }
+
+    /// Bounds how long one image's layers may take to unpack, once they have a place (default
+    /// [`DEFAULT_UNPACK_TIMEOUT`]).
+    pub fn with_unpack_timeout(mut self, timeout: std::time::Duration) -> Images {
+        self.unpack_timeout = timeout;
+        self
     }
 
     /// Bounds the bytes all uploads being spooled may hold together (default: twice the import limit).
@@ -477,6 +491,7 @@ impl Control {
         if public {
             return Ok(u64::MAX);
         }
+        self.check_image_count(&caller.tenant, name)?;
         let quota = self.cfg.image_quota_bytes;
         let held = quota - self.image_room(&caller.tenant, name)? + self.images()?.charges.held(&caller.tenant);
         if held >= quota {
@@ -489,6 +504,21 @@ impl Control {
             )));
         }
         Ok(quota - held)
+    }
+
+    /// Refuses a new image of `tenant` called `name` when the tenant keeps `--max-images-per-tenant`
+    /// already (replacing one of them is fine): each image root costs the layers volume and the
+    /// database a share that bytes alone would not count.
+    fn check_image_count(&self, tenant: &str, name: &str) -> Result<()> {
+        let (count, _) = self.store.image_usage(tenant)?;
+        let max = self.cfg.max_images_per_tenant;
+        if count >= max && self.store.get_image(tenant, name)?.is_none() {
+            return Err(Error::limit(format!(
+                "tenant {tenant} keeps {count} images, the most this server allows (--max-images-per-tenant): \
+                 delete images (sandlot image rm) and retry"
+            )));
+        }
+        Ok(())
     }
 
     /// The tenant's image quota less what its stored images take (the image `name` replaces is not
@@ -605,7 +635,9 @@ impl Control {
             // The tenant's turn first: one tenant's unpackings wait for each other, not for a place.
             let _mine = images.unpack_turns.lock(tenant).await;
             let _core = images.unpacking.acquire().await.expect("the semaphore is never closed");
-            self.engine.prepare_image(key.to_string(), blobs, max_bytes, tx).await
+            // The deadline starts with the unpack place: waiting for one is not the image's fault.
+            let deadline = std::time::Instant::now() + images.unpack_timeout;
+            self.engine.prepare_image(key.to_string(), blobs, max_bytes, deadline, tx).await
         };
         let _ = forward.await;
         prepared
@@ -631,6 +663,9 @@ impl Control {
         // Checked, unpacked and recorded under the owner's lock: two images of one tenant cannot both
         // pass the check against the same room.
         let _storing = images.storing.lock(&owner).await;
+        if !public {
+            self.check_image_count(&owner, name)?;
+        }
         // What the tenant already holds (stored, in flight, not yet collected), less the image this one
         // replaces; checked before unpacking, so a refused image takes no room on the layers volume
         // (its blobs go with the next collection).
@@ -670,7 +705,6 @@ impl Control {
             let hint = if over { " (over the tenant's --image-quota-mb once unpacked)" } else { "" };
             Error::invalid(format!("image {name:?} cannot be unpacked{hint}: {e}"))
         })?;
-        let bytes = blob_bytes + unpacked;
         let run = run_config(&image);
         let (identity, identity_error) = match &run.user {
             Some(spec) => match self.engine.image_user(key.clone(), spec.clone()).await {
@@ -681,6 +715,9 @@ impl Control {
         };
         let config = serde_json::to_string(&RootConfig { run, identity, identity_error }).expect("serialisable");
         let image_json = serde_json::to_string(&image).expect("serialisable");
+        // The database keeps the image twice (its row, its root's row) and its run config once more:
+        // charged as well (bounded by MAX_RUN_CONFIG_BYTES and MAX_LAYERS, so at most a few hundred KiB).
+        let bytes = blob_bytes + unpacked + (config.len() + 2 * image_json.len()) as u64;
         self.store.put_image_root(&key, &config, &image_json, bytes, now_ms())?;
         let row = ImageRow {
             tenant: owner,
@@ -688,7 +725,7 @@ impl Control {
             reference,
             digest: image.manifest_digest.to_string(),
             image_key: key,
-            image: serde_json::to_string(&image).expect("serialisable"),
+            image: image_json,
             bytes,
             created_ms: now_ms(),
         };
@@ -730,14 +767,15 @@ impl Control {
             let roots = self.store.image_keys_in_use()?;
             let mut chains = HashSet::new();
             let mut blobs = HashSet::new();
-            for row in self.store.all_images()? {
-                let Ok(image) = serde_json::from_str::<Image>(&row.image) else { continue };
+            // One row at a time: every tenant's images together may be far more than one answer.
+            self.store.each_image(|json| {
+                let Ok(image) = serde_json::from_str::<Image>(json) else { return };
                 let diff_ids: Vec<String> = image.layers.iter().map(|l| l.diff_id.to_string()).collect();
                 chains.extend(chain_ids(&diff_ids));
                 blobs.insert(image.manifest_digest.clone());
                 blobs.insert(image.config_digest.clone());
                 blobs.extend(image.layers.iter().map(|l| l.digest.clone()));
-            }
+            })?;
             self.store.forget_image_roots(&roots)?;
             self.store.prune_build_cache(BUILD_CACHE_ROWS_PER_TENANT)?;
             let blob_names: HashSet<String> = blobs.iter().map(|d| d.to_string()).collect();

@@ -155,13 +155,15 @@ pub trait Driver: Send + Sync + 'static {
     /// Whether `image` (`host` or an image root's key) can be launched.
     fn has_image(&self, image: &str) -> bool;
     /// Makes the root of image `key` (its config digest) from its layers, bottom first, unless it
-    /// exists; reports each layer as it is applied. The layers it unpacks may write at most
-    /// `max_bytes` of files together; returns what they wrote. Blocking.
+    /// exists; reports each layer as it is applied. The layers it unpacks may add at most
+    /// `max_bytes` to the layers volume together, and must be done by `deadline`; returns what they
+    /// added. Blocking.
     fn prepare_image(
         &self,
         key: &str,
         layers: &[LayerBlob],
         max_bytes: u64,
+        deadline: std::time::Instant,
         events: &mut dyn FnMut(PrepareEvent),
     ) -> Result<u64, EngineError>;
     /// Resolves an image's `USER` (`spec`) in image root `key`'s own account files.

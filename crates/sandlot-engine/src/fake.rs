@@ -142,6 +142,7 @@ impl Driver for FakeDriver {
         key: &str,
         layers: &[crate::driver::LayerBlob],
         _max_bytes: u64,
+        _deadline: std::time::Instant,
         events: &mut dyn FnMut(crate::driver::PrepareEvent),
     ) -> Result<u64, EngineError> {
         self.record(Call::PrepareImage(key.to_string(), layers.len()));

@@ -241,17 +241,18 @@ impl Engine {
     }
 
     /// Makes the root of image `key` from `layers` (bottom first) unless it exists, sending progress
-    /// on `events`.
+    /// on `events`; what it unpacks may add `max_bytes` to the layers volume and take until `deadline`.
     pub async fn prepare_image(
         &self,
         key: String,
         layers: Vec<driver::LayerBlob>,
         max_bytes: u64,
+        deadline: std::time::Instant,
         events: tokio::sync::mpsc::UnboundedSender<driver::PrepareEvent>,
     ) -> Result<u64, EngineError> {
         let driver = Arc::clone(&self.driver);
         tokio::task::spawn_blocking(move || {
-            driver.prepare_image(&key, &layers, max_bytes, &mut |e| {
+            driver.prepare_image(&key, &layers, max_bytes, deadline, &mut |e| {
                 let _ = events.send(e);
             })
         })

@@ -132,12 +132,17 @@ impl Driver for LinuxDriver {
         key: &str,
         layers: &[LayerBlob],
         max_bytes: u64,
+        deadline: std::time::Instant,
         events: &mut dyn FnMut(PrepareEvent),
     ) -> Result<u64, EngineError> {
         let store = self.images.as_ref().ok_or(EngineError::NoLayersVolume("images"))?;
         let extras = RootExtras { ca_pem: self.cfg.ca_pem.clone() };
         let defaults = sandlot_linux::unpack::UnpackLimits::default();
-        let limits = sandlot_linux::unpack::UnpackLimits { max_bytes: max_bytes.min(defaults.max_bytes), ..defaults };
+        let limits = sandlot_linux::unpack::UnpackLimits {
+            max_bytes: max_bytes.min(defaults.max_bytes),
+            deadline: Some(deadline),
+            ..defaults
+        };
         let (_, unpacked) = store.prepare(key, layers, &extras, &limits, events)?;
         Ok(unpacked)
     }

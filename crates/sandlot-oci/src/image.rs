@@ -24,6 +24,22 @@ pub struct ImageConfig {
     pub exposed_ports: Vec<String>,
 }
 
+impl ImageConfig {
+    /// About what these settings take stored: every string's bytes plus 16 for each (its framing, and
+    /// so that a million empty labels are not free).
+    pub fn stored_bytes(&self) -> usize {
+        let one = |s: &String| s.len() + 16;
+        let all = |v: &Vec<String>| v.iter().map(one).sum::<usize>();
+        all(&self.env)
+            + self.working_dir.as_ref().map_or(0, one)
+            + self.user.as_ref().map_or(0, one)
+            + self.entrypoint.as_ref().map_or(0, all)
+            + self.cmd.as_ref().map_or(0, all)
+            + self.labels.iter().map(|(k, v)| one(k) + one(v)).sum::<usize>()
+            + all(&self.exposed_ports)
+    }
+}
+
 /// One layer of an image.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Layer {

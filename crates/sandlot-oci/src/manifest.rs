@@ -38,6 +38,12 @@ pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 pub const MAX_CONFIG_BYTES: u64 = 8 << 20;
 /// The largest layer blob accepted (compressed as stored).
 pub const MAX_LAYER_BYTES: u64 = 64 << 30;
+/// The most bytes an image's runtime settings may hold (env, labels, entrypoint, cmd, ports, user,
+/// working directory, platform and `created`, each string counted with 16 bytes of overhead). The daemon stores
+/// them and answers them in every image listing (a tenant's listing is at most
+/// `--max-images-per-tenant` of them), so the 8 MiB a config blob may be is far too much; real images
+/// hold a few KiB (Debian's: 100 bytes; CUDA's, with their long labels: ~4 KiB).
+pub const MAX_RUN_CONFIG_BYTES: usize = 64 << 10;
 /// The most layers an image may have (overlayfs stacks far fewer in practice).
 pub const MAX_LAYERS: usize = 512;
 /// The most entries an index may list.
@@ -365,6 +371,19 @@ pub fn image(manifest_digest: Digest, manifest: &Manifest, config: ConfigFile) -
             manifest.layers.len()
         )));
     }
+    let p = &config.platform;
+    let settings = config.config.stored_bytes()
+        + [Some(&p.os), Some(&p.architecture), p.variant.as_ref(), config.created.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|s| s.len() + 16)
+            .sum::<usize>();
+    if settings > MAX_RUN_CONFIG_BYTES {
+        return Err(ManifestError::TooLarge(format!(
+            "the image's runtime settings (env, labels, entrypoint, cmd, exposed ports) take {settings} bytes, \
+             over the limit of {MAX_RUN_CONFIG_BYTES}: keep large data in the image's files, not its config"
+        )));
+    }
     if config.diff_ids.len() != manifest.layers.len() {
         return Err(ManifestError::Invalid(format!(
             "the manifest lists {} layers but the config's rootfs.diff_ids has {}; the image is inconsistent",
@@ -526,6 +545,36 @@ mod tests {
         assert!(
             matches!(super::image(d("m"), &m, two).unwrap_err(), ManifestError::Invalid(e) if e.contains("diff_ids"))
         );
+    }
+
+    #[test]
+    fn runtime_settings_past_the_cap_are_refused_whatever_field_holds_them() {
+        let Parsed::Manifest(m) = parse(&manifest_json(OCI_MANIFEST, OCI_LAYER_GZIP), None).unwrap() else { panic!() };
+        let config = |c: serde_json::Value| {
+            let mut raw = serde_json::json!({"rootfs": {"type": "layers", "diff_ids": [d("t")]}});
+            raw.as_object_mut().unwrap().extend(c.as_object().unwrap().clone());
+            parse_config(&serde_json::to_vec(&raw).unwrap()).unwrap()
+        };
+        let big = "x".repeat(MAX_RUN_CONFIG_BYTES);
+        // A few KiB of labels, as real images have, pass.
+        let fine = config(
+            serde_json::json!({"config": {"Labels": {"org.opencontainers.image.description": "x".repeat(4096)}}}),
+        );
+        image(d("m"), &m, fine).unwrap();
+        // Many small labels cost their overhead: 20,000 empty ones are over the cap too.
+        let many: serde_json::Map<String, serde_json::Value> =
+            (0..20_000).map(|i| (format!("l{i}"), serde_json::Value::String(String::new()))).collect();
+        for c in [
+            serde_json::json!({"config": {"Labels": {"a": big}}}),
+            serde_json::json!({"config": {"Labels": many}}),
+            serde_json::json!({"config": {"Env": [format!("A={big}")]}}),
+            serde_json::json!({"config": {"Cmd": [big]}}),
+            serde_json::json!({"architecture": big}),
+            serde_json::json!({"created": big}),
+        ] {
+            let err = image(d("m"), &m, config(c)).unwrap_err();
+            assert!(matches!(&err, ManifestError::TooLarge(e) if e.contains("runtime settings")), "{err}");
+        }
     }
 
     #[test]

@@ -25,7 +25,8 @@ pub struct ImageRow {
     pub image_key: String,
     /// The control layer's JSON of the image.
     pub image: String,
-    /// Bytes of its blobs (compressed layers and config).
+    /// What it is charged: its blobs (compressed layers and config), what its layers added to the
+    /// layers volume, and its rows here.
     pub bytes: u64,
     /// When it was stored.
     pub created_ms: i64,
@@ -81,12 +82,17 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
-    /// Every stored image of every owner (garbage collection keeps what these use).
-    pub fn all_images(&self) -> Result<Vec<ImageRow>> {
+    /// Calls `f` with each stored image's JSON, of every owner, one row in memory at a time (garbage
+    /// collection keeps what these use).
+    pub fn each_image(&self, mut f: impl FnMut(&str)) -> Result<()> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(COLUMNS)?;
-        let rows = stmt.query_map([], row)?;
-        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        let mut stmt = conn.prepare("SELECT image FROM images")?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let json: String = r.get(0)?;
+            f(&json);
+        }
+        Ok(())
     }
 
     /// Removes `owner`'s image `name`; `false` if there was none.

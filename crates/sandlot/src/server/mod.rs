@@ -88,11 +88,15 @@ pub struct ServeArgs {
     /// referenced when it was taken (the most it can hold once the sandbox has changed every file).
     #[arg(long, default_value_t = 8192)]
     pub snapshot_quota_mb: u64,
-    /// Disk one tenant's images may take, in MiB: their blobs as stored plus the files their layers
-    /// unpack to. A pull whose layers declare more is refused before anything is fetched; an import or
+    /// Disk one tenant's images may take, in MiB: their blobs as stored plus what their layers add to
+    /// the layers volume (file bytes, 2 KiB of metadata per entry, 1 MiB per layer tree and per image
+    /// root). A pull whose layers declare more is refused before anything is fetched; an import or
     /// an unpacking that would pass it is refused and what it stored is collected.
     #[arg(long, default_value_t = 20_480)]
     pub image_quota_mb: u64,
+    /// Most images one tenant may keep (public images, the admin's, are not counted).
+    #[arg(long, default_value_t = 256)]
+    pub max_images_per_tenant: u64,
     /// Most persistent sandboxes one tenant keeps, running or stopped (a stopped one keeps its files,
     /// and so its writable layer on the layers volume, until it is deleted).
     #[arg(long, default_value_t = 64)]
@@ -182,6 +186,11 @@ pub struct ServeArgs {
     /// Longest one image pull may take, in seconds; a registry that trickles its bytes is cut off.
     #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
     pub pull_timeout_s: u64,
+    /// Longest one image's layers may take to unpack once one of the server's two unpack places is
+    /// theirs, in seconds (pulls, imports, builds); past it the image is refused and what it unpacked
+    /// is collected. A small compressed layer can take minutes of CPU to expand.
+    #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]
+    pub unpack_timeout_s: u64,
     /// Largest image archive `sandlot image import` takes, in MiB.
     #[arg(long, default_value_t = 16_384)]
     pub max_import_mb: u64,
@@ -312,6 +321,7 @@ impl ServeArgs {
             max_snapshots_per_tenant: self.max_snapshots_per_tenant,
             snapshot_quota_bytes: self.snapshot_quota_mb << 20,
             image_quota_bytes: self.image_quota_mb << 20,
+            max_images_per_tenant: self.max_images_per_tenant,
             persistent: sandlot_control::capacity::PersistentQuota {
                 count: self.max_persistent_per_tenant,
                 disk_mb: self.persistent_disk_quota_mb,
@@ -484,7 +494,11 @@ fn image_store(args: &ServeArgs, state_dir: &std::path::Path) -> anyhow::Result<
     .map_err(|e| anyhow::anyhow!("the registry client: {e}"))?;
     let blobs = state_dir.join("blobs");
     sandlot_control::images::Images::new(registry, blobs.clone(), args.max_import_mb << 20, credentials)
-        .map(|images| images.with_spool_budget(args.spool_budget_mb << 20))
+        .map(|images| {
+            images
+                .with_spool_budget(args.spool_budget_mb << 20)
+                .with_unpack_timeout(Duration::from_secs(args.unpack_timeout_s))
+        })
         .with_context(|| format!("opening the blob store {}", blobs.display()))
 }
 

@@ -373,7 +373,9 @@ fn a_build_past_the_image_quota_stops_at_the_step_that_passes_it() {
 /// before any of it is built, and what was spooled is gone.
 #[test]
 fn a_build_context_past_the_image_quota_is_refused_as_it_arrives() {
-    let server = Server::start_with(&["--image-quota-mb", "8"]);
+    // `bb` takes ~6.5 MiB of it (its blob, its files, a layer tree and a root), the 9 MiB context
+    // more than the rest.
+    let server = Server::start_with(&["--image-quota-mb", "12"]);
     let c = with_busybox(&server, "alice");
     let big: String = (0..9 << 20).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
     let ctx = context(&[("Dockerfile", "FROM bb\nCOPY big /big\n"), ("big", &big)]);

@@ -339,6 +339,71 @@ fn corrupt_blobs_and_quotas_leave_nothing_behind() {
     assert_eq!(stored(), 0, "a corrupt blob was stored");
 }
 
+/// A tar of `n` empty files (`f/00000`, ...) on top of busybox: a layer that compresses to almost
+/// nothing yet costs the layers volume ~1.3 KiB of metadata per file.
+fn empty_files(n: usize) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for i in 0..n {
+        let mut h = header(tar::EntryType::Regular, 0o644, 0);
+        b.append_data(&mut h, format!("f/{i:05}"), std::io::empty()).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+/// What an image costs the layers volume is what it is charged (the review's attacks: a 1.5 MiB gzip
+/// layer of 200,000 empty files charged 1.5 MiB, 150 `FROM scratch` images charged 29 KiB): each
+/// entry's metadata and each layer tree and root count, so a small compressed layer of many empty
+/// files is refused part way by the quota; a tenant keeps at most `--max-images-per-tenant` images;
+/// and an image's runtime settings (labels, env) are capped, since every listing answers them.
+#[test]
+fn what_an_image_costs_the_layers_volume_is_charged_and_bounded() {
+    let registry = TestRegistry::start(TestRegistryOptions::default()).unwrap();
+    let image =
+        |layers: Vec<Vec<u8>>, config: serde_json::Value| TestImage { layers, compression: Compression::Gzip, config };
+    let small = image(vec![busybox_rootfs(&[], &[]), empty_files(5_000)], serde_json::json!({}));
+    registry.push("c/small", "1", &small).unwrap();
+    // 30,000 empty files: about 60 MiB charged once unpacked, from a blob of well under 1 MiB.
+    let many = image(vec![busybox_rootfs(&[], &[]), empty_files(30_000)], serde_json::json!({}));
+    registry.push("c/many", "1", &many).unwrap();
+    let labels: serde_json::Map<String, serde_json::Value> =
+        (0..2_000).map(|i| (format!("label.{i}"), serde_json::Value::String("v".repeat(64)))).collect();
+    let labelled = image(vec![busybox_rootfs(&[], &[])], serde_json::json!({"Labels": labels}));
+    registry.push("c/labels", "1", &labelled).unwrap();
+    let host = registry.host();
+    let server =
+        Server::start_with(&["--insecure-registry", &host, "--image-quota-mb", "32", "--max-images-per-tenant", "2"]);
+    let alice = tenant(&server, "alice");
+    let pull = |name: &str, reference: &str| {
+        let req = PullImage { reference: format!("{host}/{reference}"), name: Some(name.into()), ..Default::default() };
+        alice.pull_image(&req).unwrap().wait()
+    };
+
+    let got = pull("small", "c/small:1").unwrap().remove(0);
+    // Two layer trees and a root (1 MiB each) and 5,000 entries (2 KiB each) at the least.
+    let floor = 3 * (1 << 20) + 5_000 * 2048;
+    assert!(got.size_bytes >= floor, "charged {} bytes, less than the {floor} the volume holds", got.size_bytes);
+    let sb = alice.create(&CreateSandbox { image: Some("small".into()), ..Default::default() }).unwrap();
+    assert_eq!(sb.exec(&sh("ls /f | wc -l")).unwrap().stdout.trim(), "5000");
+    sb.delete().unwrap();
+
+    let err = pull("many", "c/many:1").unwrap_err();
+    assert_eq!(err.code(), Some("invalid_request"), "{err}");
+    assert!(err.to_string().contains("over the tenant's --image-quota-mb once unpacked"), "{err}");
+    assert!(alice.images().unwrap().iter().all(|i| i.name != "many"));
+
+    let err = pull("labels", "c/labels:1").unwrap_err();
+    assert!(err.to_string().contains("runtime settings"), "{err}");
+
+    pull("second", "c/small:1").unwrap();
+    let err = pull("third", "c/small:1").unwrap_err();
+    assert_eq!(err.code(), Some("limit_reached"), "{err}");
+    assert!(err.to_string().contains("--max-images-per-tenant"), "{err}");
+    // Replacing an image it keeps is no new image.
+    pull("second", "c/small:1").unwrap();
+    alice.delete_image("second").unwrap();
+    pull("third", "c/small:1").unwrap();
+}
+
 /// The CLI end to end: `image import -` from stdin, `image ls`, `image inspect`, `run --image` with no
 /// command (the image's entrypoint and cmd), `image pull` with plain progress lines off a terminal and
 /// the password from stdin, and `image rm`.
