@@ -2,6 +2,7 @@
 //! user; this layer validates paths and limits and records each operation in the audit log.
 
 use sandlot_api::{FileList, FileStat, User, WriteResult};
+use sandlot_engine::budget::Budget;
 use sandlot_engine::{FileStream, WatchStream};
 use serde_json::json;
 
@@ -9,6 +10,22 @@ use crate::plan::no_nul;
 use crate::{Caller, Control, Error, Kind, Result};
 
 const MAX_PATH: usize = 4096;
+
+/// Bytes of events one tenant's watches may hold queued for their clients, over all its sandboxes
+/// (each event costs its path plus 64 bytes): 8 watches of 512 events of 4 KiB paths in one
+/// sandbox, or many watches of ordinary paths. Past it, events are lost as `overflow`.
+pub const TENANT_WATCH_BYTES: u64 = 32 << 20;
+
+/// Each tenant's pool of [`TENANT_WATCH_BYTES`], made on its first watch.
+#[derive(Default)]
+pub(crate) struct WatchPools(std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Budget>>>);
+
+impl WatchPools {
+    pub(crate) fn of(&self, tenant: &str) -> std::sync::Arc<Budget> {
+        let mut pools = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        std::sync::Arc::clone(pools.entry(tenant.to_string()).or_insert_with(|| Budget::new(TENANT_WATCH_BYTES)))
+    }
+}
 const MAX_LIST_ENTRIES: u32 = 10_000;
 const MAX_LIST_DEPTH: u32 = 16;
 
@@ -158,7 +175,7 @@ impl Control {
     ) -> Result<WatchStream> {
         let (rec, sb) = self.ensure_running(caller, id).await?;
         let path = sandbox_path(path, user)?;
-        let stream = sb.watch(user.uid(), &path, recursive).await;
+        let stream = sb.watch(user.uid(), &path, recursive, self.watch_pools.of(&rec.tenant)).await;
         let row = json!({"path": path, "user": user, "recursive": recursive, "ok": stream.is_ok()});
         self.audit_file(&rec.tenant, id, "file.watch", row);
         Ok(stream?)

@@ -93,6 +93,8 @@ pub struct Control {
     /// Keys revoked through this control layer so far: a connection holding a key ([`KeyLease`])
     /// reads its key again when this moves.
     key_revocations: std::sync::atomic::AtomicU64,
+    /// Each tenant's pool for its watches' queued events, over all its sandboxes.
+    watch_pools: files::WatchPools,
 }
 
 impl Control {
@@ -121,6 +123,7 @@ impl Control {
             samples: Default::default(),
             me: me.clone(),
             key_revocations: Default::default(),
+            watch_pools: Default::default(),
         })
     }
 

@@ -1,4 +1,6 @@
 //! Memory the daemon spends holding a sandbox's process output, bounded per sandbox and for all.
+//! Directory watches' queued events are charged to the same pools, event by event (and to their
+//! tenant's watch pool), while they wait for their client.
 //!
 //! A process reserves room for its whole capture (two streams at their cap) before it starts, and at
 //! its end gives back what it did not use; a finished process's output is then kept until the sandbox
@@ -36,13 +38,13 @@ impl Budget {
         self.used.load(Ordering::SeqCst)
     }
 
-    fn take(&self, bytes: u64) -> bool {
+    pub(crate) fn take(&self, bytes: u64) -> bool {
         self.used
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| u.checked_add(bytes).filter(|n| *n <= self.limit))
             .is_ok()
     }
 
-    fn give(&self, bytes: u64) {
+    pub(crate) fn give(&self, bytes: u64) {
         self.used.fetch_sub(bytes, Ordering::SeqCst);
     }
 }

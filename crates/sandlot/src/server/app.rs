@@ -40,14 +40,18 @@ impl App {
     }
 }
 
-/// The queue of a response body its producer can abandon ([`abandonable_queue`]).
-pub struct Abandon<T>(Arc<std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<T>>>>);
+/// The queue of a response body its producer can abandon ([`abandonable_queue`]). It holds the
+/// queue weakly: a body dropped because its client went drops the receiver, so the producer's
+/// `send` fails and `closed()` fires as for a plain channel.
+pub struct Abandon<T>(std::sync::Weak<std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<T>>>>);
 
 impl<T> Abandon<T> {
     /// Drops what is queued and ends the body: for a client that stopped reading, whose queue
     /// would otherwise stay held for as long as its connection stays open.
     pub fn abandon(&self) {
-        drop(self.0.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(queue) = self.0.upgrade() {
+            drop(queue.lock().unwrap_or_else(|p| p.into_inner()).take());
+        }
     }
 }
 
@@ -56,13 +60,13 @@ pub fn abandonable_queue<T: Send + 'static>(
     rx: tokio::sync::mpsc::Receiver<T>,
 ) -> (impl futures_util::Stream<Item = T> + Send + 'static, Abandon<T>) {
     let queue = Arc::new(std::sync::Mutex::new(Some(rx)));
-    let reader = Arc::clone(&queue);
+    let handle = Arc::downgrade(&queue);
     let stream =
-        futures_util::stream::poll_fn(move |cx| match reader.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        futures_util::stream::poll_fn(move |cx| match queue.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             Some(rx) => rx.poll_recv(cx),
             None => std::task::Poll::Ready(None),
         });
-    (stream, Abandon(queue))
+    (stream, Abandon(handle))
 }
 
 /// A response body fed by a channel: each item is a chunk, an error aborts the transfer.

@@ -12,7 +12,7 @@ use sandlot_api::{FileList, FileStat, MkdirRequest, MoveRequest, User};
 use sandlot_control::{Caller, FileStream, SandboxPath, Upload};
 use serde::Deserialize;
 
-use super::app::{channel_body, leased, AppState};
+use super::app::{abandonable_queue, channel_body, leased, AppState};
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, Auth, Leased};
 
@@ -147,8 +147,12 @@ pub struct WatchQuery {
     recursive: bool,
 }
 
+/// How long a watch's stream waits for its client to take a line before the watch is dropped.
+const WATCH_STALL: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Streams a directory's changes as NDJSON lines until the client goes away (which stops the watch
-/// in the sandbox) or the directory is removed.
+/// in the sandbox), the directory is removed, or the client takes no line for [`WATCH_STALL`] while
+/// events wait.
 pub async fn watch(
     State(app): State<AppState>,
     Leased(caller, lease): Leased,
@@ -157,6 +161,7 @@ pub async fn watch(
 ) -> Result<Response, ApiError> {
     let mut stream = app.control.watch(&caller, &id, &q.path, q.recursive, q.user).await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(64);
+    let (lines, queue) = abandonable_queue(rx);
     tokio::spawn(async move {
         loop {
             // A client that leaves is noticed even while nothing changes, so its watch (one of the
@@ -168,12 +173,16 @@ pub async fn watch(
             let Some(ev) = ev else { return };
             let mut line = serde_json::to_vec(&ev).expect("events serialise");
             line.push(b'\n');
-            if tx.send(Ok(Bytes::from(line))).await.is_err() {
-                return;
+            match tokio::time::timeout(WATCH_STALL, tx.send(Ok(Bytes::from(line)))).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return,
+                // A client that takes nothing while events wait: its lines and its watch go (the
+                // watch's queue is charged to the tenant and the daemon while nobody reads it).
+                Err(_) => return queue.abandon(),
             }
         }
     });
-    let resp = ([(header::CONTENT_TYPE, sandlot_api::NDJSON)], channel_body(rx)).into_response();
+    let resp = ([(header::CONTENT_TYPE, sandlot_api::NDJSON)], Body::from_stream(lines)).into_response();
     Ok(leased(&app, lease, resp))
 }
 

@@ -231,3 +231,35 @@ fn a_watch_survives_a_pause_and_ends_with_a_stop() {
     }
     sb.delete().unwrap();
 }
+
+/// A client that takes nothing from its watch while events wait (the review's attack: unread watches
+/// of many sandboxes pinned daemon memory) loses the stream and the watch after 30 s: the sandbox's
+/// eight watch places are all free again.
+#[test]
+fn an_unread_watch_is_dropped_and_gives_its_place_back() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    sh_ok(&sb, "mkdir /tmp/w");
+    let unread = sb.watch("/tmp/w", false).unwrap();
+    // Long names fill the connection's socket buffers (a few MiB on loopback) quickly: 60,000
+    // creates and removes of 200-byte names are ~30 MiB of lines.
+    let churn = "import os\nn='/tmp/w/'+'x'*200\nfor i in range(30000):\n open(n,'w').close(); os.unlink(n)\n";
+    sb.write_file("/tmp/churn.py", churn.as_bytes()).unwrap();
+    sh_ok(&sb, "python3 /tmp/churn.py");
+    // Held while its stream waits: seven more fit, an eighth does not.
+    let mut opened: Vec<_> = (0..7).map(|_| sb.watch("/tmp/w", false).unwrap()).collect();
+    expect_error(sb.watch("/tmp/w", false), 429, "limit_reached");
+    let t = Instant::now();
+    let freed = loop {
+        if let Ok(w) = sb.watch("/tmp/w", false) {
+            opened.push(w);
+            break true;
+        }
+        if t.elapsed() > Duration::from_secs(90) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert!(freed, "the unread watch still holds its place after 90 s");
+    drop(unread);
+}

@@ -169,7 +169,8 @@ fn watch_message(e: watch_dir_response::Event) -> proto::WatchDirResponse {
 }
 
 /// `WatchDir`: `start`, then the events as they happen (with keepalives), until the client goes,
-/// its deadline, or the watch ends (the directory removed, the sandbox stopped).
+/// its deadline, the watch ends (the directory removed, the sandbox stopped), or the client takes no
+/// event for [`connect::STALL`].
 pub async fn watch_dir(
     State(app): State<AppState>,
     Extension(t): Extension<Target>,
@@ -210,8 +211,13 @@ async fn watch_stream(app: AppState, t: Target, headers: HeaderMap, body: Body) 
             };
             let Some(e) = next else { return out.finish(None).await };
             let Some(ev) = fs_event(&dir, &e) else { return out.finish(Some(lost_error())).await };
-            if !out.send(&watch_message(watch_dir_response::Event::Filesystem(ev))).await {
-                return;
+            // A client that takes nothing for STALL while events wait loses the stream and the watch
+            // (whose queue is charged to its tenant and the daemon while nobody reads it).
+            let msg = watch_message(watch_dir_response::Event::Filesystem(ev));
+            match tokio::time::timeout(connect::STALL, out.send(&msg)).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(_) => return out.abandon(),
             }
         }
     });
