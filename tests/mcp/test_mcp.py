@@ -395,3 +395,32 @@ def test_stdio_session_end_deletes_on_sigterm_too(server, alice):
             p.kill()
             p.wait()
     assert server.native("GET", f"/v1/sandboxes/{sid}", key=alice)["state"] == "deleted"
+
+
+def test_http_an_open_event_stream_ends_when_its_key_is_revoked(server):
+    """A session's GET event stream lasts no longer than the key that opened it (as the native API's
+    watch, log and exec streams): revoking the key ends it within the lease's recheck (5 s), not at the
+    session's idle expiry (5 minutes)."""
+    import http.client
+
+    made = server.native("POST", "/v1/keys", {"tenant": "revoked-mcp"})
+    key = made["key"]
+    status, sid, body = _open_http_session(server, key)
+    assert status == 200 and sid, (status, body)
+    headers = {"Authorization": f"Bearer {key}", "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-06-18",
+               "Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    status, body = server.status("POST", "/mcp", note, key=key, headers=headers)
+    assert 200 <= status < 300, (status, body)
+    host = server.url.removeprefix("http://")
+    conn = http.client.HTTPConnection(host, timeout=30)
+    conn.request("GET", "/mcp", headers={**headers, "Accept": "text/event-stream"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Type", "").startswith("text/event-stream"), resp.status
+    server.native("DELETE", f"/v1/keys/{made['id']}")
+    start = time.time()
+    # Keepalives (every 15 s) may come first; the stream must end well before the session would.
+    while resp.read1(4096):
+        assert time.time() - start < 25, "the event stream outlived its key by 25 s"
+    assert time.time() - start < 25
+    conn.close()

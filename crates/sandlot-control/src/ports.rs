@@ -38,14 +38,8 @@ impl Control {
         }
         let tenant = self.store.tenant_of(id)?.unwrap_or_default();
         // A token stands for its owner's keys: once the tenant has none that works (revoked, expired),
-        // its previews close too.
-        let now = sandlot_store::now_ms();
-        let live = self
-            .store
-            .list_keys(Some(&tenant))?
-            .into_iter()
-            .any(|k| k.revoked_at_ms.is_none() && !matches!(k.expires_at_ms, Some(at) if at <= now));
-        if !live {
+        // its previews close too. One indexed EXISTS per request, however many keys the tenant has.
+        if !self.store.tenant_has_live_key(&tenant)? {
             return Err(Error::not_found(&format!("sandbox {id}")));
         }
         Ok(Caller { tenant, admin: false })

@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     network     TEXT NOT NULL DEFAULT '{}',
     image_key   TEXT
 );
+CREATE INDEX IF NOT EXISTS api_keys_tenant ON api_keys(tenant);
 CREATE INDEX IF NOT EXISTS sandboxes_tenant ON sandboxes(tenant, created_ms);
 CREATE UNIQUE INDEX IF NOT EXISTS sandboxes_name ON sandboxes(tenant, name)
     WHERE name IS NOT NULL AND state != 'deleted';

@@ -26,7 +26,7 @@ use sandlot_api::{
 use sandlot_control::{Caller, SandboxPath, Started, Upload};
 use tokio_util::sync::CancellationToken;
 
-use super::app::AppState;
+use super::app::{leased, AppState};
 use super::error::ApiError;
 use super::extract::bearer_key;
 use crate::mcp::{
@@ -212,11 +212,12 @@ async fn guard(State(o): State<Arc<Owners>>, req: Request, next: Next) -> Respon
     let caller = match bearer_key(req.headers()) {
         None => return unauthenticated("missing Authorization header; send `Authorization: Bearer <API key>`"),
         Some(None) => return unauthenticated("malformed Authorization header; expected `Bearer <API key>`"),
-        Some(Some(key)) => match o.app.control.authenticate(key) {
+        Some(Some(key)) => match o.app.control.authenticate_lease(key) {
             Ok(c) => c,
             Err(e) => return ApiError::from(e).into_response(),
         },
     };
+    let (caller, lease) = caller;
     let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
     let mut reserved = None;
     if let Some(id) = &session {
@@ -263,6 +264,12 @@ async fn guard(State(o): State<Arc<Owners>>, req: Request, next: Next) -> Respon
     }
     // After the session it opened was recorded, so the count never dips in between.
     drop(reserved);
+    // An event stream (a GET's, or a POST answered as SSE) lasts no longer than the key that opened
+    // it: revoking the key ends it within the lease's recheck, as for every other stream.
+    let sse = resp.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if sse {
+        return leased(&o.app, lease, resp);
+    }
     resp
 }
 
