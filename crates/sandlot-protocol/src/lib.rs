@@ -14,8 +14,14 @@ use serde::{Deserialize, Serialize};
 
 /// Protocol version, sent by the supervisor in [`Event::Ready`]. 2: `Done` carries a typed
 /// [`FileAnswer`] instead of free-form JSON. 3: processes on a pty ([`Spawn::pty`], [`Request::Resize`])
-/// and directory watches ([`Request::Watch`]).
-pub const VERSION: u32 = 3;
+/// and directory watches ([`Request::Watch`]). 4: watch events flow by credit ([`Request::WatchCredit`]).
+pub const VERSION: u32 = 4;
+
+/// Watch events the supervisor may send for one watch before the daemon gives credit back
+/// ([`Request::WatchCredit`]) as its client takes them: what the daemon queues per watch. A watch
+/// nobody reads costs the daemon this many events, not every change the sandbox makes; the rest
+/// waits in the kernel's inotify queue (the sandbox's memory), whose overflow is reported.
+pub const WATCH_CREDIT: u32 = 512;
 /// Largest header accepted (argv and env of a spawn live here).
 pub const MAX_HEADER: usize = 4 << 20;
 /// Largest payload per frame; bulk data is split into frames of at most this size.
@@ -82,6 +88,14 @@ pub enum Request {
     Unwatch {
         /// Watch id.
         id: u64,
+    },
+    /// `events` more [`Event::WatchEvent`]s of watch `id` may be sent (its client took, or the
+    /// daemon dropped, that many). A watch starts with [`WATCH_CREDIT`].
+    WatchCredit {
+        /// Watch id.
+        id: u64,
+        /// Events given back.
+        events: u32,
     },
     /// A file-system operation; answered by [`Event::Done`], [`Event::Failed`] or data frames.
     File {

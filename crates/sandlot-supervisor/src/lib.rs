@@ -196,6 +196,7 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
             Request::Resize { proc, rows, cols } => procs.resize(proc, sandlot_protocol::PtySize { rows, cols }),
             Request::Watch { id, uid, path, recursive } => watches.start(&outbox, id, uid, path, recursive),
             Request::Unwatch { id } => watches.stop(id),
+            Request::WatchCredit { id, events } => watches.credit(id, events),
             Request::File { req, uid, op } => files::start(&outbox, &uploads, &credits, req, uid, op),
             Request::Data { req } => uploads.data(req, frame.payload),
             Request::End { req } => uploads.end(req),

@@ -7,9 +7,15 @@
 //!
 //! Bounded: at most [`MAX_WATCH_STREAMS`] watches at once and [`MAX_INOTIFY_WATCHES`] inotify
 //! watches (one per directory) for the whole sandbox. Nothing is queued here: a thread blocked on a
-//! slow control socket leaves the events in the kernel's inotify queue, whose overflow
-//! (`IN_Q_OVERFLOW`) is reported as an `overflow` event, as is a new subdirectory that could not be
-//! watched for lack of room.
+//! slow control socket, or out of credit, leaves the events in the kernel's inotify queue, whose
+//! overflow (`IN_Q_OVERFLOW`) is reported as an `overflow` event, as is a new subdirectory that could
+//! not be watched for lack of room.
+//!
+//! Credit: a watch sends at most [`WATCH_CREDIT`] events the daemon has not given back
+//! ([`sandlot_protocol::Request::WatchCredit`], as its client takes them). Without it, a watch nobody
+//! reads would have the daemon decode, and drop, every change the sandbox makes: CPU outside any
+//! cgroup, spent for the sandbox. Reads are sized so one read holds no more events than the credit
+//! left (plus one name's worth).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -17,10 +23,10 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use sandlot_protocol::{Event, FileErrorKind, WatchKind};
+use sandlot_protocol::{Event, FileErrorKind, WatchKind, WATCH_CREDIT};
 
 use crate::files::{become_user, checked_path, cstring, OpError};
 use crate::{lock, spawn_thread, Outbox, Permit};
@@ -44,10 +50,14 @@ const MASK: u32 = libc::IN_CREATE
     | libc::IN_DONT_FOLLOW
     | libc::IN_EXCL_UNLINK;
 
+/// A running watch's stop flag and its credit (events it may still send).
+type WatchFlags = (Arc<AtomicBool>, Arc<AtomicU64>);
+
 /// The sandbox's watches, keyed by the daemon's watch id.
 #[derive(Clone, Default)]
 pub(crate) struct Watches {
-    stops: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>>,
+    /// Each watch's stop flag and the events it may still send.
+    stops: Arc<Mutex<HashMap<u64, WatchFlags>>>,
     streams: Arc<AtomicUsize>,
     /// Inotify watches held by all watches.
     dirs: Arc<AtomicUsize>,
@@ -65,6 +75,7 @@ impl Watches {
             return;
         };
         let stop = Arc::new(AtomicBool::new(false));
+        let credit = Arc::new(AtomicU64::new(u64::from(WATCH_CREDIT)));
         {
             let mut stops = lock(&self.stops);
             if stops.contains_key(&id) {
@@ -72,13 +83,13 @@ impl Watches {
                 fail(FileErrorKind::Invalid, format!("watch id {id} is in use"));
                 return;
             }
-            stops.insert(id, Arc::clone(&stop));
+            stops.insert(id, (Arc::clone(&stop), Arc::clone(&credit)));
         }
         let (watches, out2) = (self.clone(), out.clone());
         let started = spawn_thread("watch", move || {
             let _permit = permit;
             let setup = become_user(uid).and_then(|()| {
-                Watcher::new(id, &out2, Arc::clone(&watches.dirs), &checked_path(&path)?, recursive, stop)
+                Watcher::new(id, &out2, Arc::clone(&watches.dirs), &checked_path(&path)?, recursive, stop, credit)
             });
             match setup {
                 Ok(mut w) => {
@@ -99,8 +110,18 @@ impl Watches {
 
     /// Stops watch `id` (its thread sees the flag within its poll interval).
     pub(crate) fn stop(&self, id: u64) {
-        if let Some(stop) = lock(&self.stops).get(&id) {
+        if let Some((stop, _)) = lock(&self.stops).get(&id) {
             stop.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Lets watch `id` send `events` more (never more than [`WATCH_CREDIT`] outstanding, whatever
+    /// the daemon says).
+    pub(crate) fn credit(&self, id: u64, events: u32) {
+        if let Some((_, credit)) = lock(&self.stops).get(&id) {
+            let _ = credit.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
+                Some(c.saturating_add(u64::from(events)).min(u64::from(WATCH_CREDIT)))
+            });
         }
     }
 }
@@ -117,6 +138,8 @@ struct Watcher {
     /// The sandbox-wide count of inotify watches, this watcher's `dirs.len()` included.
     budget: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
+    /// Events it may still send before the daemon gives credit back.
+    credit: Arc<AtomicU64>,
     /// A directory's `moved_from` that ended a read: its `moved_to` (same cookie) may open the next
     /// one, since a reader can come between the two halves of a rename. Settled by the next read,
     /// or as a move out of the tree once the queue has stayed empty for a poll interval.
@@ -176,6 +199,7 @@ impl Watcher {
         path: &Path,
         recursive: bool,
         stop: Arc<AtomicBool>,
+        credit: Arc<AtomicU64>,
     ) -> Result<Self, OpError> {
         let meta = std::fs::symlink_metadata(path).map_err(|e| OpError::io(path, e))?;
         if !meta.is_dir() {
@@ -206,6 +230,7 @@ impl Watcher {
             dirs: HashMap::new(),
             budget,
             stop,
+            credit,
             moved_from_last: None,
         };
         w.root_wd = w.add(path)?;
@@ -281,6 +306,7 @@ impl Watcher {
 
     fn send(&self, kind: WatchKind, path: &Path) {
         let path = path.to_string_lossy().into_owned();
+        let _ = self.credit.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1));
         self.out.send(&Event::WatchEvent { id: self.id, kind, path }, &[]);
     }
 
@@ -288,6 +314,16 @@ impl Watcher {
     fn run(&mut self) {
         let mut buf = vec![0u8; 64 << 10];
         while !self.stop.load(Ordering::SeqCst) {
+            let credit = self.credit.load(Ordering::SeqCst);
+            if credit == 0 {
+                // Nothing read until the daemon's client takes what was sent: the kernel keeps the
+                // rest (and reports its overflow).
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                continue;
+            }
+            // An event is at least 16 bytes: a read this size holds at most `credit` events, plus
+            // what one more with the longest name needs (a smaller buffer would be EINVAL).
+            let want = (credit.min(4096) as usize * 16 + 16 + 256).min(buf.len());
             let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             // SAFETY: poll on one valid pollfd.
             if unsafe { libc::poll(&mut pfd, 1, 100) } <= 0 {
@@ -298,7 +334,7 @@ impl Watcher {
                 continue;
             }
             // SAFETY: read into a buffer of the given length from a valid fd.
-            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), want) };
             if n <= 0 {
                 continue;
             }
@@ -467,7 +503,8 @@ mod tests {
             let (a, events) = std::os::unix::net::UnixStream::pair().unwrap();
             let out = Outbox { sock: Arc::new(Mutex::new(a)) };
             let stop = Arc::new(AtomicBool::new(false));
-            let w = Watcher::new(1, &out, Arc::new(AtomicUsize::new(0)), &root, true, stop.clone()).unwrap();
+            let credit = Arc::new(AtomicU64::new(u64::MAX));
+            let w = Watcher::new(1, &out, Arc::new(AtomicUsize::new(0)), &root, true, stop.clone(), credit).unwrap();
             Tree { _tmp: tmp, root, outside, w, events, stop }
         }
     }
@@ -500,6 +537,42 @@ mod tests {
             assert_eq!(handled(&mut w, &mut events, one_by_one), want, "one by one: {one_by_one}");
             assert_eq!(w.dirs.len(), 1, "only the root is watched: {:?}", w.dirs);
         }
+    }
+
+    /// A watch out of credit reads nothing more: its events stay in the kernel's queue until the
+    /// daemon gives credit back, and a read never holds much more than the credit left.
+    #[test]
+    fn a_watch_sends_no_more_than_its_credit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, mut events) = std::os::unix::net::UnixStream::pair().unwrap();
+        let out = Outbox { sock: Arc::new(Mutex::new(a)) };
+        let (stop, credit) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(5)));
+        let mut w =
+            Watcher::new(1, &out, Arc::new(AtomicUsize::new(0)), tmp.path(), false, stop.clone(), credit.clone())
+                .unwrap();
+        for i in 0..100 {
+            std::fs::write(tmp.path().join(format!("f{i:02}")), "").unwrap();
+        }
+        let runner = std::thread::spawn(move || w.run());
+        let count = |events: &mut std::os::unix::net::UnixStream| {
+            std::thread::sleep(std::time::Duration::from_millis(400));
+            events.set_nonblocking(true).unwrap();
+            let mut n = 0;
+            while let Ok(frame) = sandlot_protocol::read_frame::<Event, _>(events) {
+                n += usize::from(matches!(frame.header, Event::WatchEvent { .. }));
+            }
+            n
+        };
+        let first = count(&mut events);
+        // 200 events are queued (a create and a finished write per file); 5 of credit, and what one
+        // read of 5 × 16 + 272 bytes holds (events of 32 bytes here: 11).
+        assert!((5..=5 + 17).contains(&first), "{first} events sent on a credit of 5");
+        assert_eq!(credit.load(Ordering::SeqCst), 0);
+        credit.store(1000, Ordering::SeqCst);
+        let rest = count(&mut events);
+        assert_eq!(first + rest, 200, "the queued events come once there is credit");
+        stop.store(true, Ordering::SeqCst);
+        runner.join().unwrap();
     }
 
     /// A directory's `moved_from` that ends a read, with nothing after it for a poll interval,

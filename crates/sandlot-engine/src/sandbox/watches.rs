@@ -36,11 +36,14 @@ pub(crate) const EVENT_OVERHEAD: u64 = 64;
 pub(super) struct WatchCharge {
     pools: Vec<Arc<Budget>>,
     held: AtomicU64,
+    /// Events of the supervisor's dropped since credit was last given back: their credit goes back
+    /// once the client takes something (a client that reads nothing gets the supervisor nothing more).
+    dropped: AtomicU64,
 }
 
 impl WatchCharge {
     pub(super) fn new(pools: Vec<Arc<Budget>>) -> Arc<WatchCharge> {
-        Arc::new(WatchCharge { pools, held: AtomicU64::new(0) })
+        Arc::new(WatchCharge { pools, held: AtomicU64::new(0), dropped: AtomicU64::new(0) })
     }
 
     /// Takes `bytes` from every pool, or from none.
@@ -100,8 +103,11 @@ impl WatchSink {
             if self.tx.try_send((ev, cost)).is_err() {
                 self.charge.give(cost); // the stream went
             }
-        } else if !self.lost.swap(true, Ordering::SeqCst) {
-            let _ = self.tx.try_send((WatchEvent { kind: WatchKind::Overflow, path: self.path.clone() }, 0));
+        } else {
+            self.charge.dropped.fetch_add(1, Ordering::SeqCst);
+            if !self.lost.swap(true, Ordering::SeqCst) {
+                let _ = self.tx.try_send((WatchEvent { kind: WatchKind::Overflow, path: self.path.clone() }, 0));
+            }
         }
     }
 }
@@ -112,7 +118,12 @@ pub struct WatchStream {
     rx: mpsc::Receiver<(WatchEvent, u64)>,
     charge: Arc<WatchCharge>,
     link: Arc<super::link::LinkState>,
+    /// Credit taken from the supervisor's events and not yet given back.
+    owed: u32,
 }
+
+/// Credit is given back in batches of this many events, or at once when the queue is empty.
+const CREDIT_BATCH: u32 = 32;
 
 impl WatchStream {
     /// The next event; `None` once the watch has ended (the directory was removed, or the sandbox
@@ -120,6 +131,16 @@ impl WatchStream {
     pub async fn next(&mut self) -> Option<WatchEvent> {
         let (ev, cost) = self.rx.recv().await?;
         self.charge.give(cost);
+        // The daemon's own `overflow` (cost 0) took no credit; what was dropped did.
+        let dropped = self.charge.dropped.swap(0, Ordering::SeqCst);
+        self.owed =
+            self.owed.saturating_add(u32::from(cost > 0)).saturating_add(dropped.min(u64::from(u32::MAX)) as u32);
+        if self.owed >= CREDIT_BATCH || (self.owed > 0 && self.rx.is_empty()) {
+            let events = std::mem::take(&mut self.owed);
+            if let Ok(frame) = encode(&Request::WatchCredit { id: self.id, events }, &[]) {
+                let _ = self.link.out.send(frame).await;
+            }
+        }
         Some(ev)
     }
 }
@@ -170,7 +191,7 @@ impl Sandbox {
             watches.insert(id, sink);
         }
         // From here the stream's Drop unwatches, whatever happens to this call.
-        let stream = WatchStream { id, rx, charge, link: Arc::clone(&self.link) };
+        let stream = WatchStream { id, rx, charge, link: Arc::clone(&self.link), owed: 0 };
         self.send(&Request::Watch { id, uid, path: path.to_string(), recursive }, &[]).await?;
         match ready_rx.await {
             Ok(Ok(())) => Ok(stream),

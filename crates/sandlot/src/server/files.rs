@@ -160,7 +160,8 @@ pub async fn watch(
     ApiQuery(q): ApiQuery<WatchQuery>,
 ) -> Result<Response, ApiError> {
     let mut stream = app.control.watch(&caller, &id, &q.path, q.recursive, q.user).await?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(64);
+    // Few lines wait here: the events wait in the watch's queue, where they are charged.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(8);
     let (lines, queue) = abandonable_queue(rx);
     tokio::spawn(async move {
         loop {

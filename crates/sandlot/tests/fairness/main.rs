@@ -17,6 +17,7 @@ mod probe;
 #[path = "../escape/server.rs"]
 #[allow(dead_code)]
 mod server;
+mod storage;
 
 use std::io::Write;
 use std::net::TcpStream;
