@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes, once per machine, the Python venv of the OpenAPI checks (tests/openapi): openapi-spec-validator,
-# jsonschema and pytest, pinned in tests/openapi/requirements.txt, from PyPI.
+# jsonschema, pytest and schemathesis (with its dependencies), pinned in tests/openapi/requirements.txt, from PyPI.
 # Prints the venv's directory.
 #
 # Cached as /var/cache/sandlot-openapi/venv-<hash> (SANDLOT_OPENAPI_CACHE changes the

@@ -66,15 +66,16 @@ pub fn bearer_key(headers: &axum::http::HeaderMap) -> Option<Option<&str>> {
     )
 }
 
-/// A JSON body; unknown fields and type errors are a 400 that names the problem.
+/// A JSON body; unknown fields and type errors are a 400 that names the problem. The body must be an
+/// object, as every documented request body is.
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(ApiJson(v)),
+        match Json::<Object<T>>::from_request(req, state).await {
+            Ok(Json(Object(v))) => Ok(ApiJson(v)),
             Err(JsonRejection::MissingJsonContentType(_)) => {
                 Err(ApiError::invalid("expected a JSON body with `Content-Type: application/json`"))
             }
@@ -124,5 +125,27 @@ pub fn optional_json<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, Ap
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+    serde_json::from_slice::<Object<T>>(body)
+        .map(|Object(v)| v)
+        .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))
+}
+
+/// `T` read from a JSON object only. serde's derived structs also take a JSON array, filling the
+/// fields in order (`[null, null]` was a valid `CreateSandbox`), which no request body documents.
+struct Object<T>(T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for ObjectVisitor<T> {
+            type Value = Object<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Object<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        deserializer.deserialize_map(ObjectVisitor(std::marker::PhantomData))
+    }
 }

@@ -248,6 +248,21 @@ fn unknown_field_is_400_naming_it() {
     sb.delete().unwrap();
 }
 
+/// A JSON array where an object is documented is 400, not a struct filled field by field in order
+/// (schemathesis: `POST /v1/sandboxes` with `[null, null]` created a sandbox).
+#[test]
+fn array_body_is_400() {
+    let server = Server::start();
+    let message = post_json(&server, "/v1/sandboxes", "[null, null]").assert_error(400, "invalid_request");
+    assert!(message.contains("JSON object"), "{message}");
+    post_json(&server, "/v1/keys", r#"["t"]"#).assert_error(400, "invalid_request");
+    assert!(server.client().list().unwrap().is_empty(), "no sandbox from an array body");
+    let sb = server.sandbox();
+    // An optional body (fork, snapshot) takes nothing or an object, not an array either.
+    post_json(&server, &format!("/v1/sandboxes/{}/snapshot", sb.id()), "[null]").assert_error(400, "invalid_request");
+    sb.delete().unwrap();
+}
+
 /// Limits out of range are 400 and name the field: memory_mb 1, cpu 0, pids 1, timeout_s 0.
 #[test]
 fn out_of_range_limits_are_400() {
