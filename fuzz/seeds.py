@@ -83,3 +83,37 @@ w('netproxy_sniff', 'http-partial', b"POST /x HTTP/1.1\r\nhost: a.b")
 w('netproxy_policy', 'allowlist', json.dumps({"mode": "allowlist", "allow": ["pypi.org", "*.pythonhosted.org", "203.0.113.0/24", "10.0.0.0/8"], "deny": ["203.0.113.128/25"], "rules": {"api.example.com": {"headers": {"authorization": "Bearer x"}}}}))
 w('netproxy_policy', 'allow-all', json.dumps({"mode": "allow-all"}))
 w('netproxy_policy', 'deny', json.dumps({"mode": "deny"}))
+# envd_connect: the first byte picks the codec (bit 0: JSON) and the chunk size (the rest + 1); then a
+# Connect body as the e2b SDKs send it (tests/e2b/test_connect_wire.py): envelopes, or a unary message.
+def env(flags, payload):
+    return struct.pack('>BI', flags, len(payload)) + payload
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7f; n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+def pb(tag, v):
+    if isinstance(v, int):
+        return varint(tag << 3) + varint(v)
+    v = v if isinstance(v, bytes) else v.encode()
+    return varint(tag << 3 | 2) + varint(len(v)) + v
+def js(o):
+    return json.dumps(o, separators=(',', ':')).encode()
+end = env(2, b"{}")
+start = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo hi"], "envs": {"A": "1"}, "cwd": "/home/user"}, "stdin": False, "tag": "t"}
+w('envd_connect', 'start-json', b"\x0f" + env(0, js(start)) + end)
+start_pb = pb(1, pb(1, "/bin/bash") + pb(2, "-l") + pb(2, "-c") + pb(2, "echo hi") + pb(3, pb(1, "A") + pb(2, "1")) + pb(4, "/home/user")) + pb(2, pb(1, pb(1, 80) + pb(2, 24))) + pb(4, 0)
+w('envd_connect', 'start-proto', b"\x40" + env(0, start_pb) + end)
+w('envd_connect', 'stream-input-json', b"\x03" + env(0, js({"start": {"process": {"pid": 3}}})) + env(0, js({"data": {"input": {"stdin": "aGkK"}}})) + env(0, js({"keepalive": {}})) + end)
+w('envd_connect', 'stream-input-proto', b"\xfe" + env(0, pb(1, pb(1, pb(2, "t")))) + env(0, pb(2, pb(2, pb(2, b"ls\n")))) + env(0, pb(3, b"")) + end)
+w('envd_connect', 'signal-json', b"\x01" + js({"process": {"tag": "t"}, "signal": "SIGNAL_SIGKILL"}))
+w('envd_connect', 'update-json', b"\x01" + js({"process": {"pid": 3}, "pty": {"size": {"cols": 120, "rows": 40}}}))
+w('envd_connect', 'send-input-proto', b"\x00" + pb(1, pb(1, 7)) + pb(2, pb(2, b"\x03")))
+w('envd_connect', 'list-dir-json', b"\x01" + js({"path": "/home/user", "depth": 2}))
+w('envd_connect', 'move-json', b"\x01" + js({"source": "/tmp/a", "destination": "/tmp/b"}))
+w('envd_connect', 'watch-json', b"\x21" + env(0, js({"path": "/home/user", "recursive": True, "includeEntry": True})) + end)
+w('envd_connect', 'oversized', b"\x01" + struct.pack('>BI', 0, 64 << 20))
+w('envd_connect', 'end-error', b"\x01" + env(2, js({"error": {"code": "canceled", "message": "bye"}})))

@@ -6,6 +6,7 @@
 
 mod connect;
 mod files;
+mod frame;
 pub use files::signed_caller;
 mod filesystem;
 mod process;
