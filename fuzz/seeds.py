@@ -117,3 +117,21 @@ w('envd_connect', 'move-json', b"\x01" + js({"source": "/tmp/a", "destination": 
 w('envd_connect', 'watch-json', b"\x21" + env(0, js({"path": "/home/user", "recursive": True, "includeEntry": True})) + end)
 w('envd_connect', 'oversized', b"\x01" + struct.pack('>BI', 0, 64 << 20))
 w('envd_connect', 'end-error', b"\x01" + env(2, js({"error": {"code": "canceled", "message": "bye"}})))
+# envd_multipart: a Content-Type line, a shape byte (low 4 bits: the template repeated 2^n times, up
+# to 256 KiB; top 2: the part limit, 3 = none), a count of chunk lengths (16-byte units) and the
+# lengths, then the body's template. Bodies as the e2b SDKs' `files.write` send them.
+def mp(ct, template, shape=0xc0, cuts=b""):
+    return ct.encode() + b"\n" + bytes([shape, len(cuts)]) + cuts + template
+def part(name, data, b, ctype=True):
+    h = f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+    if ctype:
+        h += 'Content-Type: application/octet-stream\r\n'
+    return h.encode() + b"\r\n" + data + b"\r\n"
+hb = "0123456789abcdef0123456789abcdef"
+w('envd_multipart', 'python-one', mp(f"multipart/form-data; boundary={hb}", part("/home/user/a.txt", b"hello\n", hb) + f"--{hb}--\r\n".encode()))
+jb = "----formdata-undici-012345678901"
+w('envd_multipart', 'js-two-cut', mp(f"multipart/form-data; boundary={jb}", part("a/b.txt", b"x" * 40, jb, False) + part("c.bin", bytes(range(64)), jb) + f"--{jb}--\r\n".encode(), cuts=b"\x00\x02\x05"))
+w('envd_multipart', 'quoted-limit', mp('multipart/form-data; boundary="a b"', b"preamble\r\n" + part("big", b"y" * 100, "a b") + b"--a b--", shape=0x00))
+w('envd_multipart', 'many-parts', mp("multipart/form-data; boundary=x", part("f", b"1", "x", False), shape=0xcb))
+w('envd_multipart', 'no-boundary', mp("multipart/form-data; boundary=x", b"z" * 250, shape=0xcb, cuts=b"\x3f"))
+w('envd_multipart', 'no-filename', mp("multipart/form-data; boundary=x", b'--x\r\nContent-Disposition: form-data; name="file"\r\n\r\nd\r\n--x--\r\n'))

@@ -9,6 +9,7 @@ mod files;
 mod frame;
 pub use files::signed_caller;
 mod filesystem;
+mod multipart;
 mod process;
 mod proto;
 mod watch;
