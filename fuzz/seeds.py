@@ -135,3 +135,24 @@ w('envd_multipart', 'quoted-limit', mp('multipart/form-data; boundary="a b"', b"
 w('envd_multipart', 'many-parts', mp("multipart/form-data; boundary=x", part("f", b"1", "x", False), shape=0xcb))
 w('envd_multipart', 'no-boundary', mp("multipart/form-data; boundary=x", b"z" * 250, shape=0xcb, cuts=b"\x3f"))
 w('envd_multipart', 'no-filename', mp("multipart/form-data; boundary=x", b'--x\r\nContent-Disposition: form-data; name="file"\r\n\r\nd\r\n--x--\r\n'))
+# pty_frames: the first byte picks the rest's kind: 0 a text frame's payload, 1 the client's bytes on
+# the socket (masked frames), 2 the route's query string. As sandlot-client and the CLI send them.
+def ws(opcode, payload, key=b"\x12\x34\x56\x78", fin=True):
+    n = len(payload)
+    head = bytes([(0x80 if fin else 0) | opcode])
+    if n < 126:
+        head += bytes([0x80 | n])
+    elif n < 65536:
+        head += bytes([0x80 | 126]) + struct.pack('>H', n)
+    else:
+        head += bytes([0x80 | 127]) + struct.pack('>Q', n)
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+resize = b'{"type":"resize","rows":24,"cols":80}'
+w('pty_frames', 'resize', b"\x00" + resize)
+w('pty_frames', 'resize-too-big', b"\x00" + b'{"type":"resize","rows":0,"cols":5000}')
+w('pty_frames', 'unknown', b"\x00" + b'{"type":"input","data":"ls"}')
+w('pty_frames', 'session', b"\x01" + ws(1, resize) + ws(2, b"ls -l\n") + ws(9, b"p") + ws(10, b"") + ws(8, struct.pack('>H', 1000) + b"bye"))
+w('pty_frames', 'fragments', b"\x01" + ws(2, b"ech", fin=False) + ws(0, b"o hi\n") + ws(1, b'{"type":"re', fin=False) + ws(0, b'size","rows":1000,"cols":1}'))
+w('pty_frames', 'oversized', b"\x01" + bytes([0x82, 0x80 | 127]) + struct.pack('>Q', 1 << 20) + b"\x12\x34\x56\x78" + b"x" * 64)
+w('pty_frames', 'query', b"\x02" + b"argv=ls&argv=-l%20a+b&cwd=%2Ftmp&env=A%3D1&env=B=2=3&user=root&rows=40&cols=120")
+w('pty_frames', 'query-pid', b"\x02" + b"pid=7&rows=3&cols=4")
