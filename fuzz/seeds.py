@@ -83,3 +83,76 @@ w('netproxy_sniff', 'http-partial', b"POST /x HTTP/1.1\r\nhost: a.b")
 w('netproxy_policy', 'allowlist', json.dumps({"mode": "allowlist", "allow": ["pypi.org", "*.pythonhosted.org", "203.0.113.0/24", "10.0.0.0/8"], "deny": ["203.0.113.128/25"], "rules": {"api.example.com": {"headers": {"authorization": "Bearer x"}}}}))
 w('netproxy_policy', 'allow-all', json.dumps({"mode": "allow-all"}))
 w('netproxy_policy', 'deny', json.dumps({"mode": "deny"}))
+# envd_connect: the first byte picks the codec (bit 0: JSON) and the chunk size (the rest + 1); then a
+# Connect body as the e2b SDKs send it (tests/e2b/test_connect_wire.py): envelopes, or a unary message.
+def env(flags, payload):
+    return struct.pack('>BI', flags, len(payload)) + payload
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7f; n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+def pb(tag, v):
+    if isinstance(v, int):
+        return varint(tag << 3) + varint(v)
+    v = v if isinstance(v, bytes) else v.encode()
+    return varint(tag << 3 | 2) + varint(len(v)) + v
+def js(o):
+    return json.dumps(o, separators=(',', ':')).encode()
+end = env(2, b"{}")
+start = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo hi"], "envs": {"A": "1"}, "cwd": "/home/user"}, "stdin": False, "tag": "t"}
+w('envd_connect', 'start-json', b"\x0f" + env(0, js(start)) + end)
+start_pb = pb(1, pb(1, "/bin/bash") + pb(2, "-l") + pb(2, "-c") + pb(2, "echo hi") + pb(3, pb(1, "A") + pb(2, "1")) + pb(4, "/home/user")) + pb(2, pb(1, pb(1, 80) + pb(2, 24))) + pb(4, 0)
+w('envd_connect', 'start-proto', b"\x40" + env(0, start_pb) + end)
+w('envd_connect', 'stream-input-json', b"\x03" + env(0, js({"start": {"process": {"pid": 3}}})) + env(0, js({"data": {"input": {"stdin": "aGkK"}}})) + env(0, js({"keepalive": {}})) + end)
+w('envd_connect', 'stream-input-proto', b"\xfe" + env(0, pb(1, pb(1, pb(2, "t")))) + env(0, pb(2, pb(2, pb(2, b"ls\n")))) + env(0, pb(3, b"")) + end)
+w('envd_connect', 'signal-json', b"\x01" + js({"process": {"tag": "t"}, "signal": "SIGNAL_SIGKILL"}))
+w('envd_connect', 'update-json', b"\x01" + js({"process": {"pid": 3}, "pty": {"size": {"cols": 120, "rows": 40}}}))
+w('envd_connect', 'send-input-proto', b"\x00" + pb(1, pb(1, 7)) + pb(2, pb(2, b"\x03")))
+w('envd_connect', 'list-dir-json', b"\x01" + js({"path": "/home/user", "depth": 2}))
+w('envd_connect', 'move-json', b"\x01" + js({"source": "/tmp/a", "destination": "/tmp/b"}))
+w('envd_connect', 'watch-json', b"\x21" + env(0, js({"path": "/home/user", "recursive": True, "includeEntry": True})) + end)
+w('envd_connect', 'oversized', b"\x01" + struct.pack('>BI', 0, 64 << 20))
+w('envd_connect', 'end-error', b"\x01" + env(2, js({"error": {"code": "canceled", "message": "bye"}})))
+# envd_multipart: a Content-Type line, a shape byte (low 4 bits: the template repeated 2^n times, up
+# to 256 KiB; top 2: the part limit, 3 = none), a count of chunk lengths (16-byte units) and the
+# lengths, then the body's template. Bodies as the e2b SDKs' `files.write` send them.
+def mp(ct, template, shape=0xc0, cuts=b""):
+    return ct.encode() + b"\n" + bytes([shape, len(cuts)]) + cuts + template
+def part(name, data, b, ctype=True):
+    h = f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+    if ctype:
+        h += 'Content-Type: application/octet-stream\r\n'
+    return h.encode() + b"\r\n" + data + b"\r\n"
+hb = "0123456789abcdef0123456789abcdef"
+w('envd_multipart', 'python-one', mp(f"multipart/form-data; boundary={hb}", part("/home/user/a.txt", b"hello\n", hb) + f"--{hb}--\r\n".encode()))
+jb = "----formdata-undici-012345678901"
+w('envd_multipart', 'js-two-cut', mp(f"multipart/form-data; boundary={jb}", part("a/b.txt", b"x" * 40, jb, False) + part("c.bin", bytes(range(64)), jb) + f"--{jb}--\r\n".encode(), cuts=b"\x00\x02\x05"))
+w('envd_multipart', 'quoted-limit', mp('multipart/form-data; boundary="a b"', b"preamble\r\n" + part("big", b"y" * 100, "a b") + b"--a b--", shape=0x00))
+w('envd_multipart', 'many-parts', mp("multipart/form-data; boundary=x", part("f", b"1", "x", False), shape=0xcb))
+w('envd_multipart', 'no-boundary', mp("multipart/form-data; boundary=x", b"z" * 250, shape=0xcb, cuts=b"\x3f"))
+w('envd_multipart', 'no-filename', mp("multipart/form-data; boundary=x", b'--x\r\nContent-Disposition: form-data; name="file"\r\n\r\nd\r\n--x--\r\n'))
+# pty_frames: the first byte picks the rest's kind: 0 a text frame's payload, 1 the client's bytes on
+# the socket (masked frames), 2 the route's query string. As sandlot-client and the CLI send them.
+def ws(opcode, payload, key=b"\x12\x34\x56\x78", fin=True):
+    n = len(payload)
+    head = bytes([(0x80 if fin else 0) | opcode])
+    if n < 126:
+        head += bytes([0x80 | n])
+    elif n < 65536:
+        head += bytes([0x80 | 126]) + struct.pack('>H', n)
+    else:
+        head += bytes([0x80 | 127]) + struct.pack('>Q', n)
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+resize = b'{"type":"resize","rows":24,"cols":80}'
+w('pty_frames', 'resize', b"\x00" + resize)
+w('pty_frames', 'resize-too-big', b"\x00" + b'{"type":"resize","rows":0,"cols":5000}')
+w('pty_frames', 'unknown', b"\x00" + b'{"type":"input","data":"ls"}')
+w('pty_frames', 'session', b"\x01" + ws(1, resize) + ws(2, b"ls -l\n") + ws(9, b"p") + ws(10, b"") + ws(8, struct.pack('>H', 1000) + b"bye"))
+w('pty_frames', 'fragments', b"\x01" + ws(2, b"ech", fin=False) + ws(0, b"o hi\n") + ws(1, b'{"type":"re', fin=False) + ws(0, b'size","rows":1000,"cols":1}'))
+w('pty_frames', 'oversized', b"\x01" + bytes([0x82, 0x80 | 127]) + struct.pack('>Q', 1 << 20) + b"\x12\x34\x56\x78" + b"x" * 64)
+w('pty_frames', 'query', b"\x02" + b"argv=ls&argv=-l%20a+b&cwd=%2Ftmp&env=A%3D1&env=B=2=3&user=root&rows=40&cols=120")
+w('pty_frames', 'query-pid', b"\x02" + b"pid=7&rows=3&cols=4")

@@ -19,6 +19,8 @@ fuzz_target!(|data: &[u8]| {
         max_depth: 32,
         max_path_bytes: 4096,
         max_xattr_bytes: 64 << 10,
+        // No deadline: libFuzzer's -timeout bounds a slow input.
+        deadline: None,
     };
     // Compressed input (gzip/zstd) is what a registry hands over; decompress as the store does, bounded.
     let mut plain = Vec::new();

@@ -67,6 +67,25 @@ pub struct PtySize {
     pub cols: u16,
 }
 
+/// The rows, and the columns, a pseudo-terminal may have.
+pub const PTY_CELLS: std::ops::RangeInclusive<u16> = 1..=1000;
+
+impl PtySize {
+    /// The size, if both its rows and its cols are within [`PTY_CELLS`]; else why not.
+    pub fn check(self) -> Result<PtySize, String> {
+        if !PTY_CELLS.contains(&self.rows) || !PTY_CELLS.contains(&self.cols) {
+            return Err(format!(
+                "a terminal size must have rows and cols between {} and {}, got {}x{}",
+                PTY_CELLS.start(),
+                PTY_CELLS.end(),
+                self.rows,
+                self.cols
+            ));
+        }
+        Ok(self)
+    }
+}
+
 /// Body of `POST …/processes/{pid}/resize`: the new size of a pty process's terminal.
 pub type ResizeRequest = PtySize;
 

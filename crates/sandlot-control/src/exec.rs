@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sandlot_api::{ExecRequest, ExecResult, ExitStatus, ProcessList, User};
+use sandlot_api::{ExecRequest, ExecResult, ExitStatus, ProcessList, PtySize, User};
 use sandlot_engine::{ExecSpec, Process};
 use sandlot_store::SandboxRecord;
 use serde_json::json;
@@ -22,18 +22,9 @@ const MAX_TAG_BYTES: usize = 256;
 /// Most bytes of argv, env, cwd and tags one process listing copies (envs counted as listed, at most
 /// 64 KiB each).
 pub const MAX_LIST_BYTES: usize = 16 << 20;
-/// Rows and columns a pseudo-terminal may have.
-const PTY_CELLS: std::ops::RangeInclusive<u16> = 1..=1000;
-
 /// Checks a terminal size given by a caller.
 pub(crate) fn check_pty_size(rows: u16, cols: u16) -> Result<()> {
-    if !PTY_CELLS.contains(&rows) || !PTY_CELLS.contains(&cols) {
-        return Err(Error::invalid(format!(
-            "a terminal size must have rows and cols between {} and {}, got {rows}x{cols}",
-            PTY_CELLS.start(),
-            PTY_CELLS.end()
-        )));
-    }
+    PtySize { rows, cols }.check().map_err(Error::invalid)?;
     Ok(())
 }
 

@@ -1,8 +1,8 @@
 //! `GET /v1/sandboxes/{id}/pty`: a terminal over WebSocket. Binary frames carry the terminal's bytes
-//! both ways; text frames carry [`PtyClientMessage`]s (resize) and [`PtyServerMessage`]s (`started`
-//! first, `exit` last, then a close). The process is a background pty process started (or, with
-//! `?pid=`, attached to) through the control layer: it outlives the connection, and a connection that
-//! attaches later gets its scrollback first.
+//! both ways; text frames carry [`PtyClientMessage`](sandlot_api::PtyClientMessage)s (resize, read
+//! by [`client`]) and [`PtyServerMessage`]s (`started` first, `exit` last, then a close). The process
+//! is a background pty process started (or, with `?pid=`, attached to) through the control layer: it
+//! outlives the connection, and a connection that attaches later gets its scrollback first.
 //!
 //! Everything checked before the upgrade answers as the API does (JSON error, 401/404/409/429), so a
 //! client that can read the answer (the CLI) can say why. After it: input frames are at most
@@ -16,7 +16,6 @@
 //! [`LEASE_RECHECK`]: once it is revoked or expires, an `error` frame (`unauthenticated`) and a close
 //! (1008) end the connection; the process runs on, as after any disconnect.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -24,11 +23,13 @@ use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
 use sandlot_api::{
-    codes, ExecEvent, ExecRequest, PtyClientMessage, PtyServerMessage, PtySize, User, PTY_BEARER_PREFIX,
-    PTY_MAX_INPUT_FRAME, PTY_SUBPROTOCOL,
+    codes, ExecEvent, ExecRequest, PtyServerMessage, PtySize, PTY_BEARER_PREFIX, PTY_MAX_INPUT_FRAME, PTY_SUBPROTOCOL,
 };
 use sandlot_control::{Caller, KeyLease, Kind, RawEvent, TerminalSlot, LEASE_RECHECK};
 
+mod client;
+
+use self::client::parse_query;
 use super::app::AppState;
 use super::error::ApiError;
 use super::extract::{bearer_key, ApiPath};
@@ -44,98 +45,6 @@ const STALL: Duration = Duration::from_secs(30);
 /// [`IDLE`] is closed.
 const PING_EVERY: Duration = Duration::from_secs(30);
 const IDLE: Duration = Duration::from_secs(90);
-
-/// What the query string asks for.
-#[derive(Default, Debug, PartialEq)]
-struct PtyQuery {
-    cmd: Option<String>,
-    argv: Vec<String>,
-    cwd: Option<String>,
-    env: BTreeMap<String, String>,
-    user: Option<User>,
-    rows: Option<u16>,
-    cols: Option<u16>,
-    pid: Option<u64>,
-}
-
-/// Decodes one `application/x-www-form-urlencoded` component (`+` is a space).
-fn decode(s: &str) -> Result<String, String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-                let v =
-                    hex.and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or_else(|| format!("bad escape in {s:?}"))?;
-                out.push(v);
-                i += 2;
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).map_err(|_| format!("{s:?} is not UTF-8"))
-}
-
-fn parse_query(raw: Option<&str>) -> Result<PtyQuery, String> {
-    let mut q = PtyQuery::default();
-    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let (k, v) = (decode(k)?, decode(v)?);
-        let number = |what: &str| v.parse::<u64>().map_err(|_| format!("`{what}` must be a number, got {v:?}"));
-        let once = |set: bool| if set { Err(format!("`{k}` is given twice")) } else { Ok(()) };
-        match k.as_str() {
-            "cmd" => {
-                once(q.cmd.is_some())?;
-                q.cmd = Some(v);
-            }
-            "argv" => q.argv.push(v),
-            "cwd" => {
-                once(q.cwd.is_some())?;
-                q.cwd = Some(v);
-            }
-            "env" => {
-                let (name, value) = v.split_once('=').ok_or_else(|| format!("`env` must be NAME=VALUE, got {v:?}"))?;
-                q.env.insert(name.to_string(), value.to_string());
-            }
-            "user" => {
-                once(q.user.is_some())?;
-                q.user = Some(
-                    serde_json::from_value(serde_json::Value::String(v.clone()))
-                        .map_err(|_| format!("`user` must be `user` or `root`, got {v:?}"))?,
-                );
-            }
-            "rows" | "cols" => {
-                let n = u16::try_from(number(&k)?).map_err(|_| format!("`{k}` must be between 1 and 1000"))?;
-                let slot = if k == "rows" { &mut q.rows } else { &mut q.cols };
-                once(slot.is_some())?;
-                *slot = Some(n);
-            }
-            "pid" => {
-                once(q.pid.is_some())?;
-                q.pid = Some(number("pid")?);
-            }
-            _ => {
-                return Err(format!(
-                    "unknown query parameter `{k}`; the terminal route takes cmd, argv, cwd, env, user, rows, cols \
-                     and pid"
-                ))
-            }
-        }
-    }
-    if q.pid.is_some()
-        && (q.cmd.is_some() || !q.argv.is_empty() || q.cwd.is_some() || !q.env.is_empty() || q.user.is_some())
-    {
-        return Err("`pid` attaches to a running terminal: give it alone (rows and cols resize it)".into());
-    }
-    if q.cmd.is_some() && !q.argv.is_empty() {
-        return Err("give either `cmd` (a shell command line) or `argv` (repeated), not both".into());
-    }
-    Ok(q)
-}
 
 /// The subprotocols a client offers (`Sec-WebSocket-Protocol`, comma-separated, possibly repeated).
 fn offered(headers: &HeaderMap) -> Vec<&str> {
@@ -333,21 +242,13 @@ async fn run(
                         Err(e) if e.kind == Kind::Conflict && !proc.running() => None,
                         Err(e) => Some(error_message(&e)),
                     },
-                    Some(Ok(Message::Text(t))) => match serde_json::from_str::<PtyClientMessage>(t.as_str()) {
-                        Ok(PtyClientMessage::Resize { rows, cols }) => {
-                            match app.control.terminal_resize(caller, slot, rows, cols).await {
-                                Ok(()) => None,
-                                Err(e) if e.kind == Kind::Conflict && !proc.running() => None,
-                                Err(e) => Some(error_message(&e)),
-                            }
-                        }
-                        Err(e) => Some(PtyServerMessage::Error {
-                            code: codes::INVALID_REQUEST.into(),
-                            message: format!(
-                                "a text frame must be a control message such as {{\"type\":\"resize\",\"rows\":24,\"cols\":80}} \
-                                 (terminal input goes in binary frames): {e}"
-                            ),
-                        }),
+                    Some(Ok(Message::Text(t))) => match client::control(t.as_str()) {
+                        Ok(size) => match app.control.terminal_resize(caller, slot, size.rows, size.cols).await {
+                            Ok(()) => None,
+                            Err(e) if e.kind == Kind::Conflict && !proc.running() => None,
+                            Err(e) => Some(error_message(&e)),
+                        },
+                        Err(reply) => Some(reply),
                     },
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => None,
                 };
@@ -374,37 +275,6 @@ async fn run(
             // The process's end is recorded as its sandbox goes; if it never is, the session ends anyway.
             _ = tokio::time::sleep_until(sandbox_ended.unwrap_or_else(tokio::time::Instant::now) + Duration::from_secs(5)),
                 if sandbox_ended.is_some() => return Err(End::SandboxEnded),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_query_is_parsed_with_repeats_and_escapes() {
-        let q = parse_query(Some("argv=ls&argv=-l%20a+b&cwd=%2Ftmp&env=A%3D1&env=B=2=3&user=root&rows=40&cols=120"))
-            .unwrap();
-        assert_eq!(q.argv, ["ls", "-l a b"]);
-        assert_eq!(q.cwd.as_deref(), Some("/tmp"));
-        assert_eq!(q.env.get("A").map(String::as_str), Some("1"));
-        assert_eq!(q.env.get("B").map(String::as_str), Some("2=3"));
-        assert_eq!((q.user, q.rows, q.cols), (Some(User::Root), Some(40), Some(120)));
-        assert_eq!(parse_query(None).unwrap(), PtyQuery::default());
-        assert_eq!(parse_query(Some("pid=7&rows=3&cols=4")).unwrap().pid, Some(7));
-        for bad in [
-            "pid=1&cmd=ls",
-            "cmd=a&argv=b",
-            "rows=x",
-            "rows=70000",
-            "user=admin",
-            "env=X",
-            "nope=1",
-            "cwd=a&cwd=b",
-            "cmd=%zz",
-        ] {
-            assert!(parse_query(Some(bad)).is_err(), "{bad}");
         }
     }
 }

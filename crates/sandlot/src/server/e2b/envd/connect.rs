@@ -2,7 +2,8 @@
 //! calls in `application/proto` or `application/json`, server- and client-streaming calls in
 //! `application/connect+proto` / `application/connect+json` (5-byte envelopes: a flags byte, a
 //! big-endian length; flag 0x02 marks the end-of-stream message `{}` or `{"error": …}`), errors as
-//! `{"code", "message"}`, and `Connect-Timeout-Ms`.
+//! `{"code", "message"}`, and `Connect-Timeout-Ms`. This is the HTTP half; the envelopes, codecs and
+//! header values are [`super::frame`]'s (fuzzed as `envd_connect`).
 //!
 //! Everything a client sends is bounded: a message is refused past [`MAX_MESSAGE_BYTES`] before it is
 //! buffered, compressed messages (which we never offer) are refused.
@@ -12,112 +13,42 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::sync::mpsc;
 
+use super::frame::{envelope, split_envelope, FrameError, FLAG_END_STREAM};
+pub use super::frame::{Codec, Message, MAX_MESSAGE_BYTES};
 use super::ConnectError;
 
-/// The largest message a client may send (stdin chunks are the big ones; the SDKs send small ones).
-pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
-/// Envelope flag: the payload is compressed.
-const FLAG_COMPRESSED: u8 = 0x01;
-/// Envelope flag: the end-of-stream message.
-const FLAG_END_STREAM: u8 = 0x02;
-
-/// A message both wire forms can carry.
-pub trait Message: prost::Message + Default + Serialize + DeserializeOwned + Send + 'static {}
-impl<T: prost::Message + Default + Serialize + DeserializeOwned + Send + 'static> Message for T {}
-
-/// How messages of a call are encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Codec {
-    Proto,
-    Json,
+impl From<FrameError> for ConnectError {
+    fn from(e: FrameError) -> Self {
+        match e {
+            FrameError::TooLarge => too_large(),
+            FrameError::Unsupported(m) => ConnectError::new("unimplemented", StatusCode::UNSUPPORTED_MEDIA_TYPE, m),
+            FrameError::Invalid(m) => ConnectError::invalid(m),
+        }
+    }
 }
 
 impl Codec {
-    /// The codec of a unary call (`streaming: false`) or a streaming one, from its Content-Type.
+    /// The codec of a unary call (`streaming: false`) or a streaming one, from its Content-Type
+    /// (and its encodings: we offer none).
     pub fn of(headers: &HeaderMap, streaming: bool) -> Result<Codec, ConnectError> {
-        let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-        let ct = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-        let codec = match (ct.as_str(), streaming) {
-            ("application/proto", false) | ("application/connect+proto", true) => Codec::Proto,
-            ("application/json", false) | ("application/connect+json", true) => Codec::Json,
-            _ => {
-                let want = if streaming {
-                    "application/connect+json or application/connect+proto"
-                } else {
-                    "application/json or application/proto"
-                };
-                return Err(ConnectError::new(
-                    "unimplemented",
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    format!("content type {ct:?} is not served here: send {want}"),
-                ));
-            }
-        };
-        // We offer no compression: a compressed body could not be read.
-        for name in ["content-encoding", "connect-content-encoding"] {
-            if let Some(enc) = headers.get(name).and_then(|v| v.to_str().ok()) {
-                if !enc.eq_ignore_ascii_case("identity") {
-                    return Err(ConnectError::new(
-                        "unimplemented",
-                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                        format!("{name} {enc:?} is not supported: send messages uncompressed"),
-                    ));
-                }
-            }
-        }
-        Ok(codec)
-    }
-
-    fn unary_type(self) -> &'static str {
-        match self {
-            Codec::Proto => "application/proto",
-            Codec::Json => "application/json",
-        }
-    }
-
-    fn stream_type(self) -> &'static str {
-        match self {
-            Codec::Proto => "application/connect+proto",
-            Codec::Json => "application/connect+json",
-        }
-    }
-
-    /// Decodes one message.
-    pub fn decode<T: Message>(self, data: &[u8]) -> Result<T, ConnectError> {
-        match self {
-            Codec::Proto => {
-                T::decode(data).map_err(|e| ConnectError::invalid(format!("malformed protobuf message: {e}")))
-            }
-            Codec::Json => serde_json::from_slice(if data.is_empty() { b"{}" } else { data })
-                .map_err(|e| ConnectError::invalid(format!("malformed JSON message: {e}"))),
-        }
-    }
-
-    /// Encodes one message.
-    pub fn encode<T: Message>(self, msg: &T) -> Vec<u8> {
-        match self {
-            Codec::Proto => msg.encode_to_vec(),
-            Codec::Json => serde_json::to_vec(msg).expect("envd messages serialise to JSON"),
-        }
+        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let ct = text(header::CONTENT_TYPE.as_str()).unwrap_or("");
+        let encodings = [
+            ("content-encoding", text("content-encoding")),
+            ("connect-content-encoding", text("connect-content-encoding")),
+        ];
+        Ok(Codec::negotiate(ct, encodings, streaming)?)
     }
 }
 
 /// The deadline a client set with `Connect-Timeout-Ms` (at most 10 digits, as the protocol says).
 pub fn timeout(headers: &HeaderMap) -> Result<Option<Duration>, ConnectError> {
     let Some(v) = headers.get("connect-timeout-ms") else { return Ok(None) };
-    let ms = v
-        .to_str()
-        .ok()
-        .filter(|s| !s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| ConnectError::invalid("Connect-Timeout-Ms must be a positive number of milliseconds"))?;
-    Ok(Some(Duration::from_millis(ms)))
+    Ok(Some(super::frame::timeout(v.as_bytes())?))
 }
 
 /// Reads a whole unary request body (at most [`MAX_MESSAGE_BYTES`]) and decodes it.
@@ -186,43 +117,9 @@ impl Envelopes {
     }
 }
 
-/// Takes one whole envelope off the front of `buf`, if it holds one; refuses oversized and
-/// compressed ones as soon as their header is in.
-pub fn split_envelope(buf: &mut BytesMut) -> Result<Option<(u8, Bytes)>, ConnectError> {
-    if buf.len() < 5 {
-        return Ok(None);
-    }
-    let flags = buf[0];
-    let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-    if len > MAX_MESSAGE_BYTES {
-        return Err(too_large());
-    }
-    if flags & FLAG_COMPRESSED != 0 {
-        return Err(ConnectError::invalid("compressed message: none was negotiated; send messages uncompressed"));
-    }
-    if buf.len() < 5 + len {
-        return Ok(None);
-    }
-    buf.advance(5);
-    Ok(Some((flags, buf.split_to(len).freeze())))
-}
-
-/// One envelope.
-pub fn envelope(flags: u8, payload: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(5 + payload.len());
-    out.extend_from_slice(&[flags]);
-    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    out.extend_from_slice(payload);
-    out.freeze()
-}
-
 /// The end-of-stream envelope: `{}`, or the error the stream ended with.
 pub fn end_of_stream(error: Option<&ConnectError>) -> Bytes {
-    let body = match error {
-        None => serde_json::json!({}),
-        Some(e) => serde_json::json!({"error": {"code": e.code, "message": e.message}}),
-    };
-    envelope(FLAG_END_STREAM, body.to_string().as_bytes())
+    super::frame::end_of_stream(error.map(|e| (e.code, e.message.as_str())))
 }
 
 /// The answer of a streaming call that failed before its stream began: as every streaming answer,
@@ -299,106 +196,39 @@ impl Drop for ServerStream {
 /// The keepalive interval a client asked for (`Keepalive-Ping-Interval`, seconds), bounded to
 /// 1–600 s; `None` when it asked for none.
 pub fn keepalive(headers: &HeaderMap) -> Option<Duration> {
-    let secs = headers.get("keepalive-ping-interval")?.to_str().ok()?.trim().parse::<u64>().ok()?;
-    Some(Duration::from_secs(secs.clamp(1, 600)))
+    super::frame::keepalive(headers.get("keepalive-ping-interval")?.to_str().ok()?)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::proto::{self, process_event, process_selector};
     use super::*;
 
     #[test]
-    fn envelopes_split_only_when_whole_and_keep_the_rest() {
-        let mut buf = BytesMut::new();
-        buf.extend_from_slice(&envelope(0, b"abc"));
-        buf.extend_from_slice(&envelope(FLAG_END_STREAM, b"{}")[..4]);
-        assert_eq!(split_envelope(&mut buf).unwrap(), Some((0, Bytes::from_static(b"abc"))));
-        assert_eq!(split_envelope(&mut buf).unwrap(), None, "a partial envelope waits for more");
-        buf.extend_from_slice(&envelope(FLAG_END_STREAM, b"{}")[4..]);
-        assert_eq!(split_envelope(&mut buf).unwrap(), Some((FLAG_END_STREAM, Bytes::from_static(b"{}"))));
-        assert!(buf.is_empty());
-    }
-
-    #[test]
-    fn an_oversized_envelope_is_refused_from_its_header_alone() {
+    fn frame_errors_keep_their_connect_codes() {
         let mut buf = BytesMut::new();
         buf.extend_from_slice(&[0]);
         buf.extend_from_slice(&((MAX_MESSAGE_BYTES as u32) + 1).to_be_bytes());
-        let e = split_envelope(&mut buf).unwrap_err();
-        assert_eq!(e.code, "resource_exhausted");
-    }
-
-    #[test]
-    fn a_compressed_envelope_is_refused() {
-        let mut buf = BytesMut::from(&envelope(FLAG_COMPRESSED, b"x")[..]);
-        assert_eq!(split_envelope(&mut buf).unwrap_err().code, "invalid_argument");
+        let e = ConnectError::from(split_envelope(&mut buf).unwrap_err());
+        assert_eq!((e.code, e.status), ("resource_exhausted", StatusCode::TOO_MANY_REQUESTS));
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
+        let e = Codec::of(&h, false).unwrap_err();
+        assert_eq!((e.code, e.status), ("unimplemented", StatusCode::UNSUPPORTED_MEDIA_TYPE));
+        assert_eq!(
+            Codec::Proto
+                .decode::<super::super::proto::StartRequest>(&[0xff])
+                .map_err(ConnectError::from)
+                .unwrap_err()
+                .code,
+            "invalid_argument"
+        );
     }
 
     #[test]
     fn end_of_stream_carries_the_error() {
         let e = ConnectError::not_found("process 7");
-        let env = end_of_stream(Some(&e));
-        assert_eq!(env[0], FLAG_END_STREAM);
-        let v: serde_json::Value = serde_json::from_slice(&env[5..]).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&end_of_stream(Some(&e))[5..]).unwrap();
         assert_eq!(v, serde_json::json!({"error": {"code": "not_found", "message": "process 7"}}));
-        assert_eq!(&end_of_stream(None)[5..], b"{}");
-    }
-
-    #[test]
-    fn json_mapping_is_protobufs() {
-        let ev = proto::StartResponse {
-            event: Some(proto::ProcessEvent {
-                event: Some(process_event::Event::Data(process_event::DataEvent {
-                    output: Some(process_event::Output::Stdout(b"hi\n".to_vec())),
-                })),
-            }),
-        };
-        let json = String::from_utf8(Codec::Json.encode(&ev)).unwrap();
-        assert_eq!(json, r#"{"event":{"data":{"stdout":"aGkK"}}}"#);
-        let end =
-            process_event::EndEvent { exit_code: -1, exited: false, status: "signal: killed".into(), error: None };
-        assert_eq!(
-            String::from_utf8(Codec::Json.encode(&end)).unwrap(),
-            r#"{"exitCode":-1,"exited":false,"status":"signal: killed"}"#
-        );
-        let sig: proto::SendSignalRequest =
-            Codec::Json.decode(br#"{"process":{"pid":3},"signal":"SIGNAL_SIGKILL"}"#).unwrap();
-        assert_eq!(sig.signal, proto::Signal::Sigkill as i32);
-        assert_eq!(sig.process.unwrap().selector, Some(process_selector::Selector::Pid(3)));
-        let by_number: proto::SendSignalRequest = Codec::Json.decode(br#"{"signal":15,"unknownField":1}"#).unwrap();
-        assert_eq!(by_number.signal, 15);
-        assert!(Codec::Json.decode::<proto::SendSignalRequest>(br#"{"signal":"SIGHUP"}"#).is_err());
-        let entry = proto::EntryInfo {
-            size: 1 << 40,
-            r#type: proto::FileType::Directory as i32,
-            modified_time: Some(proto::Timestamp { seconds: 1_714_564_800, nanos: 123_000_000 }),
-            ..Default::default()
-        };
-        let v: serde_json::Value = serde_json::from_slice(&Codec::Json.encode(&entry)).unwrap();
-        assert_eq!(v["size"], "1099511627776", "int64 is a string");
-        assert_eq!(v["type"], "FILE_TYPE_DIRECTORY");
-        assert_eq!(v["modifiedTime"], "2024-05-01T12:00:00.123Z");
-        let input: proto::SendInputRequest = Codec::Json.decode(br#"{"input":{"stdin":"aGk"}}"#).unwrap();
-        assert_eq!(input.input.unwrap().input, Some(proto::process_input::Input::Stdin(b"hi".to_vec())));
-        let none: proto::StartRequest = Codec::Json.decode(b"").unwrap();
-        assert!(none.process.is_none());
-    }
-
-    #[test]
-    fn proto_round_trips() {
-        let req = proto::StartRequest {
-            process: Some(proto::ProcessConfig {
-                cmd: "/bin/bash".into(),
-                args: vec!["-c".into()],
-                ..Default::default()
-            }),
-            stdin: Some(false),
-            ..Default::default()
-        };
-        let back: proto::StartRequest = Codec::Proto.decode(&Codec::Proto.encode(&req)).unwrap();
-        assert_eq!(back, req);
-        assert_eq!(Codec::Proto.decode::<proto::StartRequest>(&[0xff, 0xff]).unwrap_err().code, "invalid_argument");
     }
 
     #[test]
@@ -408,5 +238,6 @@ mod tests {
         assert_eq!(timeout(&h).unwrap(), Some(Duration::from_millis(1500)));
         h.insert("connect-timeout-ms", "12345678901".parse().unwrap());
         assert!(timeout(&h).is_err());
+        assert_eq!(timeout(&HeaderMap::new()).unwrap(), None);
     }
 }

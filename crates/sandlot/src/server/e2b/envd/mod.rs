@@ -6,8 +6,10 @@
 
 mod connect;
 mod files;
+mod frame;
 pub use files::signed_caller;
 mod filesystem;
+mod multipart;
 mod process;
 mod proto;
 mod watch;

@@ -63,8 +63,8 @@ pub mod json {
 
     /// `google.protobuf.Timestamp`: RFC 3339 in UTC (`2024-05-01T12:00:00.123Z`).
     pub mod timestamp {
+        use super::super::Timestamp;
         use super::*;
-        use crate::server::e2b::envd::proto::Timestamp;
 
         pub fn serialize<S: Serializer>(v: &Option<Timestamp>, s: S) -> Result<S::Ok, S::Error> {
             match v {
