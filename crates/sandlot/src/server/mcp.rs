@@ -209,7 +209,7 @@ fn lock(owners: &Owners) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
 
 /// Authorises a request by its key, and keeps each session to its tenant.
 async fn guard(State(o): State<Arc<Owners>>, req: Request, next: Next) -> Response {
-    let caller = match bearer_key(req.headers()) {
+    let (caller, lease) = match bearer_key(req.headers()) {
         None => return unauthenticated("missing Authorization header; send `Authorization: Bearer <API key>`"),
         Some(None) => return unauthenticated("malformed Authorization header; expected `Bearer <API key>`"),
         Some(Some(key)) => match o.app.control.authenticate_lease(key) {
@@ -217,7 +217,6 @@ async fn guard(State(o): State<Arc<Owners>>, req: Request, next: Next) -> Respon
             Err(e) => return ApiError::from(e).into_response(),
         },
     };
-    let (caller, lease) = caller;
     let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
     let mut reserved = None;
     if let Some(id) = &session {

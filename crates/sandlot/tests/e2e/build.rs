@@ -12,39 +12,14 @@ use std::time::Instant;
 use sandlot_client::api::{BuildEvent, BuildImage, CreateSandbox, ExecRequest, SandboxState, User};
 use sandlot_client::Client;
 
+use crate::common::tar_header as header;
 use crate::harness::{expect_error, Server};
 
-/// A header as real tar writers make it: owner root, a fixed mtime.
-fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(kind);
-    h.set_mode(mode);
-    h.set_size(size);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(1_700_000_000);
-    h
-}
-
-/// A root filesystem with Debian's static busybox as `/bin/busybox` and `/bin/sh`, a passwd naming
-/// root only, and `/etc/motd` (for a RUN to delete). Copied from `images.rs`, which the lead extends.
+/// The busybox root filesystem with `/etc/motd` (for a RUN to delete).
 fn busybox_rootfs() -> Vec<u8> {
-    let busybox = std::fs::read("/bin/busybox").expect("Debian's busybox-static at /bin/busybox");
-    let mut b = tar::Builder::new(Vec::new());
-    for d in ["bin", "etc", "root"] {
-        b.append_data(&mut header(tar::EntryType::Directory, 0o755, 0), d, std::io::empty()).unwrap();
-    }
-    let mut file = |path: &str, data: &[u8], mode: u32| {
-        b.append_data(&mut header(tar::EntryType::Regular, mode, data.len() as u64), path, data).unwrap();
-    };
-    file("bin/busybox", &busybox, 0o755);
-    file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", 0o644);
-    file("etc/motd", b"base motd\n", 0o644);
-    b.append_link(&mut header(tar::EntryType::Symlink, 0o777, 0), "bin/sh", "busybox").unwrap();
-    b.into_inner().unwrap()
+    crate::common::busybox_rootfs(&[("etc/motd", b"base motd\n")], &[])
 }
 
-/// A build context: `(path, contents)` files.
 fn context(files: &[(&str, &str)]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for (path, data) in files {

@@ -9,51 +9,8 @@ use sandlot_client::Client;
 use sandlot_oci::manifest::Compression;
 use sandlot_oci::testing::{TestImage, TestRegistry, TestRegistryOptions};
 
+use crate::common::{busybox_rootfs, empty_files, tar_header as header};
 use crate::harness::{expect_error, Server};
-
-/// A root filesystem with Debian's static busybox as `/bin/busybox` and `/bin/sh`, a passwd naming
-/// root only, and whatever `extra` adds: `(path, contents)` files and `(path, target)` symlinks.
-/// A header as real tar writers make it: owner root, a fixed mtime.
-fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(kind);
-    h.set_mode(mode);
-    h.set_size(size);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(1_700_000_000);
-    h
-}
-
-pub(crate) fn busybox_rootfs(files: &[(&str, &[u8])], links: &[(&str, &str)]) -> Vec<u8> {
-    let busybox = std::fs::read("/bin/busybox").expect("Debian's busybox-static at /bin/busybox");
-    let mut b = tar::Builder::new(Vec::new());
-    let dir = |b: &mut tar::Builder<Vec<u8>>, path: &str| {
-        let mut h = header(tar::EntryType::Directory, 0o755, 0);
-        b.append_data(&mut h, path, std::io::empty()).unwrap();
-    };
-    for d in ["bin", "etc", "root"] {
-        dir(&mut b, d);
-    }
-    let file = |b: &mut tar::Builder<Vec<u8>>, path: &str, data: &[u8], mode: u32| {
-        let mut h = header(tar::EntryType::Regular, mode, data.len() as u64);
-        b.append_data(&mut h, path, data).unwrap();
-    };
-    file(&mut b, "bin/busybox", &busybox, 0o755);
-    file(&mut b, "etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", 0o644);
-    for (path, data) in files {
-        file(&mut b, path, data, 0o644);
-    }
-    let link = |b: &mut tar::Builder<Vec<u8>>, path: &str, target: &str| {
-        let mut h = header(tar::EntryType::Symlink, 0o777, 0);
-        b.append_link(&mut h, path, target).unwrap();
-    };
-    link(&mut b, "bin/sh", "busybox");
-    for (path, target) in links {
-        link(&mut b, path, target);
-    }
-    b.into_inner().unwrap()
-}
 
 fn sh(script: &str) -> ExecRequest {
     ExecRequest { argv: Some(vec!["/bin/sh".into(), "-c".into(), script.into()]), ..Default::default() }
@@ -337,17 +294,6 @@ fn corrupt_blobs_and_quotas_leave_nothing_behind() {
     assert_eq!(err.code(), Some("registry_unavailable"), "{err}");
     assert!(err.is_retryable());
     assert_eq!(stored(), 0, "a corrupt blob was stored");
-}
-
-/// A tar of `n` empty files (`f/00000`, ...) on top of busybox: a layer that compresses to almost
-/// nothing yet costs the layers volume ~1.3 KiB of metadata per file.
-fn empty_files(n: usize) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for i in 0..n {
-        let mut h = header(tar::EntryType::Regular, 0o644, 0);
-        b.append_data(&mut h, format!("f/{i:05}"), std::io::empty()).unwrap();
-    }
-    b.into_inner().unwrap()
 }
 
 /// What an image costs the layers volume is what it is charged (the review's attacks: a 1.5 MiB gzip

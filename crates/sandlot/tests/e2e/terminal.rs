@@ -435,7 +435,7 @@ fn the_cli_shell_takes_piped_input_and_attaches_by_pid() {
 fn the_default_terminal_of_an_image_without_bash_is_its_sh() {
     let server = Server::start();
     let client = server.client();
-    let rootfs = crate::images::busybox_rootfs(&[], &[]);
+    let rootfs = crate::common::busybox_rootfs(&[], &[]);
     client.import_image(std::io::Cursor::new(rootfs), Some("bb:1"), false).unwrap().wait().unwrap();
     let spec = sandlot_client::api::CreateSandbox { image: Some("bb:1".into()), ..Default::default() };
     let sb = client.create(&spec).unwrap();

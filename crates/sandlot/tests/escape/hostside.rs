@@ -8,6 +8,7 @@ use std::os::unix::fs::MetadataExt;
 
 use sandlot_client::api::User;
 
+use crate::common::tar_header as header;
 use crate::probe::sh;
 use crate::server::Server;
 
@@ -81,18 +82,6 @@ print("writable", flush=True)
 "#;
     let r = copy.run(&["python3", "-c", check]).unwrap();
     assert_eq!(r.stdout, "deep 1000\nwritable\n", "{r:?}");
-}
-
-/// A tar header as real writers make it.
-fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(kind);
-    h.set_mode(mode);
-    h.set_size(size);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(1_700_000_000);
-    h
 }
 
 /// A root filesystem of Debian's static busybox as `/bin/sh`, plus `extra` entries appended as given.

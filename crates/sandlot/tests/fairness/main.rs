@@ -28,6 +28,30 @@ use sandlot_client::{Client, Sandbox};
 
 use crate::server::Server;
 
+/// Runs `f` over and over on a thread of its own until this guard is dropped (an abuse that goes on
+/// while the victim is measured).
+struct Looping(std::sync::Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<()>>);
+
+impl Looping {
+    fn start(f: impl Fn() + Send + 'static) -> Looping {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let t = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                f();
+            }
+        });
+        Looping(stop, Some(t))
+    }
+}
+
+impl Drop for Looping {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.1.take().map(|t| t.join());
+    }
+}
+
 /// How much worse than quiet the victim may fare under any one abuse before it counts as starved.
 /// The worst ratio seen on the 2-core CI machine is 6× (snapshots to the quota, one download).
 const STARVED: f64 = 10.0;
@@ -146,21 +170,9 @@ fn fairness_a_noisy_tenant_does_not_starve_another() {
             "exec storm (audit rows)",
             Box::new(|| {
                 let sb = noisy.clone();
-                let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let flag = std::sync::Arc::clone(&stop);
-                let t = std::thread::spawn(move || {
-                    while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                        let _ = sb.run(&["true", &"x".repeat(4096)]);
-                    }
-                });
-                struct Stop(std::sync::Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<()>>);
-                impl Drop for Stop {
-                    fn drop(&mut self) {
-                        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-                        let _ = self.1.take().map(|t| t.join());
-                    }
-                }
-                Box::new(Stop(stop, Some(t)))
+                Box::new(Looping::start(move || {
+                    let _ = sb.run(&["true", &"x".repeat(4096)]);
+                }))
             }),
         ),
         (

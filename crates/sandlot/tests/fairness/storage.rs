@@ -14,37 +14,12 @@ use sandlot_client::{Client, Sandbox};
 use sandlot_oci::manifest::Compression;
 use sandlot_oci::testing::{TestImage, TestRegistry, TestRegistryOptions};
 
+use crate::common::{busybox_rootfs, empty_files, tar_header as header};
 use crate::server::Server;
-use crate::STARVED;
+use crate::{Looping, STARVED};
 
 /// The attacker's image quota, MiB.
 const QUOTA_MB: u64 = 64;
-
-fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(kind);
-    h.set_mode(mode);
-    h.set_size(size);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(1_700_000_000);
-    h
-}
-
-/// Debian's static busybox as `/bin/sh`, and a passwd.
-fn busybox_rootfs() -> Vec<u8> {
-    let busybox = std::fs::read("/bin/busybox").expect("Debian's busybox-static at /bin/busybox");
-    let mut b = tar::Builder::new(Vec::new());
-    for d in ["bin", "etc", "root"] {
-        b.append_data(&mut header(tar::EntryType::Directory, 0o755, 0), d, std::io::empty()).unwrap();
-    }
-    b.append_data(&mut header(tar::EntryType::Regular, 0o755, busybox.len() as u64), "bin/busybox", &busybox[..])
-        .unwrap();
-    let passwd = b"root:x:0:0:root:/root:/bin/sh\n";
-    b.append_data(&mut header(tar::EntryType::Regular, 0o644, passwd.len() as u64), "etc/passwd", &passwd[..]).unwrap();
-    b.append_link(&mut header(tar::EntryType::Symlink, 0o777, 0), "bin/sh", "busybox").unwrap();
-    b.into_inner().unwrap()
-}
 
 /// `mib` MiB of data that does not compress.
 fn bytes(mib: usize) -> Vec<u8> {
@@ -64,15 +39,6 @@ fn one_file(name: &str, mib: usize) -> Vec<u8> {
     let data = bytes(mib);
     let mut b = tar::Builder::new(Vec::new());
     b.append_data(&mut header(tar::EntryType::Regular, 0o644, data.len() as u64), name, &data[..]).unwrap();
-    b.into_inner().unwrap()
-}
-
-/// A tar of `n` empty files: almost nothing compressed, ~1.3 KiB of volume metadata each.
-fn empty_files(n: usize) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for i in 0..n {
-        b.append_data(&mut header(tar::EntryType::Regular, 0o644, 0), format!("f/{i:06}"), std::io::empty()).unwrap();
-    }
     b.into_inner().unwrap()
 }
 
@@ -139,29 +105,6 @@ fn median_service(victim: &Client, sb: &Sandbox, rootfs: &[u8]) -> Service {
     Service { exec_ms: pick(|s| s.exec_ms), import_ms: pick(|s| s.import_ms), create_ms: pick(|s| s.create_ms) }
 }
 
-/// Runs `f` on a thread of its own until the guard it returns is dropped.
-struct Looping(std::sync::Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<()>>);
-
-impl Looping {
-    fn start(f: impl Fn() + Send + 'static) -> Looping {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = std::sync::Arc::clone(&stop);
-        let t = std::thread::spawn(move || {
-            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                f();
-            }
-        });
-        Looping(stop, Some(t))
-    }
-}
-
-impl Drop for Looping {
-    fn drop(&mut self) {
-        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        let _ = self.1.take().map(|t| t.join());
-    }
-}
-
 /// Joins its thread when dropped (a build that must end before the next abuse).
 struct Join(Option<std::thread::JoinHandle<()>>);
 
@@ -204,13 +147,13 @@ fn fairness_a_tenant_abusing_storage_is_charged_and_does_not_starve_another() {
         .push("a/files", "1", &image(vec![empty_files(200_000)], Compression::Gzip, serde_json::json!({})))
         .unwrap();
     // A zstd layer whose tar is followed by 256 MiB of zeros (a few KiB compressed).
-    let mut bomb = busybox_rootfs();
+    let mut bomb = busybox_rootfs(&[], &[]);
     bomb.resize(bomb.len() + (256 << 20), 0);
     registry.push("a/bomb", "1", &image(vec![bomb], Compression::Zstd, serde_json::json!({}))).unwrap();
     // A config of 6 MiB of labels (under the 8 MiB config limit, far over the settings' cap).
     let labels: serde_json::Map<String, serde_json::Value> =
         (0..96).map(|i| (format!("l{i}"), serde_json::Value::String("v".repeat(64 << 10)))).collect();
-    let labelled = image(vec![busybox_rootfs()], Compression::Gzip, serde_json::json!({"Labels": labels}));
+    let labelled = image(vec![busybox_rootfs(&[], &[])], Compression::Gzip, serde_json::json!({"Labels": labels}));
     registry.push("a/labels", "1", &labelled).unwrap();
     let host = registry.host();
     let server = Server::builder()
@@ -230,7 +173,7 @@ fn fairness_a_tenant_abusing_storage_is_charged_and_does_not_starve_another() {
     let noisy = Client::new(server.url(), noisy_key.clone());
     let victim = Client::new(server.url(), admin.create_key("victim").unwrap().key);
     let victim_sb = victim.create(&CreateSandbox::default()).unwrap();
-    let rootfs = busybox_rootfs();
+    let rootfs = busybox_rootfs(&[], &[]);
     let blobs = server.state_dir().join("blobs");
     let quota = QUOTA_MB << 20;
     let pull = |c: &Client, reference: &str, name: &str| {
