@@ -40,6 +40,10 @@ pub struct FileStat {
     /// Target of a symlink.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_target: Option<String>,
+    /// User metadata: the entry's `user.e2b.*` extended attributes, prefix stripped (what E2B's
+    /// `files.write(…, metadata=…)` sets); absent when there is none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 /// Body of `GET …/files/list`.

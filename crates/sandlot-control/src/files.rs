@@ -3,7 +3,7 @@
 
 use sandlot_api::{FileList, FileStat, User, WriteResult};
 use sandlot_engine::budget::Budget;
-use sandlot_engine::{FileStream, WatchStream};
+use sandlot_engine::{FileStream, WatchStream, WriteOptions};
 use serde_json::json;
 
 use crate::plan::no_nul;
@@ -37,6 +37,8 @@ pub enum Upload {
         /// Octal permission bits as the caller wrote them (`"0644"`, `"0o755"`), checked with the
         /// rest of the request.
         mode: Option<String>,
+        /// In place rather than atomically, and with user metadata (the E2B surface's writes).
+        opts: WriteOptions,
     },
     /// A tar archive unpacked into a directory.
     Tar,
@@ -98,9 +100,9 @@ impl Control {
             ));
         }
         let (written, action) = match kind {
-            Upload::File { mode } => {
+            Upload::File { mode, opts } => {
                 let mode = mode.as_deref().map(parse_mode).transpose()?.unwrap_or(0o644);
-                (sb.write_file(&path, user.uid(), mode, max, body).await, "file.write")
+                (sb.write_file(&path, user.uid(), mode, max, opts, body).await, "file.write")
             }
             Upload::Tar => (sb.upload_tar(&path, user.uid(), max, body).await, "file.untar"),
         };

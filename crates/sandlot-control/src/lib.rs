@@ -56,6 +56,7 @@ pub use lifecycle::Created;
 pub use ports::{Ports, Preview};
 pub use recovery::Recovered;
 pub use sampler::{MetricsConfig, MetricsReport};
+pub use sandlot_engine::WriteOptions;
 pub use sandlot_engine::{FileStream, Process, RawEvent, WatchStream};
 pub use services::Services;
 pub use terminal::{

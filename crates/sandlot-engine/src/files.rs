@@ -61,17 +61,20 @@ impl Sandbox {
         self.download(uid, FileOp::Tar { path: path.into() }).await
     }
 
-    /// Writes `body` to the file at `path` with permission bits `mode`, committed atomically at its end;
-    /// more than `max_bytes` fails as too large and leaves nothing behind.
+    /// Writes `body` to the file at `path` with permission bits `mode`, committed atomically at its end
+    /// (unless `opts.in_place`); more than `max_bytes` fails as too large and leaves nothing behind.
     pub async fn write_file<R: AsyncRead + Unpin>(
         &self,
         path: &str,
         uid: u32,
         mode: u32,
         max_bytes: u64,
+        opts: WriteOptions,
         body: &mut R,
     ) -> Result<WriteResult, EngineError> {
-        match self.upload(uid, FileOp::Write { path: path.into(), mode, max_bytes }, body).await? {
+        let WriteOptions { in_place, metadata } = opts;
+        let op = FileOp::Write { path: path.into(), mode, max_bytes, in_place, metadata };
+        match self.upload(uid, op, body).await? {
             FileAnswer::Written { bytes } => Ok(WriteResult { path: path.into(), bytes, entries: None }),
             other => Err(unexpected("write", &other)),
         }
@@ -112,6 +115,16 @@ fn unexpected(asked: &str, got: &FileAnswer) -> EngineError {
 
 /// The protocol's stat as the API's: the same fields, kept as two types so that a change to the HTTP
 /// API cannot change the supervisor protocol without a version bump.
+/// How a file write lands, beyond its bytes and mode.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Into the file itself rather than beside it and renamed (E2B's envd semantics: watchers see
+    /// create, write and chmod of the file's own name; a failed upload leaves it partial).
+    pub in_place: bool,
+    /// User metadata, stored as `user.e2b.*` extended attributes; the file's old ones are cleared.
+    pub metadata: std::collections::BTreeMap<String, String>,
+}
+
 fn api_stat(st: sandlot_protocol::FileStat) -> FileStat {
     let kind = match st.kind {
         FileKind::File => sandlot_api::FileKind::File,
@@ -128,6 +141,7 @@ fn api_stat(st: sandlot_protocol::FileStat) -> FileStat {
         uid: st.uid,
         mtime_ms: st.mtime_ms,
         link_target: st.link_target,
+        metadata: st.metadata,
     }
 }
 
@@ -152,6 +166,7 @@ mod tests {
                 uid: 1000,
                 mtime_ms: 1_700_000_000_001,
                 link_target: Some("y".into()),
+                metadata: [("author".to_string(), "a".to_string())].into(),
             };
             let want = FileStat {
                 path: "/home/user/x".into(),
@@ -162,6 +177,7 @@ mod tests {
                 uid: 1000,
                 mtime_ms: 1_700_000_000_001,
                 link_target: Some("y".into()),
+                metadata: [("author".to_string(), "a".to_string())].into(),
             };
             // Same JSON too: the API's body for a stat is what the supervisor's answer held.
             assert_eq!(serde_json::to_value(&st).unwrap(), serde_json::to_value(&want).unwrap());

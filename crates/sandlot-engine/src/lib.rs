@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use driver::{Driver, Resources, SnapshotTaken, Usage};
+pub use files::WriteOptions;
 pub use network::{NetEvent, NetworkSettings, Policy, PolicyError};
 pub use process::{Follow, Process, ProcessMeta, RawEvent};
 pub use sandbox::{ExecSpec, FileStream, NetCounters, Sandbox, WatchStream};

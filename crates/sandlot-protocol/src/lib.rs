@@ -8,6 +8,7 @@
 
 #![deny(missing_docs)]
 
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
@@ -204,6 +205,16 @@ pub enum FileOp {
         mode: u32,
         /// Most bytes accepted.
         max_bytes: u64,
+        /// Write into the file itself (created or truncated, then the bytes) instead of beside it
+        /// with a rename at the end: a directory watcher then sees what E2B's envd makes it see
+        /// (create, write, chmod on the file's own name), at the cost of a failed upload leaving
+        /// the file partial.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        in_place: bool,
+        /// User metadata for the file, stored as `user.e2b.KEY` extended attributes (the namespace
+        /// E2B's envd uses); any the file had before are cleared first.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        metadata: BTreeMap<String, String>,
     },
     /// Metadata of one path (symlinks not followed).
     Stat {
@@ -444,6 +455,9 @@ pub struct FileStat {
     /// Target of a symlink (absent for other kinds, and for links on /proc or /sys).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_target: Option<String>,
+    /// User metadata: the entry's `user.e2b.*` extended attributes, prefix stripped.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// Kind of a file-system entry.
@@ -693,6 +707,7 @@ mod tests {
             uid: 1000,
             mtime_ms: 1_700_000_000_123,
             link_target: link_target.map(Into::into),
+            metadata: BTreeMap::new(),
         }
     }
 

@@ -195,9 +195,15 @@ fn run(
 ) -> OpResult {
     match op {
         FileOp::Read { path } => read(out, req, &checked_path(&path)?, &window.expect("opened for downloads")),
-        FileOp::Write { path, mode, max_bytes } => {
+        FileOp::Write { path, mode, max_bytes, in_place, metadata } => {
             let max = if max_file_bytes > 0 { max_bytes.min(max_file_bytes) } else { max_bytes };
-            write(&checked_path(&path)?, mode, max, rx.expect("registered"))
+            let rx = rx.expect("registered");
+            let path = checked_path(&path)?;
+            let written = if in_place { write_in_place(&path, mode, max, rx)? } else { write(&path, mode, max, rx)? };
+            if in_place || !metadata.is_empty() {
+                set_metadata(&path, &metadata)?;
+            }
+            Ok(written)
         }
         FileOp::Stat { path } => stat(&checked_path(&path)?).map(FileAnswer::Stat),
         FileOp::List { path, depth, max_entries } => list(&checked_path(&path)?, depth, max_entries),
@@ -296,14 +302,86 @@ fn open_regular(path: &Path, follow: bool) -> Result<(File, fs::Metadata), OpErr
     Ok((f, meta))
 }
 
+/// Most bytes read from one /proc file (their size says 0; what they hold is generated on read).
+const PROC_READ_MAX: u64 = 1 << 20;
+/// The files at the top of /proc a download may read: the sandbox's view of the machine, none
+/// about a process.
+const PROC_TOP_FILES: &[&str] = &[
+    "buddyinfo",
+    "cgroups",
+    "cpuinfo",
+    "crypto",
+    "devices",
+    "diskstats",
+    "filesystems",
+    "interrupts",
+    "loadavg",
+    "meminfo",
+    "misc",
+    "modules",
+    "partitions",
+    "softirqs",
+    "stat",
+    "swaps",
+    "uptime",
+    "version",
+    "vmstat",
+    "zoneinfo",
+];
+
+/// Whether the /proc file behind `fd` is one a download may read: under /proc/sys or
+/// /proc/pressure, or a [`PROC_TOP_FILES`] one. Decided on where the descriptor leads (its
+/// /proc/self/fd link), so a symlink or `/proc/self` cannot lead elsewhere: never a process's
+/// directory (the supervisor's threads pass every ptrace check on pid 1, whose memory, descriptors
+/// and environment are its own), never /sys, and only for reading.
+fn readable_proc(fd: &impl AsRawFd) -> bool {
+    let Ok(at) = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) else { return false };
+    let Ok(rest) = at.strip_prefix("/proc") else { return false };
+    let parts: Vec<_> = rest.components().collect();
+    let names: Option<Vec<&str>> = parts
+        .iter()
+        .map(|c| match c {
+            Component::Normal(n) => n.to_str(),
+            _ => None,
+        })
+        .collect();
+    match names.as_deref() {
+        Some([top]) => PROC_TOP_FILES.contains(top),
+        Some(["sys" | "pressure", _, ..]) => true,
+        _ => false,
+    }
+}
+
+/// Opens a /proc file the sandbox may read through the file API ([`readable_proc`]), with the
+/// most bytes to read of it; `None` when `path` is not such a file.
+fn open_proc(path: &Path) -> Option<(File, u64)> {
+    let c = cstring(path).ok()?;
+    // SAFETY: a valid NUL-terminated path; the descriptor is owned by the File below.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: fd was just opened and is owned by nothing else.
+    let f = unsafe { File::from_raw_fd(fd) };
+    // SAFETY: plain data, all-zero is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes into a statfs of the right type.
+    let on_proc = unsafe { libc::fstatfs(fd, &mut st) } == 0 && st.f_type == libc::PROC_SUPER_MAGIC;
+    (on_proc && f.metadata().is_ok_and(|m| m.is_file()) && readable_proc(&f)).then_some((f, PROC_READ_MAX))
+}
+
 /// The answer of a download whose reader went away: nobody waits for it, it only ends the thread.
 fn abandoned(path: &Path) -> OpError {
     OpError::new(FileErrorKind::Other, format!("{}: the download was abandoned by its reader", path.display()))
 }
 
 fn read(out: &Outbox, req: u64, path: &Path, window: &Window) -> OpResult {
-    let (f, meta) = open_regular(path, true)?;
-    let mut f = f.take(meta.len());
+    let (f, limit) = match open_regular(path, true) {
+        Ok((f, meta)) => (f, meta.len()),
+        Err(e) if e.kind == FileErrorKind::PermissionDenied => open_proc(path).ok_or(e)?,
+        Err(e) => return Err(e),
+    };
+    let mut f = f.take(limit);
     let mut buf = vec![0u8; MAX_PAYLOAD];
     let mut total = 0u64;
     loop {
@@ -368,6 +446,143 @@ fn write(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpR
     Ok(FileAnswer::Written { bytes: total })
 }
 
+/// A write into the file itself, as envd's `os.OpenFile(O_CREATE|O_TRUNC)` and copy: a watcher sees
+/// the file's creation (when new), its writes and the chmod, never another name. Not through a
+/// symlink (the file the path names, not where a link of the sandbox's leads). A failure removes a
+/// file it created; an existing file is left as far as it got (envd's behaviour too).
+fn write_in_place(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpResult {
+    let (dir, _) = split(path)?;
+    let existing = fs::symlink_metadata(path).ok();
+    if let Some(m) = &existing {
+        if !m.is_file() {
+            let what = if m.is_dir() { "is a directory" } else { "is not a regular file" };
+            return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: {what}", path.display())));
+        }
+    }
+    fs::create_dir_all(dir).map_err(|e| match e.kind() {
+        io::ErrorKind::AlreadyExists | io::ErrorKind::NotADirectory => OpError::new(
+            FileErrorKind::WrongKind,
+            format!("{}: a parent of the path is not a directory", path.display()),
+        ),
+        _ => OpError::io(dir, e),
+    })?;
+    if parent_on_pseudo_fs(path) {
+        return Err(OpError::new(
+            FileErrorKind::PermissionDenied,
+            format!("{}: is under /proc or /sys, which the file API does not write", path.display()),
+        ));
+    }
+    let created = existing.is_none();
+    // O_NOFOLLOW and O_NONBLOCK: a symlink or FIFO swapped in since the check fails the open
+    // instead of leading the write elsewhere or blocking this thread.
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode & 0o7777)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| OpError::io(path, e))?;
+    let cleanup = |e: OpError| {
+        if created {
+            let _ = fs::remove_file(path);
+        }
+        e
+    };
+    let mut total = 0u64;
+    loop {
+        match rx.recv() {
+            Ok(UploadMsg::Data(b)) => {
+                total += b.len() as u64;
+                if total > max_bytes {
+                    return Err(cleanup(OpError::new(
+                        FileErrorKind::TooLarge,
+                        format!("{}: upload is larger than the {max_bytes}-byte limit", path.display()),
+                    )));
+                }
+                f.write_all(&b).map_err(|e| cleanup(OpError::io(path, e)))?;
+            }
+            Ok(UploadMsg::End) => break,
+            Ok(UploadMsg::Abort) | Err(_) => {
+                return Err(cleanup(OpError::new(FileErrorKind::Other, "upload aborted")));
+            }
+        }
+    }
+    f.set_permissions(fs::Permissions::from_mode(mode & 0o7777)).map_err(|e| cleanup(OpError::io(path, e)))?;
+    f.sync_all().map_err(|e| cleanup(OpError::io(path, e)))?;
+    sync_dir(dir);
+    Ok(FileAnswer::Written { bytes: total })
+}
+
+/// The extended-attribute namespace of user metadata: E2B's envd keeps a file's metadata there, so
+/// tools inside the sandbox see the same attributes.
+const METADATA_XATTR_PREFIX: &str = "user.e2b.";
+/// Most bytes of one attribute name list or value read back (the kernel's own limit is 64 KiB).
+const XATTR_READ_MAX: usize = 64 * 1024;
+
+/// Replaces the metadata of the file at `path` (not following a final symlink) with `metadata`.
+fn set_metadata(path: &Path, metadata: &std::collections::BTreeMap<String, String>) -> Result<(), OpError> {
+    let c = cstring(path)?;
+    for name in xattr_names(&c).map_err(|e| OpError::io(path, e))? {
+        if name.as_bytes().starts_with(METADATA_XATTR_PREFIX.as_bytes()) {
+            // SAFETY: both pointers are NUL-terminated strings that outlive the call.
+            if unsafe { libc::lremovexattr(c.as_ptr(), name.as_ptr()) } != 0 {
+                return Err(OpError::io(path, io::Error::last_os_error()));
+            }
+        }
+    }
+    for (key, value) in metadata {
+        let name = CString::new(format!("{METADATA_XATTR_PREFIX}{}", key.to_ascii_lowercase()))
+            .map_err(|_| OpError::new(FileErrorKind::Invalid, format!("metadata key {key:?} holds a NUL byte")))?;
+        // SAFETY: the path and name are NUL-terminated and the value pointer covers value.len() bytes;
+        // all outlive the call.
+        let r = unsafe { libc::lsetxattr(c.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+        if r != 0 {
+            return Err(OpError::io(path, io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+/// The names of the extended attributes of `path` (a final symlink not followed).
+fn xattr_names(path: &CString) -> io::Result<Vec<CString>> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: the buffer is writable for buf.len() bytes; the path is NUL-terminated.
+        let n = unsafe { libc::llistxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            break;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) if buf.len() < XATTR_READ_MAX => buf.resize(buf.len() * 4, 0),
+            Some(libc::ENOTSUP) => return Ok(Vec::new()),
+            _ => return Err(e),
+        }
+    }
+    Ok(buf.split(|b| *b == 0).filter(|n| !n.is_empty()).filter_map(|n| CString::new(n).ok()).collect())
+}
+
+/// The user metadata of `path`: its `user.e2b.*` attributes, prefix stripped (values not UTF-8 are
+/// read lossily; unreadable ones are left out).
+fn metadata_of(path: &Path) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(c) = cstring(path) else { return out };
+    let Ok(names) = xattr_names(&c) else { return out };
+    for name in names {
+        let Some(key) = name.to_bytes().strip_prefix(METADATA_XATTR_PREFIX.as_bytes()) else { continue };
+        let mut value = vec![0u8; XATTR_READ_MAX];
+        // SAFETY: the buffer is writable for value.len() bytes; path and name are NUL-terminated.
+        let n = unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+        if n >= 0 {
+            value.truncate(n as usize);
+            out.insert(String::from_utf8_lossy(key).into_owned(), String::from_utf8_lossy(&value).into_owned());
+        }
+    }
+    out
+}
+
 fn split(path: &Path) -> Result<(&Path, &std::ffi::OsStr), OpError> {
     match (path.parent(), path.file_name()) {
         (Some(dir), Some(name)) => Ok((dir, name)),
@@ -420,6 +635,13 @@ fn stat(path: &Path) -> Result<FileStat, OpError> {
         uid: m.uid(),
         mtime_ms,
         link_target,
+        // Not on /proc or /sys (their attributes are the kernel's), nor of symlinks (user.*
+        // attributes cannot be set on one).
+        metadata: if (ft.is_file() || ft.is_dir()) && !parent_on_pseudo_fs(path) {
+            metadata_of(path)
+        } else {
+            Default::default()
+        },
     })
 }
 

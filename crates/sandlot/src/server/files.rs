@@ -95,7 +95,7 @@ async fn upload(
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     let mut reader = body_reader(body);
-    let kind = if tar { Upload::Tar } else { Upload::File { mode: q.mode.clone() } };
+    let kind = if tar { Upload::Tar } else { Upload::File { mode: q.mode.clone(), opts: Default::default() } };
     let to = SandboxPath { path: &q.path, user: q.user };
     let r = app.control.upload(caller, id, to, kind, declared, &mut reader).await;
     match r {

@@ -100,7 +100,7 @@ impl SandboxBackend for ControlBackend {
     async fn write_file(&self, id: String, path: String, contents: Vec<u8>) -> ToolResult<WriteResult> {
         let to = SandboxPath { path: &path, user: User::User };
         let len = contents.len() as u64;
-        let kind = Upload::File { mode: None };
+        let kind = Upload::File { mode: None, opts: Default::default() };
         self.app.control.upload(&self.caller, &id, to, kind, Some(len), &mut &contents[..]).await.map_err(tool_error)
     }
 

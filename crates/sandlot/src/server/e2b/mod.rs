@@ -33,7 +33,7 @@ pub use error::E2bApiError;
 
 /// The envd protocol version sandlot speaks. The SDKs turn features on by it (`ENVD_*` in
 /// `e2b/envd/versions.py`); each one this version implies is implemented.
-pub const ENVD_VERSION: &str = "0.5.7";
+pub const ENVD_VERSION: &str = "0.6.4";
 /// envd's port, where the SDKs send process and filesystem calls.
 pub const ENVD_PORT: u16 = 49983;
 /// The request header naming the sandbox.
@@ -179,6 +179,8 @@ async fn to_envd(app: &AppState, envd: Router, id: String, req: Request) -> Resp
     };
     let (caller, signed) = match authorised {
         Ok(c) => c,
+        // A sandbox that is gone (or a token of none): E2B's proxy answers 502 there.
+        Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => return envd::not_running(&id, "deleted"),
         Err(e) => return e.into_response(),
     };
     let mut req = req;

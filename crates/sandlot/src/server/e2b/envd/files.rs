@@ -13,13 +13,14 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use sandlot_control::{SandboxPath, Upload};
+use sandlot_control::{SandboxPath, Upload, WriteOptions};
 use serde::Deserialize;
 
 use base64::Engine;
 use sandlot_control::Caller;
 use sha2::Digest;
 
+use super::gzip::{accepts_gzip, gunzip, gzip_body};
 use super::multipart::{guarded, MultipartError, Parts, BODY_IDLE, MAX_PARTS};
 use super::{named_user, ConnectError, Target};
 use crate::server::app::AppState;
@@ -121,12 +122,39 @@ pub async fn download(
     State(app): State<AppState>,
     Extension(t): Extension<Target>,
     Query(q): Query<FilesQuery>,
+    headers: HeaderMap,
 ) -> Result<Response, E2bApiError> {
     let q = bound_to_signature(q, &t);
     let user = user_of(&q)?;
     let path = q.path.as_deref().ok_or_else(|| invalid("missing `path` query parameter: the file to read"))?;
     let stream = app.control.read_file(&t.caller, &t.id, path, user).await?;
-    Ok(stream_body(stream, "application/octet-stream"))
+    Ok(if accepts_gzip(&headers) {
+        gzip_body(stream, "application/octet-stream")
+    } else {
+        stream_body(stream, "application/octet-stream")
+    })
+}
+
+/// The prefix of the upload headers that carry a file's metadata (`X-Metadata-Author: mish`).
+const METADATA_HEADER_PREFIX: &str = "x-metadata-";
+
+/// The metadata an upload's `X-Metadata-*` headers carry, keys lowercased (header names are
+/// HTTP tokens already); values must be printable US-ASCII, as envd requires.
+fn metadata_of(headers: &HeaderMap) -> Result<std::collections::BTreeMap<String, String>, E2bApiError> {
+    let mut out = std::collections::BTreeMap::new();
+    for (name, value) in headers {
+        let Some(key) = name.as_str().strip_prefix(METADATA_HEADER_PREFIX) else { continue };
+        if key.is_empty() {
+            return Err(invalid("an X-Metadata- header without a key: name it X-Metadata-KEY"));
+        }
+        let value = value
+            .to_str()
+            .ok()
+            .filter(|v| v.bytes().all(|b| (0x20..0x7f).contains(&b)))
+            .ok_or_else(|| invalid(format!("metadata {key:?}: values must be printable US-ASCII")))?;
+        out.insert(key.to_string(), value.to_string());
+    }
+    Ok(out)
 }
 
 /// The query a request acts on: a signed request's file and user are the ones its signature binds
@@ -140,9 +168,13 @@ fn bound_to_signature(mut q: FilesQuery, t: &Target) -> FilesQuery {
 }
 
 /// What envd answers per written file.
-fn written(path: &str) -> serde_json::Value {
+fn written(path: &str, metadata: &std::collections::BTreeMap<String, String>) -> serde_json::Value {
     let name = path.rsplit('/').next().unwrap_or(path);
-    serde_json::json!({"name": name, "type": "file", "path": path})
+    let mut v = serde_json::json!({"name": name, "type": "file", "path": path});
+    if !metadata.is_empty() {
+        v["metadata"] = serde_json::json!(metadata);
+    }
+    v
 }
 
 /// `POST /files`.
@@ -156,21 +188,35 @@ pub async fn upload(
     let q = bound_to_signature(q, &t);
     let user = user_of(&q)?;
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-    if let Some(enc) = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()) {
-        if !enc.eq_ignore_ascii_case("identity") {
+    let gzipped = match headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("?").trim()) {
+        None => false,
+        Some(enc) if enc.eq_ignore_ascii_case("identity") || enc.is_empty() => false,
+        Some(enc) if enc.eq_ignore_ascii_case("gzip") || enc.eq_ignore_ascii_case("x-gzip") => true,
+        Some(enc) => {
             let mut reader = body_reader(body);
             drain(&mut reader).await;
             return Err(E2bApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!("Content-Encoding {enc:?} is not supported: upload without gzip"),
+                format!("Content-Encoding {enc:?} is not supported: send the body as it is, or gzip"),
             ));
         }
-    }
+    };
+    let metadata = match metadata_of(&headers) {
+        Ok(m) => m,
+        Err(e) => {
+            drain(&mut body_reader(body)).await;
+            return Err(e);
+        }
+    };
+    // envd's writes: in place, so a watcher sees the file's own name, with the upload's metadata.
+    let opts = || WriteOptions { in_place: true, metadata: metadata.clone() };
+    let data = guarded(body.into_data_stream(), Default::default(), BODY_IDLE);
+    let data = if gzipped { gunzip(data) } else { data };
     let mut results = Vec::new();
     if ct.starts_with("multipart/form-data") {
         let boundary = multer::parse_boundary(&ct).map_err(|e| invalid(format!("bad multipart Content-Type: {e}")))?;
         let max = app.control.config().max_upload_bytes;
-        let mut parts = Parts::new(body.into_data_stream(), boundary, max, BODY_IDLE);
+        let mut parts = Parts::new(data, boundary, max, BODY_IDLE);
         loop {
             let field = match parts.next().await {
                 Ok(Some(f)) => f,
@@ -191,11 +237,13 @@ pub async fn upload(
             };
             let mut reader = tokio_util::io::StreamReader::new(parts.data(field));
             let to = SandboxPath { path: &path, user };
-            let written_to =
-                app.control.upload(&t.caller, &t.id, to, Upload::File { mode: None }, None, &mut reader).await;
+            let written_to = app
+                .control
+                .upload(&t.caller, &t.id, to, Upload::File { mode: None, opts: opts() }, None, &mut reader)
+                .await;
             parts.end_part();
             match written_to {
-                Ok(w) => results.push(written(&w.path)),
+                Ok(w) => results.push(written(&w.path, &metadata)),
                 // A failed read of the part is the body's fault: say why, not that the write failed.
                 Err(e) => return Err(parts.failure().map(invalid).unwrap_or_else(|| e.into())),
             }
@@ -204,16 +252,21 @@ pub async fn upload(
             return Err(invalid("the multipart body holds no file part"));
         }
     } else {
-        let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
-        let mut reader =
-            tokio_util::io::StreamReader::new(guarded(body.into_data_stream(), Default::default(), BODY_IDLE));
+        // A gzip body's length is not the file's: only the supervisor's count of inflated bytes binds.
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .filter(|_| !gzipped);
+        let mut reader = tokio_util::io::StreamReader::new(data);
         let Some(path) = q.path.as_deref() else {
             drain(&mut reader).await;
             return Err(invalid("missing `path` query parameter: where to write the file"));
         };
         let to = SandboxPath { path, user };
-        match app.control.upload(&t.caller, &t.id, to, Upload::File { mode: None }, declared, &mut reader).await {
-            Ok(w) => results.push(written(&w.path)),
+        let kind = Upload::File { mode: None, opts: opts() };
+        match app.control.upload(&t.caller, &t.id, to, kind, declared, &mut reader).await {
+            Ok(w) => results.push(written(&w.path, &metadata)),
             Err(e) => {
                 drain(&mut reader).await;
                 return Err(e.into());

@@ -16,8 +16,8 @@ use crate::server::app::AppState;
 
 type Reply = Result<Response, ConnectError>;
 
-/// Go's `os.FileMode` type bits, which envd's `mode` carries above the permission bits.
-const GO_MODE_DIR: u32 = 1 << 31;
+/// Go's `os.FileMode` type bits, which envd's `mode` carries above the permission bits (not the
+/// directory bit: envd ≥ 0.6 reports a directory's mode as its permission bits, `0o755`).
 const GO_MODE_SYMLINK: u32 = 1 << 27;
 const GO_MODE_SETUID: u32 = 1 << 23;
 const GO_MODE_SETGID: u32 = 1 << 22;
@@ -37,10 +37,7 @@ fn go_mode(kind: FileKind, mode: u32) -> (u32, String) {
     let mut go = mode & 0o777;
     let mut letters = String::new();
     match kind {
-        FileKind::Dir => {
-            go |= GO_MODE_DIR;
-            letters.push('d');
-        }
+        FileKind::Dir => letters.push('d'),
         FileKind::Symlink => {
             go |= GO_MODE_SYMLINK;
             letters.push('L');
@@ -88,6 +85,7 @@ pub fn entry(s: FileStat) -> EntryInfo {
             nanos: (s.mtime_ms.rem_euclid(1000) * 1_000_000) as i32,
         }),
         symlink_target: s.link_target,
+        metadata: s.metadata.into_iter().collect(),
     }
 }
 
@@ -158,7 +156,8 @@ pub async fn list_dir(
     Ok(connect::unary(codec, &proto::ListDirResponse { entries }))
 }
 
-/// `Remove`: a file, or a directory with what is in it.
+/// `Remove`: a file, or a directory with what is in it; a path with nothing there is removed
+/// already (envd's `os.RemoveAll` answers so).
 pub async fn remove(
     State(app): State<AppState>,
     Extension(t): Extension<Target>,
@@ -167,7 +166,11 @@ pub async fn remove(
 ) -> Reply {
     let (codec, req) = connect::read_unary::<proto::PathRequest>(&headers, body).await?;
     let user = basic_user(&headers)?;
-    app.control.remove_file(&t.caller, &t.id, &req.path, user, true).await?;
+    match app.control.remove_file(&t.caller, &t.id, &req.path, user, true).await {
+        Ok(_) => {}
+        Err(e) if e.kind == Kind::FileNotFound => {}
+        Err(e) => return Err(e.into()),
+    }
     Ok(connect::unary(codec, &proto::Empty {}))
 }
 
@@ -177,7 +180,7 @@ mod tests {
 
     #[test]
     fn modes_are_gos() {
-        assert_eq!(go_mode(FileKind::Dir, 0o755), (GO_MODE_DIR | 0o755, "drwxr-xr-x".into()));
+        assert_eq!(go_mode(FileKind::Dir, 0o755), (0o755, "drwxr-xr-x".into()));
         assert_eq!(go_mode(FileKind::File, 0o644), (0o644, "-rw-r--r--".into()));
         assert_eq!(go_mode(FileKind::Symlink, 0o777), (GO_MODE_SYMLINK | 0o777, "Lrwxrwxrwx".into()));
         assert_eq!(go_mode(FileKind::File, 0o4755).1, "urwxr-xr-x");

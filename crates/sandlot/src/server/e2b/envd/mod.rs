@@ -9,16 +9,18 @@ mod files;
 mod frame;
 pub use files::signed_caller;
 mod filesystem;
+mod gzip;
 mod multipart;
 mod process;
 mod proto;
 mod watch;
 
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use base64::Engine;
 use sandlot_api::User;
 use sandlot_control::{Caller, Error, Kind};
@@ -37,7 +39,7 @@ pub struct Target {
 
 pub fn routes() -> Router<AppState> {
     Router::new()
-        .route("/health", get(|| async { StatusCode::NO_CONTENT }))
+        .route("/health", get(health))
         .route("/files", get(files::download).post(files::upload))
         .route("/process.Process/Start", post(process::start))
         .route("/process.Process/Connect", post(process::connect))
@@ -58,6 +60,30 @@ pub fn routes() -> Router<AppState> {
         .route("/filesystem.Filesystem/RemoveWatcher", post(watch::remove_watcher))
         .layer(axum::middleware::from_fn(deadline))
         .fallback(|| async { ConnectError::new("unimplemented", StatusCode::NOT_FOUND, "no such envd route") })
+}
+
+/// `GET /health`: 204 while the sandbox runs; 502 once it is paused or stopped, as E2B's proxy
+/// answers for a sandbox whose envd is not up (the SDKs' `is_running()` reads 502 as "not running").
+async fn health(State(app): State<AppState>, Extension(t): Extension<Target>) -> Response {
+    match app.control.get(&t.caller, &t.id) {
+        Ok(info) if info.state == sandlot_api::SandboxState::Running => StatusCode::NO_CONTENT.into_response(),
+        Ok(info) => not_running(&t.id, info.state.as_str()),
+        Err(e) => ConnectError::from(e).into_response(),
+    }
+}
+
+/// What E2B's proxy answers for a sandbox that is not running (gone, killed, paused): 502, with a
+/// body saying which, so the SDKs raise their "sandbox was not found / timed out" errors.
+pub fn not_running(id: &str, state: &str) -> Response {
+    let e2b_id = id.strip_prefix("sb_").unwrap_or(id);
+    let message = match state {
+        "paused" | "stopped" => {
+            format!("The sandbox {e2b_id} is {state}: resume it with Sandbox.connect() (or create it with auto-resume)")
+        }
+        _ => format!("The sandbox {e2b_id} was not found: it was killed or its timeout ended"),
+    };
+    (StatusCode::BAD_GATEWAY, Json(serde_json::json!({"code": 502, "message": message, "sandboxId": e2b_id})))
+        .into_response()
 }
 
 /// Bounds a call by the client's `Connect-Timeout-Ms`: a unary call past it is answered

@@ -515,6 +515,10 @@ pub struct EntryInfo {
     #[prost(string, optional, tag = "10")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub symlink_target: Option<String>,
+    /// User metadata (the file's `user.e2b.*` extended attributes, prefix stripped).
+    #[prost(btree_map = "string, string", tag = "11")]
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 /// `filesystem.StatRequest`, `MakeDirRequest` and `RemoveRequest` (the same shape).

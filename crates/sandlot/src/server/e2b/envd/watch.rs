@@ -50,7 +50,14 @@ struct Kept {
 
 /// What an event costs to keep.
 fn event_bytes(e: &FilesystemEvent) -> usize {
-    std::mem::size_of::<FilesystemEvent>() + e.name.len()
+    let entry = e.entry.as_ref().map_or(0, |i| {
+        std::mem::size_of::<proto::EntryInfo>()
+            + i.name.len()
+            + i.path.len()
+            + i.symlink_target.as_ref().map_or(0, String::len)
+            + i.metadata.iter().map(|(k, v)| k.len() + v.len() + 48).sum::<usize>()
+    });
+    std::mem::size_of::<FilesystemEvent>() + e.name.len() + entry
 }
 
 impl Kept {
@@ -153,15 +160,33 @@ fn lost_error() -> ConnectError {
     )
 }
 
+/// A started watch: its events, the directory it is on, and who watches (for entry stats).
+struct Started {
+    stream: WatchStream,
+    dir: String,
+    user: User,
+}
+
+/// Starts the watch `req` asks. `allow_network_mounts` needs nothing: a sandbox's files are its
+/// own layers and volumes, none of them a network mount, and inotify sees them all.
 async fn start_watch(
     app: &AppState,
     t: &Target,
     headers: &HeaderMap,
     req: &proto::WatchRequest,
-) -> Result<(WatchStream, String), ConnectError> {
+) -> Result<Started, ConnectError> {
     let user = basic_user(headers)?;
     let stream = app.control.watch(&t.caller, &t.id, &req.path, req.recursive, user).await?;
-    Ok((stream, watched_dir(&req.path, user)))
+    Ok(Started { stream, dir: watched_dir(&req.path, user), user })
+}
+
+/// The entry an event is about, when the watch asked for entries (`include_entry`) and the path
+/// is still there to stat (not for a removal or a rename away, as envd leaves those).
+async fn entry_of(app: &AppState, t: &Target, user: User, e: &WatchEvent) -> Option<proto::EntryInfo> {
+    if matches!(e.kind, WatchKind::Remove | WatchKind::RenameFrom | WatchKind::Overflow) {
+        return None;
+    }
+    app.control.stat(&t.caller, &t.id, &e.path, user).await.ok().map(super::filesystem::entry)
 }
 
 fn watch_message(e: watch_dir_response::Event) -> proto::WatchDirResponse {
@@ -190,7 +215,8 @@ async fn watch_stream(app: AppState, t: Target, headers: HeaderMap, body: Body) 
         .ok_or_else(|| ConnectError::invalid("the call's request message is missing"))?;
     let deadline = connect::timeout(&headers)?.map(|d| tokio::time::Instant::now() + d);
     let keepalive = connect::keepalive(&headers);
-    let (mut stream, dir) = start_watch(&app, &t, &headers, &req).await?;
+    let Started { mut stream, dir, user } = start_watch(&app, &t, &headers, &req).await?;
+    let include_entry = req.include_entry;
     let (out, resp) = ServerStream::open(codec);
     tokio::spawn(async move {
         if !out.send(&watch_message(watch_dir_response::Event::Start(proto::Empty {}))).await {
@@ -210,7 +236,10 @@ async fn watch_stream(app: AppState, t: Target, headers: HeaderMap, body: Body) 
                 _ = out.gone() => return,
             };
             let Some(e) = next else { return out.finish(None).await };
-            let Some(ev) = fs_event(&dir, &e) else { return out.finish(Some(lost_error())).await };
+            let Some(mut ev) = fs_event(&dir, &e) else { return out.finish(Some(lost_error())).await };
+            if include_entry {
+                ev.entry = entry_of(&app, &t, user, &e).await;
+            }
             // A client that takes nothing for STALL while events wait loses the stream and the watch
             // (whose queue is charged to its tenant and the daemon while nobody reads it).
             let msg = watch_message(watch_dir_response::Event::Filesystem(ev));
@@ -233,7 +262,7 @@ pub async fn create_watcher(
 ) -> Reply {
     let (codec, req) = connect::read_unary::<proto::WatchRequest>(&headers, body).await?;
     let (id, kept) = lock(&WATCHERS).reserve(&t.id, &t.caller.tenant)?;
-    let (mut stream, dir) = match start_watch(&app, &t, &headers, &req).await {
+    let Started { mut stream, dir, user } = match start_watch(&app, &t, &headers, &req).await {
         Ok(started) => started,
         Err(e) => {
             lock(&WATCHERS).0.remove(&id);
@@ -244,7 +273,12 @@ pub async fn create_watcher(
     let task = tokio::spawn(async move {
         while let Some(e) = stream.next().await {
             match fs_event(&dir, &e) {
-                Some(ev) => lock(&kept).push(ev),
+                Some(mut ev) => {
+                    if req.include_entry {
+                        ev.entry = entry_of(&app, &t, user, &e).await;
+                    }
+                    lock(&kept).push(ev)
+                }
                 None => lock(&kept).lost = true,
             }
         }

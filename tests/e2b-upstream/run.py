@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Runs E2B's own Python test suites, vendored unchanged under tests/e2b-upstream/ (README.md there),
+against a real `sandlot serve`, and checks the outcome against outcomes.txt.
+
+    run.py [--suite sdk|code-interpreter|all] [--write-outcomes] [-- PYTEST ARGS...]
+
+The server gets `--e2b-domain e2b.test` and a TLS listener; the test processes get what `sandlot e2b
+env` prints (E2B_API_URL, E2B_DOMAIN with the TLS port, E2B_API_KEY, the CA in SSL_CERT_FILE). The
+SDKs then reach `api.e2b.test` and every `PORT-ID.e2b.test` by name, as against E2B's cloud: a DNS
+server of this script answers `*.e2b.test` with 127.0.0.1 (a wildcard record) and every other name
+with NXDOMAIN, and pytest runs in a mount namespace of its own whose /etc/resolv.conf names only that
+server (the host's resolver is not touched). The sandboxes reach nothing beyond loopback
+(`--test-loopback-only`).
+
+outcomes.txt lists every test id with `pass` or `fail: WHY`. A listed pass that fails, a test that
+is not listed, or a pass ratio under the goal (SDK 95 %, code interpreter 90 %) fails the run; a
+listed failure that passes is reported, so the list is kept honest (`--write-outcomes` rewrites the
+pass/fail words from this run and keeps the reasons).
+"""
+
+import argparse
+import os
+import pathlib
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import xml.etree.ElementTree as ET
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests" / "e2b"))
+from conftest import Server, _free_port  # noqa: E402  (the E2B suite's server harness)
+
+DOMAIN = "e2b.test"
+#: Each suite: its directory, what pytest collects there, the share of tests that must pass.
+SUITES = {
+    "sdk": ("e2b-sdk", ["tests/sync", "tests/shared"], 0.95),
+    "code-interpreter": ("code-interpreter", ["tests"], 0.90),
+}
+
+
+class WildcardDns:
+    """A DNS server on a loopback address of its own, port 53 (resolv.conf takes no port): A queries
+    for DOMAIN and its subdomains answer 127.0.0.1, other types of those names answer no records,
+    every other name NXDOMAIN. UDP only; answers are far below 512 bytes."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        # An address of 127/8 that nothing else here uses (the machine's tests pick theirs at random too).
+        for last in range(2, 250):
+            self.addr = f"127.53.{os.getpid() % 250}.{last}"
+            try:
+                self.sock.bind((self.addr, 53))
+                break
+            except OSError:
+                continue
+        else:
+            raise RuntimeError("no loopback address with port 53 free for the test DNS server")
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                query, peer = self.sock.recvfrom(2048)
+            except OSError:
+                return
+            answer = self.answer(query)
+            if answer:
+                self.sock.sendto(answer, peer)
+
+    @staticmethod
+    def answer(query: bytes):
+        if len(query) < 12:
+            return None
+        ident, flags, qdcount = struct.unpack(">HHH", query[:6])
+        if qdcount != 1 or flags & 0x8000:
+            return None
+        labels, i = [], 12
+        while i < len(query) and query[i] != 0:
+            n = query[i]
+            labels.append(query[i + 1:i + 1 + n].decode("ascii", "replace").lower())
+            i += 1 + n
+        question_end = i + 5
+        if question_end > len(query):
+            return None
+        qtype = struct.unpack(">H", query[i + 1:i + 3])[0]
+        name = ".".join(labels)
+        ours = name == DOMAIN or name.endswith("." + DOMAIN)
+        rcode = 0 if ours else 3
+        answers = b""
+        if ours and qtype == 1:
+            answers = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + socket.inet_aton("127.0.0.1")
+        header = struct.pack(">HHHHHH", ident, 0x8180 | rcode, 1, 1 if answers else 0, 0, 0)
+        return header + query[12:question_end] + answers
+
+    def close(self):
+        self.sock.close()
+
+
+def sdk_env(server: Server, tls_port: int, ca_dir: str) -> dict:
+    """What `sandlot e2b env` prints for the server, as a dict, with the control plane over TLS too."""
+    out = subprocess.run(
+        [server_binary(), "e2b", "env", "--url", server.url, "--api-key", server.admin_key, "--ca-dir", ca_dir],
+        check=True, capture_output=True, text=True, timeout=60,
+    ).stdout
+    env = {}
+    for line in out.splitlines():
+        if line.startswith("export "):
+            k, v = line[len("export "):].split("=", 1)
+            env[k] = v.strip("'")
+    env["E2B_API_URL"] = f"https://api.{DOMAIN}:{tls_port}/e2b"
+    env.pop("E2B_SANDBOX_URL", None)
+    return env
+
+
+def server_binary() -> str:
+    return os.environ.get("SANDLOT_BIN") or str(REPO / "target" / "debug" / "sandlot")
+
+
+def prepare_images(server: Server, env: dict):
+    """The code-interpreter image (scripts/code-interpreter-image.sh, from the Debian image)."""
+    tarball = os.environ.get("SANDLOT_DEBIAN_IMAGE")
+    if not tarball or not os.path.exists(tarball):
+        sys.exit("run.py: SANDLOT_DEBIAN_IMAGE is not set: export SANDLOT_DEBIAN_IMAGE=$(scripts/debian-image.sh)")
+    cli = {**os.environ, "SANDLOT_URL": server.url, "SANDLOT_API_KEY": server.admin_key, "SANDLOT_BIN": server_binary()}
+    subprocess.run([server_binary(), "image", "import", "--name", "debian:bookworm", tarball], env=cli, check=True,
+                   stdout=subprocess.DEVNULL)
+    subprocess.run([str(REPO / "scripts" / "code-interpreter-image.sh")], env=cli, check=True, stdout=subprocess.DEVNULL)
+
+
+def run_pytest(suite_dir: pathlib.Path, paths, env: dict, dns: WildcardDns, junit: str, extra) -> int:
+    """pytest in a mount namespace whose /etc/resolv.conf names only `dns`."""
+    resolv = tempfile.NamedTemporaryFile("w", prefix="sandlot-e2b-resolv-", delete=False)
+    resolv.write(f"nameserver {dns.addr}\noptions timeout:2 attempts:1\n")
+    resolv.close()
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", f"--junitxml={junit}",
+              *paths, *extra]
+    script = 'mount --bind "$0" /etc/resolv.conf && exec "$@"'
+    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, resolv.name, *pytest]
+    try:
+        return subprocess.run(cmd, cwd=suite_dir, env={**os.environ, **env}).returncode
+    finally:
+        os.unlink(resolv.name)
+
+
+def outcomes_of(junit: str) -> dict:
+    """test id (path::name as pytest prints it) → 'pass' | 'fail' | 'skip' from a JUnit XML report."""
+    result = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        path = case.get("classname", "").replace(".", "/")
+        test_id = f"{path}.py::{case.get('name')}" if path else case.get("name")
+        if case.find("skipped") is not None:
+            result[test_id] = "skip"
+        elif case.find("failure") is not None or case.find("error") is not None:
+            result[test_id] = "fail"
+        else:
+            result[test_id] = "pass"
+    return result
+
+
+def read_expected(path: pathlib.Path) -> dict:
+    expected = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                test_id, _, word = line.partition(" ")
+                expected[test_id] = word.strip()
+    return expected
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--suite", choices=[*SUITES, "all"], default="all")
+    ap.add_argument("--write-outcomes", action="store_true")
+    ap.add_argument("pytest_args", nargs="*")
+    args = ap.parse_args()
+
+    tls_port = _free_port()
+    server = Server(extra_args=["--e2b-domain", DOMAIN, "--e2b-tls-listen", f"127.0.0.1:{tls_port}"])
+    dns = WildcardDns()
+    ok = True
+    try:
+        with tempfile.TemporaryDirectory(prefix="sandlot-e2b-ca-") as ca_dir:
+            env = sdk_env(server, tls_port, ca_dir)
+            suites = list(SUITES) if args.suite == "all" else [args.suite]
+            if "code-interpreter" in suites:
+                prepare_images(server, env)
+            for name in suites:
+                directory, paths, goal = SUITES[name]
+                suite_dir = HERE / directory
+                junit = os.path.join(ca_dir, f"{name}.xml")
+                run_pytest(suite_dir, paths, env, dns, junit, args.pytest_args)
+                ok &= judge(name, suite_dir, outcomes_of(junit), goal, args.write_outcomes, not args.pytest_args)
+    finally:
+        dns.close()
+        server.stop()
+    return 0 if ok else 1
+
+
+def judge(name, suite_dir, got, goal, write, whole) -> bool:
+    """Compares a run with the suite's outcomes.txt; True when nothing regressed and the goal is met."""
+    path = suite_dir / "outcomes.txt"
+    expected = read_expected(path)
+    passed = sum(1 for o in got.values() if o == "pass")
+    counted = sum(1 for o in got.values() if o != "skip")
+    ratio = passed / counted if counted else 0.0
+    print(f"\n{name}: {passed} of {counted} pass ({ratio:.1%}; goal {goal:.0%}), "
+          f"{len(got) - counted} skipped by the suite itself")
+    ok = True
+    for test_id, outcome in sorted(got.items()):
+        want = expected.get(test_id)
+        if want is None:
+            if not write:
+                print(f"  not in outcomes.txt: {test_id} ({outcome})")
+                ok = False
+        elif want == "pass" and outcome == "fail":
+            print(f"  REGRESSED: {test_id}")
+            ok = False
+        elif want.startswith("fail") and outcome == "pass":
+            print(f"  now passes (mark it pass in outcomes.txt): {test_id}")
+    if whole and ratio < goal:
+        print(f"  under the goal: {ratio:.1%} < {goal:.0%}")
+        ok = False
+    if write:
+        lines = [l for l in (path.read_text().splitlines() if path.exists() else []) if l.startswith("#")]
+        for test_id, outcome in sorted(got.items()):
+            old = expected.get(test_id, "")
+            if outcome == "fail":
+                word = old if old.startswith("fail") else "fail: (why?)"
+            else:
+                word = outcome
+            lines.append(f"{test_id} {word}")
+        path.write_text("\n".join(lines) + "\n")
+        print(f"  wrote {path}")
+    return ok
+
+
+if __name__ == "__main__":
+    sys.exit(main())
