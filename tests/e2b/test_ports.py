@@ -75,7 +75,8 @@ def test_no_token_a_wrong_one_or_another_sandboxs_is_refused(server):
     a = Sandbox.create(timeout=60)
     b = Sandbox.create(timeout=60)
     try:
-        assert _get(server, a.sandbox_id, 8000)[0] == 401
+        # E2B's answer for a port of a non-public sandbox that comes without its token.
+        assert _get(server, a.sandbox_id, 8000)[0] == 403
         forged = a.traffic_access_token[:-1] + ("1" if a.traffic_access_token.endswith("0") else "0")
         assert _get(server, a.sandbox_id, 8000, E2B_Traffic_Access_Token=forged)[0] == 404
         assert _get(server, a.sandbox_id, 8000, E2B_Traffic_Access_Token=b.traffic_access_token)[0] == 404

@@ -128,6 +128,60 @@ pub fn rfc3339_ms(unix_ms: i64) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{ms:03}Z", day_s / 3600, day_s / 60 % 60, day_s % 60)
 }
 
+/// Parses an RFC 3339 time (`2026-01-02T03:04:05Z`, `…05.678+01:00`, as the SDKs' `isoformat()` and
+/// `toISOString()` write it) into Unix milliseconds; `None` when it is not one. Digits past the
+/// millisecond are dropped.
+pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let part = b.get(r)?;
+        part.iter().all(u8::is_ascii_digit).then(|| part.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0')))
+    };
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut ms = 0;
+    if b[i] == b'.' {
+        let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 {
+            return None;
+        }
+        let kept = digits.min(3);
+        ms = num(i + 1..i + 1 + kept)? * 10i64.pow(3 - kept as u32);
+        i += 1 + digits;
+    }
+    let offset_s = match b.get(i..)? {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let (h, m) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            let off = h * 3600 + m * 60;
+            if *sign == b'+' {
+                off
+            } else {
+                -off
+            }
+        }
+        _ => return None,
+    };
+    let secs = crate::days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
+    Some(secs * 1000 + ms)
+}
+
 /// E2B's two sandbox states: a sandlot sandbox that is stopped is `paused` too (its files are kept and
 /// connect resumes it).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -442,6 +496,29 @@ mod tests {
         assert_eq!(sandlot_key_of(&k).as_deref(), Some("sl_AbC09"));
         for bad in ["e2b_", "e2b_0", "e2b_zz", "sl_x", "e2b_ff"] {
             assert_eq!(sandlot_key_of(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn rfc3339_parses_what_rfc3339_ms_writes_and_the_sdks_send() {
+        for ms in [0, 1_765_000_000_123, 951_782_400_000, -86_400_000] {
+            assert_eq!(parse_rfc3339_ms(&rfc3339_ms(ms)), Some(ms), "{}", rfc3339_ms(ms));
+        }
+        // Python's isoformat() of an aware datetime: microseconds and an offset.
+        assert_eq!(parse_rfc3339_ms("2026-12-07T03:40:28.564123+00:00"), parse_rfc3339_ms("2026-12-07T03:40:28.564Z"));
+        assert_eq!(parse_rfc3339_ms("2026-12-07T04:40:28+01:00"), parse_rfc3339_ms("2026-12-07T03:40:28Z"));
+        assert_eq!(parse_rfc3339_ms("2026-12-06T23:10:28-04:30"), parse_rfc3339_ms("2026-12-07T03:40:28Z"));
+        for bad in [
+            "",
+            "2026-12-07",
+            "2026-12-07T03:40:28",
+            "2026-13-07T03:40:28Z",
+            "2026-12-07T03:40:28.Z",
+            "2026-12-07T03:40:28+0100",
+            "2026-12-07T03:40:28Zjunk",
+            "2026-1a-07T03:40:28Z",
+        ] {
+            assert_eq!(parse_rfc3339_ms(bad), None, "{bad:?}");
         }
     }
 

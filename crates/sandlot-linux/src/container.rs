@@ -110,6 +110,7 @@ pub fn enter(spec: &ContainerSpec) -> Result<(), SetupError> {
     step("chdir /", chdir("/").map_err(errno))?;
 
     mask_proc()?;
+    boot_id()?;
     step("set hostname", sethostname(&spec.hostname).map_err(errno))?;
     step("bring up loopback", loopback_up())?;
     umask(Mode::from_bits_truncate(0o022));
@@ -157,6 +158,30 @@ fn mask_proc() -> Result<(), SetupError> {
             bind_readonly(Path::new(d), Path::new(d))?;
         }
     }
+    Ok(())
+}
+
+/// Gives this start of the sandbox a boot id of its own, as LXC does: the kernel's
+/// /proc/sys/kernel/random/boot_id is the host's, the same for every sandbox and across a sandbox's
+/// stop and start, where programs (and E2B's SDK tests) read it to tell a cold boot from a resume.
+/// A pause freezes the processes and keeps it; a stop and start makes a new one. The file is written
+/// on the sandbox's /dev tmpfs before any of its code runs, bound read-only over the kernel's, and
+/// unlinked: the bind keeps it, no name shows it.
+fn boot_id() -> Result<(), SetupError> {
+    use rand::Rng;
+    let target = Path::new("/proc/sys/kernel/random/boot_id");
+    if !target.is_file() {
+        return Ok(());
+    }
+    let b: [u8; 16] = rand::thread_rng().gen();
+    // A version 4 UUID, lowercase, with the kernel's trailing newline.
+    let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let (v, var) = (0x40 | (b[6] & 0x0f), 0x80 | (b[8] & 0x3f));
+    let id = format!("{}-{}-{v:02x}{:02x}-{var:02x}{:02x}-{}\n", hex(0..4), hex(4..6), b[7], b[9], hex(10..16));
+    let src = Path::new("/dev/.boot_id");
+    step("write the boot id", fs::write(src, id))?;
+    bind_readonly(src, target)?;
+    step("unlink the boot id's source", fs::remove_file(src))?;
     Ok(())
 }
 

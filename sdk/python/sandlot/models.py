@@ -272,6 +272,8 @@ class FileStat:
     uid: int
     mtime_ms: int
     link_target: Optional[str] = None
+    metadata: Dict[str, str] = field(default_factory=dict)
+    """The entry's ``user.e2b.*`` extended attributes, prefix stripped (E2B's file metadata)."""
 
     @property
     def is_dir(self) -> bool:
@@ -295,6 +297,7 @@ class FileStat:
             uid=int(d["uid"]),
             mtime_ms=int(d["mtime_ms"]),
             link_target=d.get("link_target"),
+            metadata={str(k): str(v) for k, v in (d.get("metadata") or {}).items()},
         )
 
 

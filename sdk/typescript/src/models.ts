@@ -238,6 +238,8 @@ export interface FileStat {
   mtimeMs: number;
   /** Target of a symlink. */
   linkTarget: string | undefined;
+  /** The entry's `user.e2b.*` extended attributes, prefix stripped (E2B's file metadata); `{}` when none. */
+  metadata: Record<string, string>;
   /** True for a directory. */
   isDir: boolean;
   /** True for a regular file. */
@@ -492,6 +494,7 @@ export function fileStatFromJson(d: Json): FileStat {
     uid: num(d.uid),
     mtimeMs: num(d.mtime_ms),
     linkTarget: optStr(d.link_target),
+    metadata: strMap(d.metadata),
     isDir: kind === 'dir',
     isFile: kind === 'file',
   };

@@ -173,15 +173,18 @@ pub async fn by_sandbox(
 /// A request for sandbox `id`'s envd, authorised, handed to the envd routes.
 async fn to_envd(app: &AppState, envd: Router, id: String, req: Request) -> Response {
     // A signed envd file URL carries its own proof of the access token (envd::signed_caller).
-    let authorised = match envd::signed_caller(app, &id, &req) {
-        Some(signed) => signed.map(|(caller, file)| (caller, Some(file))),
-        None => auth::sandbox_caller(app, &id, req.headers()).map(|caller| (caller, None)),
-    };
-    let (caller, signed) = match authorised {
-        Ok(c) => c,
-        // A sandbox that is gone (or a token of none): E2B's proxy answers 502 there.
-        Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => return envd::not_running(&id, "deleted"),
-        Err(e) => return e.into_response(),
+    // A sandbox that is gone (or a token of none): E2B's proxy answers 502 there.
+    let gone = |status| status == axum::http::StatusCode::NOT_FOUND;
+    let (caller, signed) = match envd::signed_caller(app, &id, &req) {
+        // /files is envd's REST part: its errors take the REST shape (`{"code": 401, …}`).
+        Some(Ok((caller, file))) => (caller, Some(file)),
+        // A signature that proves nothing is refused as such (not_found), not taken for a gone sandbox.
+        Some(Err(e)) => return e.into_response(),
+        None => match auth::sandbox_caller(app, &id, req.headers()) {
+            Ok(caller) => (caller, None),
+            Err(e) if gone(e.status) => return envd::not_running(&id, "deleted"),
+            Err(e) => return e.into_response(),
+        },
     };
     let mut req = req;
     req.extensions_mut().insert(envd::Target { id, caller, signed });
@@ -220,6 +223,12 @@ const PORT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 async fn sandbox_port(app: &AppState, id: String, port: u16, req: Request) -> Response {
     let caller = match auth::port_caller(app, &id, req.headers()) {
         Ok(c) => c,
+        // E2B's proxy answers a port request without its traffic token 403, which is what clients
+        // of a non-public sandbox test for; every sandlot sandbox's ports are non-public.
+        Err(e) if e.status == axum::http::StatusCode::UNAUTHORIZED => {
+            return envd::ConnectError::new("permission_denied", axum::http::StatusCode::FORBIDDEN, e.message)
+                .into_response()
+        }
         Err(e) => return e.into_response(),
     };
     let ports = match app.control.ports(&caller, &id).await {

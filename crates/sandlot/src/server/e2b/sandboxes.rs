@@ -15,9 +15,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use sandlot_api::e2b::{
-    e2b_sandbox_id, rfc3339_ms, sandlot_sandbox_id, ConnectRequest, E2bSandbox, E2bSnapshot, E2bState, ForkOutcome,
-    ForkRequest, Lifecycle, NetworkConfig, NewSandbox, OnTimeout, PauseRequest, RefreshRequest, SandboxDetail,
-    SandboxMetric, SandboxesWithMetrics, SnapshotRequest, TimeoutRequest,
+    e2b_sandbox_id, parse_rfc3339_ms, rfc3339_ms, sandlot_sandbox_id, ConnectRequest, E2bSandbox, E2bSnapshot,
+    E2bState, ForkOutcome, ForkRequest, Lifecycle, NetworkConfig, NewSandbox, OnTimeout, PauseRequest, RefreshRequest,
+    SandboxDetail, SandboxMetric, SandboxesWithMetrics, SnapshotRequest, TimeoutRequest,
 };
 use sandlot_api::{CreateSandbox, HostRule, Mode, NetworkSpec, SandboxInfo, SandboxState, TimeoutAction};
 use sandlot_control::Caller;
@@ -222,11 +222,20 @@ pub async fn create(
     E2bAuth(caller): E2bAuth,
     Json(req): Json<NewSandbox>,
 ) -> Result<impl IntoResponse, E2bApiError> {
+    if req.other.get("mcp").is_some_and(|m| !m.is_null()) {
+        // E2B's words first (the SDKs' tests match them): the gateway cannot start here, and no
+        // sandbox is left behind since none was made.
+        return Err(E2bApiError::new(
+            StatusCode::BAD_REQUEST,
+            "Failed to start MCP gateway: `mcp` is not supported by sandlot's E2B API (sandlot runs no MCP \
+             gateway in sandboxes: start MCP servers with sandbox.commands.run, or use sandlot's own MCP \
+             surface); leave it out",
+        ));
+    }
     unsupported(
         &req.other,
         &[
             ("volumeMounts", "mount nothing; copy files in with sandbox.files.write"),
-            ("mcp", "sandlot runs no MCP gateway in sandboxes"),
             ("iam", "sandlot issues no workload identity tokens; broker credentials with network.rules"),
         ],
     )?;
@@ -286,7 +295,7 @@ pub struct ListQuery {
     template: Option<String>,
     /// `asc` or `desc` by start time.
     order: Option<String>,
-    /// RFC 3339; not supported (refused when given).
+    /// RFC 3339: only sandboxes started at or after it.
     started_after: Option<String>,
     limit: Option<usize>,
     next_token: Option<String>,
@@ -371,12 +380,15 @@ pub async fn list(
     E2bAuth(caller): E2bAuth,
     Query(q): Query<ListQuery>,
 ) -> Result<impl IntoResponse, E2bApiError> {
-    if q.started_after.is_some() {
-        return Err(E2bApiError::new(
-            StatusCode::BAD_REQUEST,
-            "startedAfter is not supported by sandlot's E2B API; filter the listed startedAt yourself",
-        ));
-    }
+    let started_after = match q.started_after.as_deref() {
+        None => None,
+        Some(t) => Some(parse_rfc3339_ms(t).ok_or_else(|| {
+            E2bApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("startedAfter {t:?}: expected an RFC 3339 time such as 2026-01-02T03:04:05Z"),
+            )
+        })?),
+    };
     let wanted = metadata_filter(q.metadata.as_deref())?;
     let states: Vec<E2bState> = match q.state.as_deref().filter(|s| !s.is_empty()) {
         None => vec![E2bState::Running, E2bState::Paused],
@@ -401,6 +413,7 @@ pub async fn list(
     for info in app.control.list(&caller)?.sandboxes {
         let Some(state) = e2b_state(info.state) else { continue };
         let matches = states.contains(&state)
+            && started_after.is_none_or(|after| info.created_at_ms >= after)
             && wanted.iter().all(|(k, v)| info.metadata.get(k) == Some(v))
             && q.template.as_ref().is_none_or(|t| *t == template_of(&app, &info) || *t == info.image);
         if matches {
@@ -428,7 +441,9 @@ pub async fn set_timeout(
     ApiPath(id): ApiPath<String>,
     Json(req): Json<TimeoutRequest>,
 ) -> Result<impl IntoResponse, E2bApiError> {
-    app.control.set_timeout(&caller, &sandbox_id(&id)?, req.timeout)?;
+    // E2B takes 0 as "time out now" (the SDKs' way to force the timeout action); the reaper acts on
+    // a sandbox whose end has passed within a second, so the shortest sandlot timeout is the same.
+    app.control.set_timeout(&caller, &sandbox_id(&id)?, req.timeout.max(1))?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -472,7 +487,8 @@ pub async fn pause(
 }
 
 /// Connect (v1 and v2) and the old resume: a paused or stopped sandbox is resumed (201), a running
-/// one is left as it is (200); the timeout, when given, is set from now.
+/// one is left as it is (200); the timeout, when given, is set from now for a resumed sandbox and
+/// extends (never shortens) a running one's.
 pub async fn connect(
     State(app): State<AppState>,
     E2bAuth(caller): E2bAuth,
@@ -498,9 +514,14 @@ pub async fn connect(
         }
         _ => StatusCode::OK,
     };
+    // The timeout counts from now for a sandbox just resumed; a running one only ever gains time
+    // (a connect must not cut short what the sandbox's owner set), as E2B does.
+    let info = app.control.get(&caller, &id)?;
     let info = match req.timeout {
-        Some(t) => app.control.set_timeout(&caller, &id, t)?,
-        None => app.control.get(&caller, &id)?,
+        Some(t) if status == StatusCode::CREATED || info.expires_at_ms < sandlot_store::now_ms() + t as i64 * 1000 => {
+            app.control.set_timeout(&caller, &id, t)?
+        }
+        _ => info,
     };
     Ok((status, Json(answer(&app, &caller, &info)?)))
 }
@@ -612,15 +633,36 @@ fn metric(m: &sandlot_api::SandboxMetrics) -> SandboxMetric {
     }
 }
 
-/// A sandbox's metrics: sandlot keeps no history, so the answer is one sample taken now (none for a
-/// sandbox that is not running), whatever `start` and `end` ask.
+/// Query of `GET /sandboxes/{id}/metrics`: Unix seconds, both ends included.
+#[derive(Debug, Default, Deserialize)]
+pub struct MetricsQuery {
+    start: Option<i64>,
+    end: Option<i64>,
+}
+
+/// A sandbox's metrics: sandlot keeps no history, so the answer is at most one sample, taken now
+/// (none for a sandbox that is not running), and only when now falls in `start..=end`. The second
+/// that began after `end` still counts: the request that names `end` as "now" arrives in it.
 pub async fn metrics(
     State(app): State<AppState>,
     E2bAuth(caller): E2bAuth,
     ApiPath(id): ApiPath<String>,
+    Query(q): Query<MetricsQuery>,
 ) -> Result<impl IntoResponse, E2bApiError> {
+    if let (Some(start), Some(end)) = (q.start, q.end) {
+        if start > end {
+            return Err(E2bApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("start {start} is after end {end}: both are Unix seconds, start first"),
+            ));
+        }
+    }
     let m = app.control.metrics(&caller, &sandbox_id(&id)?).await?;
-    Ok(Json(m.iter().map(metric).collect::<Vec<_>>()))
+    let in_range = |s: &sandlot_api::SandboxMetrics| {
+        let at = s.at_ms.div_euclid(1000);
+        q.start.is_none_or(|start| at >= start) && q.end.is_none_or(|end| at <= end + 1)
+    };
+    Ok(Json(m.iter().filter(|s| in_range(s)).map(metric).collect::<Vec<_>>()))
 }
 
 /// Query of `GET /sandboxes/metrics`.

@@ -136,8 +136,8 @@ pub fn stream_error(codec: Codec, e: ConnectError) -> Response {
 /// stream with an `internal` error, so a client never takes a cut stream for a whole one.
 pub struct ServerStream {
     codec: Codec,
-    tx: mpsc::Sender<Bytes>,
-    queue: crate::server::app::Abandon<Bytes>,
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    queue: crate::server::app::Abandon<Result<Bytes, std::io::Error>>,
     finished: bool,
 }
 
@@ -152,9 +152,9 @@ pub const STALL: Duration = Duration::from_secs(60);
 impl ServerStream {
     /// A stream and the response that carries it.
     pub fn open(codec: Codec) -> (ServerStream, Response) {
-        let (tx, rx) = mpsc::channel::<Bytes>(STREAM_QUEUE);
+        let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(STREAM_QUEUE);
         let (messages, queue) = crate::server::app::abandonable_queue(rx);
-        let body = Body::from_stream(messages.map(Ok::<_, std::convert::Infallible>));
+        let body = Body::from_stream(messages);
         let resp = ([(header::CONTENT_TYPE, codec.stream_type())], body).into_response();
         (ServerStream { codec, tx, queue, finished: false }, resp)
     }
@@ -168,7 +168,15 @@ impl ServerStream {
 
     /// Sends one message; `false` once the client has gone.
     pub async fn send<T: Message>(&self, msg: &T) -> bool {
-        self.tx.send(envelope(0, &self.codec.encode(msg))).await.is_ok()
+        self.tx.send(Ok(envelope(0, &self.codec.encode(msg)))).await.is_ok()
+    }
+
+    /// Cuts the connection under the stream, as a sandbox that dies under E2B's envd does: what is
+    /// queued is still delivered, then the transfer aborts with no end message, which the SDKs
+    /// read as a transport failure and answer by asking whether the sandbox still runs.
+    pub async fn cut(mut self, why: &str) {
+        self.finished = true;
+        let _ = tokio::time::timeout(STALL, self.tx.send(Err(std::io::Error::other(why.to_string())))).await;
     }
 
     /// Waits until the client has gone.
@@ -180,7 +188,7 @@ impl ServerStream {
     pub async fn finish(mut self, error: Option<ConnectError>) {
         self.finished = true;
         // Bounded: the client may have stopped reading with the queue full.
-        let _ = tokio::time::timeout(STALL, self.tx.send(end_of_stream(error.as_ref()))).await;
+        let _ = tokio::time::timeout(STALL, self.tx.send(Ok(end_of_stream(error.as_ref())))).await;
     }
 }
 
@@ -188,7 +196,7 @@ impl Drop for ServerStream {
     fn drop(&mut self) {
         if !self.finished {
             let e = ConnectError::new("internal", StatusCode::INTERNAL_SERVER_ERROR, "the stream ended unexpectedly");
-            let _ = self.tx.try_send(end_of_stream(Some(&e)));
+            let _ = self.tx.try_send(Ok(end_of_stream(Some(&e))));
         }
     }
 }

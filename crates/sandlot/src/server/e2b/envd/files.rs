@@ -22,7 +22,7 @@ use sha2::Digest;
 
 use super::gzip::{accepts_gzip, gunzip, gzip_body};
 use super::multipart::{guarded, MultipartError, Parts, BODY_IDLE, MAX_PARTS};
-use super::{named_user, ConnectError, Target};
+use super::{named_user, Target};
 use crate::server::app::AppState;
 use crate::server::e2b::E2bApiError;
 use crate::server::files::{body_reader, drain, stream_body};
@@ -65,7 +65,7 @@ pub fn signed_caller(
     app: &AppState,
     id: &str,
     req: &axum::extract::Request,
-) -> Option<Result<(Caller, SignedFile), ConnectError>> {
+) -> Option<Result<(Caller, SignedFile), E2bApiError>> {
     if req.uri().path() != "/files" {
         return None;
     }
@@ -75,26 +75,23 @@ pub fn signed_caller(
     let operation = match *req.method() {
         axum::http::Method::GET => "read",
         axum::http::Method::POST => "write",
-        _ => return Some(Err(ConnectError::invalid("a signed /files URL is for GET or POST"))),
+        _ => return Some(Err(invalid("a signed /files URL is for GET or POST"))),
     };
     let (path, user) = (get("path").unwrap_or("").to_string(), get("username").unwrap_or("").to_string());
     if path.is_empty() {
-        return Some(Err(ConnectError::invalid(
+        return Some(Err(invalid(
             "a signed /files URL must name its file: make it with a path (download_url / upload_url with `path`)",
         )));
     }
     let expiration = get("signature_expiration").map(str::to_string);
     if let Some(exp) = &expiration {
         let Ok(at) = exp.parse::<u64>() else {
-            return Some(Err(ConnectError::invalid("signature_expiration must be a Unix time in seconds")));
+            return Some(Err(invalid("signature_expiration must be a Unix time in seconds")));
         };
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         if at < now {
-            return Some(Err(ConnectError::new(
-                "unauthenticated",
-                StatusCode::UNAUTHORIZED,
-                "this signed URL has expired: make a new one (download_url / upload_url)",
-            )));
+            // envd's own words, which the SDKs' tests compare whole: make a new URL to go on.
+            return Some(Err(E2bApiError::new(StatusCode::UNAUTHORIZED, "signature is already expired")));
         }
     }
     let proves = |token: &str| {
@@ -106,7 +103,7 @@ pub fn signed_caller(
         let expected = format!("v1_{}", base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest));
         sandlot_control::same_bytes(expected.as_bytes(), signature.as_bytes())
     };
-    let caller = app.control.caller_proving_token(id, proves).map_err(ConnectError::from);
+    let caller = app.control.caller_proving_token(id, proves).map_err(E2bApiError::from);
     Some(caller.map(|c| (c, SignedFile { path, username: user })))
 }
 

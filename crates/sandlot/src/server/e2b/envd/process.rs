@@ -85,6 +85,8 @@ enum PumpEnd {
     Drop,
     /// The client took no message within the send bound: its queue is dropped.
     Abandon,
+    /// The sandbox ended under the process: the connection is cut ([`ServerStream::cut`]).
+    Cut,
 }
 
 /// One turn of a [`pump`]'s loop.
@@ -115,6 +117,7 @@ async fn pump(
         PumpEnd::Finish(error) => out.finish(error).await,
         PumpEnd::Drop => drop(out),
         PumpEnd::Abandon => out.abandon(),
+        PumpEnd::Cut => out.cut("the sandbox ended under the process").await,
     }
 }
 
@@ -166,6 +169,11 @@ async fn pump_events(
             }
             Step::End(end) => return end,
             Step::Ping => pe::Event::Keepalive(pe::KeepAlive {}),
+            // The process ended with its sandbox (killed, stopped, timed out): under E2B the
+            // connection goes with the machine, and the SDKs tell the client so only from that.
+            Step::Next(Some(RawEvent::Event(ExecEvent::Exited { status: ExitStatus::Killed, .. }))) => {
+                return PumpEnd::Cut
+            }
             Step::Next(None) => return PumpEnd::Finish(None),
             Step::Next(Some(RawEvent::Stdout(data))) if pty => {
                 pe::Event::Data(pe::DataEvent { output: Some(pe::Output::Pty(data)) })
@@ -223,7 +231,11 @@ async fn start_stream(app: AppState, t: Target, headers: HeaderMap, body: Body) 
     let exec = ExecRequest {
         argv: Some(argv),
         shell: None,
-        cwd: cfg.cwd.filter(|c| !c.is_empty()),
+        // envd takes a relative cwd from the user's home, as a login shell's `cd` would.
+        cwd: cfg.cwd.filter(|c| !c.is_empty()).map(|c| match c.starts_with('/') {
+            true => c,
+            false => format!("{}/{c}", user.home().trim_end_matches('/')),
+        }),
         env: cfg.envs.into_iter().collect(),
         user: Some(user),
         stdin: None,
