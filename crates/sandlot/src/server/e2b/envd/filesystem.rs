@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Extension;
-use sandlot_api::{FileKind, FileStat};
+use sandlot_api::{FileKind, FileStat, User};
 use sandlot_control::Kind;
 
 use super::connect;
@@ -102,7 +102,51 @@ pub async fn stat(
 ) -> Reply {
     let (codec, req) = connect::read_unary::<proto::PathRequest>(&headers, body).await?;
     let user = basic_user(&headers)?;
-    Ok(entry_response(codec, app.control.stat(&t.caller, &t.id, &req.path, user).await?))
+    let s = app.control.stat(&t.caller, &t.id, &req.path, user).await?;
+    let s = match s.kind {
+        FileKind::Symlink => followed(&app, &t, user, s).await,
+        _ => s,
+    };
+    Ok(entry_response(codec, s))
+}
+
+/// Links followed before a chain is taken for a loop (Linux's own bound).
+const MAX_LINK_HOPS: usize = 40;
+
+/// A symlink's stat as envd answers it: the kind of what it leads to, and the absolute path it
+/// leads to as `symlinkTarget` (envd resolves the link; sandlot's native stat describes the link
+/// itself). The links are followed by the sandbox's own stat, in the sandbox's view, hop by hop; a
+/// dangling link, a loop or an error leaves the link's own stat.
+async fn followed(app: &AppState, t: &Target, user: User, link: FileStat) -> FileStat {
+    let mut at = link.path.clone();
+    let mut target = link.link_target.clone();
+    for _ in 0..MAX_LINK_HOPS {
+        let Some(next) = target.take() else { break };
+        at = resolve_link(&at, &next);
+        match app.control.stat(&t.caller, &t.id, &at, user).await {
+            Ok(s) if s.kind == FileKind::Symlink => target = s.link_target,
+            Ok(s) => return FileStat { kind: s.kind, link_target: Some(at), ..link },
+            Err(_) => break,
+        }
+    }
+    link
+}
+
+/// Where link `link_path` (absolute) pointing at `target` leads: `target` itself when absolute, else
+/// from the link's directory; `.` and `..` taken lexically.
+fn resolve_link(link_path: &str, target: &str) -> String {
+    let base = if target.starts_with('/') { "" } else { link_path.rsplit_once('/').map_or("", |(dir, _)| dir) };
+    let mut parts: Vec<&str> = Vec::new();
+    for part in base.split('/').chain(target.split('/')) {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
 }
 
 /// `MakeDir`: the directory and its parents; `already_exists` when something is there already.
@@ -177,6 +221,14 @@ pub async fn remove(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_resolves_from_its_directory_or_from_the_root() {
+        assert_eq!(resolve_link("/home/user/d/l", "t.txt"), "/home/user/d/t.txt");
+        assert_eq!(resolve_link("/home/user/d/l", "../x/./t"), "/home/user/x/t");
+        assert_eq!(resolve_link("/home/user/d/l", "/etc/hosts"), "/etc/hosts");
+        assert_eq!(resolve_link("/l", "../../t"), "/t");
+    }
 
     #[test]
     fn modes_are_gos() {
