@@ -398,18 +398,44 @@ fn read(out: &Outbox, req: u64, path: &Path, window: &Window) -> OpResult {
     Ok(FileAnswer::Sent { bytes: total })
 }
 
-fn write(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpResult {
-    let (dir, name) = split(path)?;
-    if fs::symlink_metadata(path).map(|m| m.is_dir()).unwrap_or(false) {
-        return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: is a directory", path.display())));
-    }
+/// Creates the directories above `path` (`dir`, its parent); a file among them is `wrong_kind`.
+fn make_parents(path: &Path, dir: &Path) -> Result<(), OpError> {
     fs::create_dir_all(dir).map_err(|e| match e.kind() {
         io::ErrorKind::AlreadyExists | io::ErrorKind::NotADirectory => OpError::new(
             FileErrorKind::WrongKind,
             format!("{}: a parent of the path is not a directory", path.display()),
         ),
         _ => OpError::io(dir, e),
-    })?;
+    })
+}
+
+/// Copies an upload's data from `rx` into `f` until its end, at most `max_bytes`; the bytes written.
+fn receive(f: &mut File, path: &Path, max_bytes: u64, rx: &Receiver<UploadMsg>) -> Result<u64, OpError> {
+    let mut total = 0u64;
+    loop {
+        match rx.recv() {
+            Ok(UploadMsg::Data(b)) => {
+                total += b.len() as u64;
+                if total > max_bytes {
+                    return Err(OpError::new(
+                        FileErrorKind::TooLarge,
+                        format!("{}: upload is larger than the {max_bytes}-byte limit", path.display()),
+                    ));
+                }
+                f.write_all(&b).map_err(|e| OpError::io(path, e))?;
+            }
+            Ok(UploadMsg::End) => return Ok(total),
+            Ok(UploadMsg::Abort) | Err(_) => return Err(OpError::new(FileErrorKind::Other, "upload aborted")),
+        }
+    }
+}
+
+fn write(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpResult {
+    let (dir, name) = split(path)?;
+    if fs::symlink_metadata(path).map(|m| m.is_dir()).unwrap_or(false) {
+        return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: is a directory", path.display())));
+    }
+    make_parents(path, dir)?;
     // Write beside the target and rename at the end: readers never see a half-written file, and an
     // acknowledged write has been fsynced with its directory entry.
     let tmp = dir.join(format!(".{}.sandlot-{:x}", name.to_string_lossy(), rand_suffix()));
@@ -419,25 +445,7 @@ fn write(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg>) -> OpR
         let _ = fs::remove_file(&tmp);
         e
     };
-    let mut total = 0u64;
-    loop {
-        match rx.recv() {
-            Ok(UploadMsg::Data(b)) => {
-                total += b.len() as u64;
-                if total > max_bytes {
-                    return Err(cleanup(OpError::new(
-                        FileErrorKind::TooLarge,
-                        format!("{}: upload is larger than the {max_bytes}-byte limit", path.display()),
-                    )));
-                }
-                f.write_all(&b).map_err(|e| cleanup(OpError::io(path, e)))?;
-            }
-            Ok(UploadMsg::End) => break,
-            Ok(UploadMsg::Abort) | Err(_) => {
-                return Err(cleanup(OpError::new(FileErrorKind::Other, "upload aborted")));
-            }
-        }
-    }
+    let total = receive(&mut f, path, max_bytes, &rx).map_err(cleanup)?;
     f.set_permissions(fs::Permissions::from_mode(mode & 0o7777)).map_err(|e| cleanup(OpError::io(path, e)))?;
     f.sync_all().map_err(|e| cleanup(OpError::io(path, e)))?;
     drop(f);
@@ -459,13 +467,7 @@ fn write_in_place(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg
             return Err(OpError::new(FileErrorKind::WrongKind, format!("{}: {what}", path.display())));
         }
     }
-    fs::create_dir_all(dir).map_err(|e| match e.kind() {
-        io::ErrorKind::AlreadyExists | io::ErrorKind::NotADirectory => OpError::new(
-            FileErrorKind::WrongKind,
-            format!("{}: a parent of the path is not a directory", path.display()),
-        ),
-        _ => OpError::io(dir, e),
-    })?;
+    make_parents(path, dir)?;
     if parent_on_pseudo_fs(path) {
         return Err(OpError::new(
             FileErrorKind::PermissionDenied,
@@ -489,25 +491,7 @@ fn write_in_place(path: &Path, mode: u32, max_bytes: u64, rx: Receiver<UploadMsg
         }
         e
     };
-    let mut total = 0u64;
-    loop {
-        match rx.recv() {
-            Ok(UploadMsg::Data(b)) => {
-                total += b.len() as u64;
-                if total > max_bytes {
-                    return Err(cleanup(OpError::new(
-                        FileErrorKind::TooLarge,
-                        format!("{}: upload is larger than the {max_bytes}-byte limit", path.display()),
-                    )));
-                }
-                f.write_all(&b).map_err(|e| cleanup(OpError::io(path, e)))?;
-            }
-            Ok(UploadMsg::End) => break,
-            Ok(UploadMsg::Abort) | Err(_) => {
-                return Err(cleanup(OpError::new(FileErrorKind::Other, "upload aborted")));
-            }
-        }
-    }
+    let total = receive(&mut f, path, max_bytes, &rx).map_err(cleanup)?;
     f.set_permissions(fs::Permissions::from_mode(mode & 0o7777)).map_err(|e| cleanup(OpError::io(path, e)))?;
     f.sync_all().map_err(|e| cleanup(OpError::io(path, e)))?;
     sync_dir(dir);

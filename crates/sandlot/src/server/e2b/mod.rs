@@ -173,8 +173,6 @@ pub async fn by_sandbox(
 /// A request for sandbox `id`'s envd, authorised, handed to the envd routes.
 async fn to_envd(app: &AppState, envd: Router, id: String, req: Request) -> Response {
     // A signed envd file URL carries its own proof of the access token (envd::signed_caller).
-    // A sandbox that is gone (or a token of none): E2B's proxy answers 502 there.
-    let gone = |status| status == axum::http::StatusCode::NOT_FOUND;
     let (caller, signed) = match envd::signed_caller(app, &id, &req) {
         // /files is envd's REST part: its errors take the REST shape (`{"code": 401, …}`).
         Some(Ok((caller, file))) => (caller, Some(file)),
@@ -182,7 +180,8 @@ async fn to_envd(app: &AppState, envd: Router, id: String, req: Request) -> Resp
         Some(Err(e)) => return e.into_response(),
         None => match auth::sandbox_caller(app, &id, req.headers()) {
             Ok(caller) => (caller, None),
-            Err(e) if gone(e.status) => return envd::not_running(&id, "deleted"),
+            // A sandbox that is gone (or a token of none): E2B's proxy answers 502 there.
+            Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => return envd::not_running(&id, "deleted"),
             Err(e) => return e.into_response(),
         },
     };
