@@ -212,6 +212,10 @@ fn with_outcome(mut row: serde_json::Value, r: &ExecResult) -> serde_json::Value
 /// The image label naming a shell command line that is started in the background, as the image's
 /// user, every time a sandbox of the image boots (create, resume from stopped, fork, snapshot restore).
 pub const START_LABEL: &str = "sandlot.start";
+/// The image label naming who runs the `sandlot.start` command instead of the image's user: `user` or
+/// `root` (the sandbox's own root, as `"user": "root"` on an exec). A service that hands out sessions
+/// as several users, as E2B's code interpreter does with its contexts, starts as root and drops.
+pub const START_USER_LABEL: &str = "sandlot.start.user";
 
 impl Control {
     /// Starts the `sandlot.start` command of `rec`'s image in the just-booted `sb`, if it names one.
@@ -228,8 +232,23 @@ impl Control {
             Err(e) => return failed(format!("the image's config could not be read: {}", e.message)),
         };
         let Some(command) = image.as_ref().and_then(|i| i.run.labels.get(START_LABEL)).cloned() else { return };
-        let req =
-            ExecRequest { shell: Some(command), background: true, tag: Some(START_LABEL.into()), ..Default::default() };
+        let start_user = match image.as_ref().and_then(|i| i.run.labels.get(START_USER_LABEL)).map(String::as_str) {
+            None => None,
+            Some("user") => Some(User::User),
+            Some("root") => Some(User::Root),
+            Some(other) => {
+                return failed(format!(
+                    "label {START_USER_LABEL} is {other:?}; it names who runs {START_LABEL}: \"user\" or \"root\""
+                ))
+            }
+        };
+        let req = ExecRequest {
+            shell: Some(command),
+            background: true,
+            tag: Some(START_LABEL.into()),
+            user: start_user,
+            ..Default::default()
+        };
         let (spec, user) =
             match spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, rec, image.as_ref(), req, false) {
                 Ok(s) => s,
