@@ -107,3 +107,38 @@ async def test_the_async_sdk_over_tls(tls_server):
         assert info.sandbox_id == sbx.sandbox_id
     finally:
         assert await sbx.kill(proxy=tls_server.proxy) is True
+
+
+def test_http2_is_served_when_offered_and_routes_by_authority(tls_server):
+    """A client that offers `h2` in ALPN (the SDKs' httpx does) gets HTTP/2. HTTP/2 names the host in
+    `:authority`, not in a `Host` header: routing by host (envd, a user's port) must still find the
+    sandbox, and a client that offers only HTTP/1.1 keeps getting it."""
+    import time
+
+    import httpx
+
+    sbx = Sandbox.create(timeout=90, proxy=tls_server.proxy)
+    try:
+        ca = ssl.create_default_context(cafile=tls_server.env["NODE_EXTRA_CA_CERTS"])
+        script = ECHO.replace("'", "'\\''")
+        tls_server.native("POST", f"/v1/sandboxes/sb_{sbx.sandbox_id}/exec",
+                          {"shell": f"exec python3 -c '{script}'", "background": True})
+        envd = f"https://49983-{sbx.sandbox_id}.{TLS_DOMAIN}:{tls_server.tls_port}/health"
+        port = f"https://{sbx.get_host(8000)}/h2?x=1"
+        with httpx.Client(http2=True, http1=False, verify=ca, proxy=tls_server.proxy, timeout=30) as h2:
+            r = h2.get(envd, headers={"X-Access-Token": sbx._envd_access_token})
+            assert (r.http_version, r.status_code) == ("HTTP/2", 204)
+            assert h2.get(envd).status_code == 401
+            for _ in range(50):
+                r = h2.get(port, headers={"E2B-Traffic-Access-Token": sbx.traffic_access_token})
+                if r.status_code != 502:
+                    break
+                time.sleep(0.2)
+            assert (r.http_version, r.status_code) == ("HTTP/2", 200), r.text
+            seen = r.json()
+            assert seen["path"] == "/h2?x=1" and seen["host"] == sbx.get_host(8000) and seen["token"] is None
+        with httpx.Client(http2=False, verify=ca, proxy=tls_server.proxy, timeout=30) as h1:
+            r = h1.get(envd, headers={"X-Access-Token": sbx._envd_access_token})
+            assert (r.http_version, r.status_code) == ("HTTP/1.1", 204)
+    finally:
+        sbx.kill(proxy=tls_server.proxy)

@@ -1,5 +1,7 @@
 //! The API listener service: accepts connections under a global and a per-peer cap and serves each
-//! with a header-read deadline, which also closes idle keep-alive connections.
+//! with a header-read deadline, which also closes idle keep-alive connections. Plain connections
+//! speak HTTP/1.1; a TLS connection speaks HTTP/2 when the client offers `h2` in ALPN (the E2B SDKs
+//! do, and tell a sandbox killed under a running command by the stream's reset), else HTTP/1.1.
 //!
 //! Without these, an unauthenticated client that opens connections and never finishes a request
 //! holds a descriptor each until the daemon reaches its descriptor limit, and then nobody can use
@@ -12,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -24,6 +26,15 @@ use crate::lock;
 /// working network (a head is a few hundred bytes) and short enough that a client holding
 /// connections open without sending must keep opening new ones, each under the caps below.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Requests one HTTP/2 connection may have open at once. The connection caps below count connections,
+/// not requests: this bounds what one HTTP/2 connection may ask for to what a few HTTP/1.1 ones could.
+const H2_MAX_STREAMS: u32 = 64;
+/// How often an idle HTTP/2 connection is pinged, and how long the answer may take: a peer that
+/// vanished without closing gives its connection back instead of holding it for ever.
+const H2_KEEPALIVE: Duration = Duration::from_secs(20);
+/// Largest header block an HTTP/2 request may send (HTTP/1.1's limit in hyper is ~16 KiB of headers
+/// too, counted differently).
+const H2_MAX_HEADER_LIST: u32 = 32 << 10;
 /// How long, once the server is stopping, requests in flight have to finish before their connections
 /// are closed. Streams (exec output, watches, envd, MCP) last as long as their clients stay and the
 /// sandboxes behind them are torn down only after the listener returns: without a bound, one open
@@ -180,6 +191,12 @@ pub async fn serve(
     let mut conns = JoinSet::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).keep_alive(true);
+    let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .max_header_list_size(H2_MAX_HEADER_LIST)
+        .keep_alive_interval(H2_KEEPALIVE)
+        .keep_alive_timeout(H2_KEEPALIVE);
     let service = TowerToHyperService::new(router);
     tokio::pin!(shutdown);
     loop {
@@ -207,12 +224,15 @@ pub async fn serve(
         // Event streams are many small writes: without TCP_NODELAY, Nagle holds each one back until
         // the client's delayed ACK (40 ms) arrives.
         let _ = tcp.set_nodelay(true);
-        let (http, service, stop, tls) = (http.clone(), service.clone(), stop_rx.clone(), tls.clone());
+        let (http, h2, service, stop, tls) = (http.clone(), h2.clone(), service.clone(), stop_rx.clone(), tls.clone());
         conns.spawn(async move {
             let _place = place;
             match tls {
                 None => serve_connection(&http, TokioIo::new(tcp), service, stop, peer).await,
                 Some(acceptor) => match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
+                        serve_h2_connection(&h2, TokioIo::new(stream), service, stop, peer).await
+                    }
                     Ok(Ok(stream)) => serve_connection(&http, TokioIo::new(stream), service, stop, peer).await,
                     Ok(Err(e)) => tracing::debug!("TLS handshake with {peer}: {e}"),
                     Err(_) => tracing::debug!("TLS handshake with {peer}: not done within {HEADER_READ_TIMEOUT:?}"),
@@ -262,6 +282,55 @@ async fn serve_connection<I>(
     let _ = conn.await;
 }
 
+/// [`serve_connection`] for a connection that negotiated HTTP/2: the same end on `stop` (a GOAWAY,
+/// then the streams in flight finish).
+async fn serve_h2_connection<I>(
+    http: &hyper::server::conn::http2::Builder<TokioExecutor>,
+    io: I,
+    service: TowerToHyperService<Router>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    peer: SocketAddr,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    // HTTP/2 names the host in `:authority`, which hyper puts in the URI (absolute form), not in a
+    // `Host` header: the routes that route by host (previews, E2B's `PORT-ID.domain`) and build URLs
+    // read `Host`, and the port proxy forwards the URI to a sandbox's HTTP/1.1 server as it is.
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        as_http1_request(&mut req);
+        hyper::service::Service::call(&service, req)
+    });
+    let conn = http.serve_connection(io, service);
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                tracing::debug!("API connection (HTTP/2) from {peer}: {e}");
+            }
+            return;
+        }
+        _ = stop.changed() => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
+}
+
+/// Makes an HTTP/2 request look as the same request over HTTP/1.1 does: a `Host` header from its
+/// URI's authority (`:authority`) unless it sent one, and the URI in origin form (path and query).
+fn as_http1_request<B>(req: &mut hyper::Request<B>) {
+    if !req.headers().contains_key(hyper::header::HOST) {
+        if let Some(value) = req.uri().authority().and_then(|a| hyper::header::HeaderValue::from_str(a.as_str()).ok()) {
+            req.headers_mut().insert(hyper::header::HOST, value);
+        }
+    }
+    if req.uri().authority().is_some() {
+        let origin = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        if let Ok(uri) = origin.parse() {
+            *req.uri_mut() = uri;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,6 +347,25 @@ mod tests {
         assert_eq!(take_place(&open, caps, b).err(), Some(Refusal::Total));
         drop(a1);
         assert!(take_place(&open, caps, b).is_ok());
+    }
+
+    #[test]
+    fn an_http2_request_gets_a_host_header_and_an_origin_form_uri() {
+        let mut req = hyper::Request::builder().uri("https://8080-sb_abc.e2b.test:4443/x?y").body(()).unwrap();
+        as_http1_request(&mut req);
+        assert_eq!(req.headers()[hyper::header::HOST], "8080-sb_abc.e2b.test:4443");
+        assert_eq!(req.uri(), "/x?y");
+        let mut req =
+            hyper::Request::builder().uri("https://a.test").header(hyper::header::HOST, "b.test").body(()).unwrap();
+        as_http1_request(&mut req);
+        assert_eq!(
+            (req.headers()[hyper::header::HOST].to_str().unwrap(), req.uri().to_string().as_str()),
+            ("b.test", "/")
+        );
+        let mut req = hyper::Request::builder().uri("/only-a-path").body(()).unwrap();
+        as_http1_request(&mut req);
+        assert!(!req.headers().contains_key(hyper::header::HOST));
+        assert_eq!(req.uri(), "/only-a-path");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 /// The certificate a TLS listener serves, and the CA PEM clients must trust when the server issued it.
 pub struct TlsSetup {
-    /// The acceptor (HTTP/1.1 only, as the API serves).
+    /// The acceptor (ALPN `h2` and `http/1.1`: the listener serves HTTP/2 when the client offers it).
     pub acceptor: tokio_rustls::TlsAcceptor,
     /// The server's CA, PEM, when it issued the certificate; `None` for the admin's.
     pub issued_by_ca: Option<String>,
@@ -50,7 +50,7 @@ pub fn setup(domain: &str, cert: Option<&Path>, key: Option<&Path>, ca_dir: &Pat
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .context("the E2B TLS certificate and key do not go together")?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsSetup { acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)), issued_by_ca })
 }
 
