@@ -10,7 +10,12 @@ SDKs then reach `api.e2b.test` and every `PORT-ID.e2b.test` by name, as against 
 server of this script answers `*.e2b.test` with 127.0.0.1 (a wildcard record) and every other name
 with NXDOMAIN, and pytest runs in a mount namespace of its own whose /etc/resolv.conf names only that
 server (the host's resolver is not touched). The sandboxes reach nothing beyond loopback
-(`--test-loopback-only`).
+(`--test-loopback-only`): the internet the network tests curl (https://1.1.1.1, https://8.8.8.8,
+https://connectivitycheck.gstatic.com/generate_204) is `Internet`, one HTTPS server on a loopback
+address answering each as the real one does (301, 302, 204), with a certificate from a CA of this
+run that sandboxes trust (`--sandbox-ca`); the server dials it for those addresses
+(`--test-dial-redirect`) and resolves the name to it (`--resolve`), after its policy has decided on
+the real destination, so allow and deny rules are tested as written.
 
 outcomes.txt lists every test id with `pass` or `fail: WHY`. A listed pass that fails or a test that
 is not listed fails the run; a pass ratio under the goal (SDK 95 %, code interpreter 90 %) and a
@@ -19,9 +24,12 @@ pass/fail words from this run and keeps the reasons).
 """
 
 import argparse
+import http.server
 import os
 import pathlib
+import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -98,6 +106,87 @@ class WildcardDns:
 
     def close(self):
         self.sock.close()
+
+
+class Internet:
+    """The internet of E2B's network tests, on one loopback address, port 443: each name or address
+    they curl answers as the real host does (`ANSWERS`), over TLS with a certificate for all of them
+    from a CA made for this run (`ca_pem`, which the sandboxes are made to trust)."""
+
+    #: Host (as the Host header names it) → (status, Location).
+    ANSWERS = {
+        "1.1.1.1": (301, "https://one.one.one.one/"),
+        "8.8.8.8": (302, "https://dns.google/"),
+        "connectivitycheck.gstatic.com": (204, None),
+    }
+    NAMES = ["connectivitycheck.gstatic.com"]
+    ADDRESSES = ["1.1.1.1", "8.8.8.8"]
+
+    def __init__(self, workdir: str):
+        self.dir = workdir
+        self.ca_pem = os.path.join(workdir, "internet-ca.pem")
+        self._certificates()
+        for last in range(2, 250):
+            self.addr = f"127.44.{os.getpid() % 250}.{last}"
+            try:
+                self.httpd = http.server.ThreadingHTTPServer((self.addr, 443), self._handler())
+                break
+            except OSError:
+                continue
+        else:
+            raise RuntimeError("no loopback address with port 443 free for the internet stand-in")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.path.join(workdir, "internet.pem"), os.path.join(workdir, "internet.key"))
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def _certificates(self):
+        d = self.dir
+        def openssl(*args):
+            subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+                "-subj", "/CN=sandlot e2b-upstream internet CA", "-keyout", f"{d}/internet-ca.key", "-out", self.ca_pem)
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-subj", "/CN=internet", "-keyout", f"{d}/internet.key", "-out", f"{d}/internet.csr")
+        sans = ",".join([*(f"DNS:{n}" for n in self.NAMES), *(f"IP:{a}" for a in self.ADDRESSES)])
+        with open(f"{d}/internet.ext", "w") as f:
+            f.write(f"subjectAltName={sans}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
+        openssl("x509", "-req", "-in", f"{d}/internet.csr", "-CA", self.ca_pem, "-CAkey", f"{d}/internet-ca.key",
+                "-CAcreateserial", "-days", "2", "-extfile", f"{d}/internet.ext", "-out", f"{d}/internet.pem")
+
+    def _handler(self):
+        answers = self.ANSWERS
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self):
+                host = (self.headers.get("Host") or "").partition(":")[0]  # names and IPv4 only
+                status, location = answers.get(host, (404, None))
+                self.send_response(status)
+                if location:
+                    self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self):
+                self._answer()
+
+            def do_HEAD(self):
+                self._answer()
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+    def server_args(self):
+        args = ["--sandbox-ca", self.ca_pem]
+        args += [a for addr in self.ADDRESSES for a in ("--test-dial-redirect", f"{addr}={self.addr}")]
+        args += [a for name in self.NAMES for a in ("--resolve", f"{name}={self.addr}")]
+        return args
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 def sdk_env(server: Server, tls_port: int, ca_dir: str) -> dict:
@@ -180,7 +269,10 @@ def main() -> int:
     args = ap.parse_args()
 
     tls_port = _free_port()
-    server = Server(extra_args=["--e2b-domain", DOMAIN, "--e2b-tls-listen", f"127.0.0.1:{tls_port}"])
+    internet_dir = tempfile.mkdtemp(prefix="sandlot-e2b-internet-")
+    internet = Internet(internet_dir)
+    server = Server(extra_args=["--e2b-domain", DOMAIN, "--e2b-tls-listen", f"127.0.0.1:{tls_port}",
+                                *internet.server_args()])
     dns = WildcardDns()
     ok = True
     try:
@@ -198,6 +290,8 @@ def main() -> int:
     finally:
         dns.close()
         server.stop()
+        internet.close()
+        shutil.rmtree(internet_dir, ignore_errors=True)
     return 0 if ok else 1
 
 

@@ -242,7 +242,7 @@ pub struct NetworkTransform {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkConfig {
-    /// Ports reachable without a token (create only).
+    /// Ports reachable without a token (`true`); sandlot's default, unlike E2B's, is `false`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_public_traffic: Option<bool>,
     /// Allowed destinations: host names (`*.example.com`) and CIDRs.

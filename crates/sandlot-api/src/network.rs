@@ -45,6 +45,11 @@ pub struct NetworkSpec {
     /// Host → transforms.
     #[serde(default)]
     pub rules: BTreeMap<String, HostRule>,
+    /// Let anyone with a port's URL reach the sandbox's servers without the port's token or a key
+    /// (default `false`: every request to a port needs one). Inbound only; egress is the rest of this
+    /// object. Omitted in a `PATCH`: left as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_ports: Option<bool>,
 }
 
 /// The network as `GET` reports it: header values of rules are never returned.
@@ -62,6 +67,9 @@ pub struct NetworkInfo {
     /// Host → names of the headers injected for it (values are write-only).
     #[serde(default)]
     pub rules: BTreeMap<String, Vec<String>>,
+    /// Ports answer requests without a token or key.
+    #[serde(default)]
+    pub public_ports: bool,
     /// Bytes sent by the sandbox through the proxy.
     #[serde(default)]
     pub bytes_out: u64,
@@ -78,6 +86,7 @@ impl NetworkSpec {
             allow: self.allow.clone(),
             deny: self.deny.clone(),
             rules: self.rules.iter().map(|(h, r)| (h.clone(), r.headers.keys().cloned().collect())).collect(),
+            public_ports: self.public_ports.unwrap_or(false),
             bytes_out,
             bytes_in,
         }

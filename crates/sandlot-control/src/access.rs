@@ -94,6 +94,21 @@ impl Control {
         self.token_caller(&TRAFFIC, id, token)
     }
 
+    /// The caller a request that carries no token nor key acts as on a port of sandbox `id`: its owner,
+    /// when the sandbox was made with public ports (`network.public_ports`) and its tenant still has a
+    /// key that works; `not_found` otherwise, as for a wrong token. A surface uses it for that
+    /// sandbox's ports only, never for envd or the API.
+    pub fn public_port_caller(&self, id: &str) -> Result<Caller> {
+        let not_found = || Error::not_found(&format!("sandbox {id}"));
+        let tenant = self.store.tenant_of(id)?.ok_or_else(not_found)?;
+        let caller = Caller { tenant, admin: false };
+        let rec = self.record(&caller, id)?;
+        if rec.network.public_ports != Some(true) {
+            return Err(not_found());
+        }
+        self.owner_of(id)
+    }
+
     fn token_caller(&self, kind: &TokenKind, id: &str, token: &str) -> Result<Caller> {
         let expected = self.token_for(kind, id)?;
         if !same_bytes(expected.as_bytes(), token.as_bytes()) {

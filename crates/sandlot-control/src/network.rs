@@ -30,7 +30,7 @@ impl Control {
     }
 
     /// A new policy for the caller's sandbox `id`, effective for new connections and lookups.
-    pub async fn set_network(&self, caller: &Caller, id: &str, spec: NetworkSpec) -> Result<SandboxInfo> {
+    pub async fn set_network(&self, caller: &Caller, id: &str, mut spec: NetworkSpec) -> Result<SandboxInfo> {
         // Looked up before the lock too: a lock is made per id, and ids the caller does not own must not
         // make any.
         self.record(caller, id)?;
@@ -39,6 +39,9 @@ impl Control {
         // seen here or applied after this, never undone by it.
         let _g = self.entries.lock(id).await;
         let rec = self.record(caller, id)?;
+        if spec.public_ports.is_none() {
+            spec.public_ports = rec.network.public_ports;
+        }
         let policy = self.policy_for(&rec.tenant, &spec)?;
         // The running sandbox first: if that fails, nothing is stored and the old policy stays in force.
         if self.engine.get(id).is_some() {

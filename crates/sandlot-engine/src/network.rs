@@ -24,6 +24,8 @@ pub struct NetworkSettings {
     pub extra_ca: Vec<PathBuf>,
     /// Refuse to dial anything outside loopback (tests).
     pub loopback_only: bool,
+    /// With `loopback_only`: addresses dialled as other (loopback) ones, the tests' internet.
+    pub test_redirect: HashMap<IpAddr, IpAddr>,
     /// The daemon's descriptor limit, of which proxied connections may use a share.
     pub fd_limit: u64,
 }
@@ -59,7 +61,7 @@ pub fn shared(
         gateway: sandlot_linux::net::GATEWAY_ADDR,
         overrides: settings.resolve.clone(),
         host_nets: HostNetworks::new(cidrs(host_networks)),
-        dialer: Arc::new(TcpDialer { loopback_only: settings.loopback_only }),
+        dialer: Arc::new(TcpDialer { loopback_only: settings.loopback_only, redirect: settings.test_redirect.clone() }),
         open_total: Default::default(),
         max_open_total: EgressShared::total_cap(settings.fd_limit),
     });
@@ -74,7 +76,7 @@ pub fn offline() -> Arc<EgressShared> {
         gateway: sandlot_linux::net::GATEWAY_ADDR,
         overrides: HashMap::new(),
         host_nets: HostNetworks::new(Vec::new()),
-        dialer: Arc::new(TcpDialer { loopback_only: true }),
+        dialer: Arc::new(TcpDialer::new(true)),
         open_total: Default::default(),
         max_open_total: 64,
     })

@@ -1,9 +1,10 @@
 //! Opening upstream connections for the sandbox: the one place the proxy (plain or brokered) dials
 //! out, replaceable so tests can prove a refused destination is never dialed.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -23,11 +24,26 @@ pub struct TcpDialer {
     /// Refuse (and log as a bug) any destination outside loopback: the test-suite guard that a
     /// non-loopback address is never dialled.
     pub loopback_only: bool,
+    /// Test suites' stand-in for the internet: a connection the policy allowed to a key's address is
+    /// dialled to the value's instead (same port). Only with `loopback_only`, so it can only point at
+    /// local servers; empty otherwise.
+    pub redirect: HashMap<IpAddr, IpAddr>,
+}
+
+impl TcpDialer {
+    /// A dialer that reaches any address (`loopback_only` false) or loopback only, redirecting none.
+    pub fn new(loopback_only: bool) -> TcpDialer {
+        TcpDialer { loopback_only, redirect: HashMap::new() }
+    }
 }
 
 impl Dial for TcpDialer {
     fn dial(&self, addr: SocketAddr) -> Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>> {
         let loopback_only = self.loopback_only;
+        let addr = match self.redirect.get(&addr.ip()) {
+            Some(to) if loopback_only => SocketAddr::new(*to, addr.port()),
+            _ => addr,
+        };
         Box::pin(async move {
             if loopback_only && !addr.ip().is_loopback() {
                 tracing::error!("BUG: the proxy tried to dial {addr} while --test-loopback-only is set");

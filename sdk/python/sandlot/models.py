@@ -51,22 +51,28 @@ class NetworkPolicy:
     ``mode`` is ``deny`` (default: loopback only), ``allow-all`` (all but the always-denied ranges and
     ``deny``) or ``allowlist`` (only ``allow``: names, ``*.suffix`` wildcards, CIDRs). ``rules`` maps a
     host to headers the server's proxy injects into its requests (credential brokering: the sandbox never
-    sees the values, and reading the policy back shows header names only).
+    sees the values, and reading the policy back shows header names only). ``public_ports`` (inbound)
+    lets anyone with a port's URL reach the sandbox's servers without its token; ``None`` (the default)
+    is ``False`` at create and leaves it unchanged in ``set_network``.
     """
 
     mode: NetworkMode = "deny"
     allow: Sequence[str] = ()
     deny: Sequence[str] = ()
     rules: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    public_ports: Optional[bool] = None
 
     def to_json(self) -> Dict[str, Any]:
         """The ``network`` object of the API."""
-        return {
+        body: Dict[str, Any] = {
             "mode": self.mode,
             "allow": list(self.allow),
             "deny": list(self.deny),
             "rules": {host: {"headers": dict(headers)} for host, headers in self.rules.items()},
         }
+        if self.public_ports is not None:
+            body["public_ports"] = self.public_ports
+        return body
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,8 @@ class NetworkInfo:
     deny: List[str] = field(default_factory=list)
     rules: Dict[str, List[str]] = field(default_factory=dict)
     """Host to the *names* of the headers injected for it."""
+    public_ports: bool = False
+    """Ports answer requests without a token or key."""
     bytes_out: int = 0
     bytes_in: int = 0
 
@@ -89,6 +97,7 @@ class NetworkInfo:
             allow=list(d.get("allow", [])),
             deny=list(d.get("deny", [])),
             rules={k: list(v) for k, v in d.get("rules", {}).items()},
+            public_ports=bool(d.get("public_ports", False)),
             bytes_out=int(d.get("bytes_out", 0)),
             bytes_in=int(d.get("bytes_in", 0)),
         )

@@ -154,6 +154,12 @@ def test_network_is_denied_by_default_and_the_policy_reads_back(client):
     policy = NetworkPolicy(mode="allow-all", deny=["192.0.2.0/24"])
     with Sandbox.create(client=client, network=policy) as sbx:
         assert (sbx.info.network.mode, sbx.info.network.deny) == ("allow-all", ["192.0.2.0/24"])
+    assert sbx.info.network.public_ports is False
+    with Sandbox.create(client=client, network=NetworkPolicy(public_ports=True)) as sbx:
+        assert sbx.info.network.public_ports is True
+        # Left out of an update: unchanged; named: set.
+        assert sbx.set_network(NetworkPolicy(mode="deny")).public_ports is True
+        assert sbx.set_network(NetworkPolicy(public_ports=False)).public_ports is False
 
 
 def test_expose_gives_a_preview_url_and_the_port_answers(server, key, sbx):

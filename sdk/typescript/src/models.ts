@@ -55,6 +55,11 @@ export interface NetworkPolicy {
   deny?: string[];
   /** Host to the headers injected into its requests (`{"api.x.com": {authorization: "Bearer …"}}`). */
   rules?: Record<string, Record<string, string>>;
+  /**
+   * Inbound: anyone with a port's URL reaches the sandbox's servers without its token (`true`), or
+   * not (`false`, the default). Left out of a `setNetwork`: unchanged.
+   */
+  publicPorts?: boolean;
 }
 
 /** A sandbox's egress policy as the server reports it (header values redacted) and its traffic. */
@@ -67,6 +72,8 @@ export interface NetworkInfo {
   deny: string[];
   /** Host to the *names* of the headers injected for it. */
   rules: Record<string, string[]>;
+  /** Ports answer requests without a token or key. */
+  publicPorts: boolean;
   /** Bytes the sandbox sent through the proxy. */
   bytesOut: number;
   /** Bytes the sandbox received through the proxy. */
@@ -412,6 +419,7 @@ export function networkInfoFromJson(d: Json): NetworkInfo {
     allow: strArray(d.allow),
     deny: strArray(d.deny),
     rules,
+    publicPorts: d.public_ports === true,
     bytesOut: num(d.bytes_out),
     bytesIn: num(d.bytes_in),
   };
@@ -421,7 +429,9 @@ export function networkInfoFromJson(d: Json): NetworkInfo {
 export function networkPolicyToJson(p: NetworkPolicy): Json {
   const rules: Record<string, { headers: Record<string, string> }> = {};
   for (const [host, headers] of Object.entries(p.rules ?? {})) rules[host] = { headers: { ...headers } };
-  return { mode: p.mode ?? 'deny', allow: [...(p.allow ?? [])], deny: [...(p.deny ?? [])], rules };
+  const json: Json = { mode: p.mode ?? 'deny', allow: [...(p.allow ?? [])], deny: [...(p.deny ?? [])], rules };
+  if (p.publicPorts !== undefined) json.public_ports = p.publicPorts;
+  return json;
 }
 
 /** Reads a `SandboxInfo` object. */

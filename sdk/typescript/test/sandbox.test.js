@@ -223,6 +223,15 @@ test('the network is denied by default and the policy reads back', async () => {
     },
     { network: { mode: 'allow-all', deny: ['192.0.2.0/24'] } },
   );
+  await withSandbox(
+    async (sbx) => {
+      assert.equal(sbx.info.network.publicPorts, true);
+      // Left out of an update: unchanged; named: set.
+      assert.equal((await sbx.setNetwork({ mode: 'deny' })).publicPorts, true);
+      assert.equal((await sbx.setNetwork({ publicPorts: false })).publicPorts, false);
+    },
+    { network: { publicPorts: true } },
+  );
 });
 
 test('expose gives a preview URL and the port answers through the API', async () => {

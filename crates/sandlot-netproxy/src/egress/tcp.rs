@@ -228,7 +228,7 @@ mod tests {
         let shared = Arc::new(EgressShared {
             overrides: HashMap::new(),
             host_nets: Default::default(),
-            dialer: Arc::new(TcpDialer { loopback_only: true }),
+            dialer: Arc::new(TcpDialer::new(true)),
             gateway: Ipv4Addr::new(10, 0, 0, 1),
             broker: None,
             // Another sandbox holds the server's only place.

@@ -26,16 +26,24 @@ pub(super) struct NetworkArgs {
     /// this shell's environment (keeps it out of `ps` and shell history). HOST is allowed too.
     #[arg(long, value_name = "HOST:HEADER=VALUE", value_parser = parse_injection)]
     pub(super) inject: Vec<(String, String, String)>,
+    /// Let anyone who has a port's URL reach the sandbox's servers without the port's token or a key
+    /// (inbound; by default every request to a port needs one). For demos and webhooks you mean to
+    /// be public.
+    #[arg(long)]
+    pub(super) public_ports: bool,
 }
 
 impl NetworkArgs {
     /// The policy these flags describe; `None` when none is given (the server's default: deny).
     pub(super) fn spec(&self) -> anyhow::Result<Option<NetworkSpec>> {
-        if self.allow.is_empty() && !self.allow_all && self.deny.is_empty() && self.inject.is_empty() {
+        let egress = !self.allow.is_empty() || self.allow_all || !self.deny.is_empty() || !self.inject.is_empty();
+        if !egress && !self.public_ports {
             return Ok(None);
         }
         let mode = if self.allow_all {
             Mode::AllowAll
+        } else if !egress {
+            Mode::Deny
         } else if self.allow.is_empty() && self.inject.is_empty() {
             bail!("--deny narrows --allow or --allow-all; on its own it would refuse everything (that is --deny-all)")
         } else {
@@ -54,7 +62,8 @@ impl NetworkArgs {
                 allow.push(host.clone());
             }
         }
-        Ok(Some(NetworkSpec { mode, allow, deny: self.deny.clone(), rules }))
+        let public_ports = self.public_ports.then_some(true);
+        Ok(Some(NetworkSpec { mode, allow, deny: self.deny.clone(), rules, public_ports }))
     }
 }
 

@@ -140,6 +140,13 @@ pub struct ServeArgs {
     /// (repeatable): private PKIs, and test servers.
     #[arg(long = "extra-ca", value_name = "FILE")]
     pub extra_ca: Vec<PathBuf>,
+    /// CA certificate (PEM) every sandbox trusts besides the system roots and sandlot's egress CA
+    /// (repeatable): a private PKI's root, so code inside reaches internal HTTPS services. Added to
+    /// the trust bundles of each image root as it is made (roots made before keep what they had) and
+    /// of the `host` image at every start; only the certificates of FILE are copied, never anything
+    /// else in it.
+    #[arg(long = "sandbox-ca", value_name = "FILE")]
+    pub sandbox_ca: Vec<PathBuf>,
     /// Allow plain HTTP to this image registry, `HOST:PORT` (repeatable). Every other registry is
     /// HTTPS only; `--extra-ca` certificates are trusted for registries too.
     #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
@@ -261,6 +268,11 @@ pub struct ServeArgs {
     /// TESTING ONLY: the network proxy refuses to dial anything outside loopback (and logs it as a bug).
     #[arg(long, hide = true)]
     pub test_loopback_only: bool,
+    /// TESTING ONLY (with --test-loopback-only): a connection the policy allowed to FROM is dialled to
+    /// TO (a loopback address; same port), so a suite can stand local servers in for internet
+    /// addresses such as 1.1.1.1 (repeatable).
+    #[arg(long = "test-dial-redirect", value_name = "FROM=TO", hide = true)]
+    pub test_dial_redirect: Vec<String>,
     /// TESTING ONLY: switch off a defence layer (seccomp, landlock) for every sandbox, so the escape
     /// suite can show what each remaining layer stops on its own. Never use in production.
     #[arg(long = "insecure-disable-layer", value_name = "LAYER", hide = true)]
@@ -521,9 +533,11 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
         resolve: parse_resolve(&args.resolve)?,
         extra_ca: args.extra_ca.clone(),
         loopback_only: args.test_loopback_only,
+        test_redirect: parse_redirect(&args.test_dial_redirect, args.test_loopback_only)?,
         fd_limit,
     };
-    let (net, ca_pem) = sandlot_engine::network::shared(&settings, sandlot_engine::linux::host_networks())?;
+    let (net, egress_ca_pem) = sandlot_engine::network::shared(&settings, sandlot_engine::linux::host_networks())?;
+    let ca_pem = egress_ca_pem + &sandbox_cas(&args.sandbox_ca)?;
     tracing::info!("proxied connections: at most {} open, all sandboxes together", net.max_open_total);
     let driver = LinuxDriver::new(LinuxConfig {
         state_dir: state_dir.clone(),
@@ -675,6 +689,56 @@ fn parse_overcommit(s: &str) -> Result<f64, String> {
     Ok(r)
 }
 
+/// The certificates of the `--sandbox-ca` files as PEM, each re-encoded from its DER, so nothing else a
+/// file holds (a private key put there by mistake) reaches a sandbox.
+fn sandbox_cas(files: &[PathBuf]) -> anyhow::Result<String> {
+    use base64::Engine;
+    use rustls_pki_types::pem::PemObject;
+    let mut out = String::new();
+    for file in files {
+        let certs: Vec<rustls_pki_types::CertificateDer<'static>> =
+            rustls_pki_types::CertificateDer::pem_file_iter(file)
+                .and_then(|certs| certs.collect::<Result<_, _>>())
+                .with_context(|| format!("--sandbox-ca {}: expected PEM certificates", file.display()))?;
+        if certs.is_empty() {
+            bail!(
+                "--sandbox-ca {}: no certificate in it (expected -----BEGIN CERTIFICATE----- blocks)",
+                file.display()
+            );
+        }
+        for cert in certs {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
+            out.push_str("\n-----BEGIN CERTIFICATE-----\n");
+            for line in b64.as_bytes().chunks(64) {
+                out.push_str(std::str::from_utf8(line).expect("base64 is ascii"));
+                out.push('\n');
+            }
+            out.push_str("-----END CERTIFICATE-----\n");
+        }
+    }
+    Ok(out)
+}
+
+/// `FROM=TO` pairs of `--test-dial-redirect`: TO on loopback, and only beside `--test-loopback-only`.
+fn parse_redirect(
+    pairs: &[String],
+    loopback_only: bool,
+) -> anyhow::Result<std::collections::HashMap<std::net::IpAddr, std::net::IpAddr>> {
+    if !pairs.is_empty() && !loopback_only {
+        bail!("--test-dial-redirect is for test suites and needs --test-loopback-only");
+    }
+    let mut out = std::collections::HashMap::new();
+    for p in pairs {
+        let parsed = p.split_once('=').and_then(|(from, to)| Some((from.parse().ok()?, to.parse().ok()?)));
+        let Some((from, to)) = parsed else { bail!("--test-dial-redirect {p:?}: expected FROM=TO, two IP addresses") };
+        if !std::net::IpAddr::is_loopback(&to) {
+            bail!("--test-dial-redirect {p:?}: {to} is not a loopback address");
+        }
+        out.insert(from, to);
+    }
+    Ok(out)
+}
+
 /// `NAME=IP` pairs of `--resolve`.
 fn parse_resolve(pairs: &[String]) -> anyhow::Result<std::collections::HashMap<String, Vec<std::net::IpAddr>>> {
     let mut map: std::collections::HashMap<String, Vec<std::net::IpAddr>> = Default::default();
@@ -782,4 +846,38 @@ fn router(app: AppState) -> Router {
         // Outside even that: every request's latency, by the route template the inner layer found.
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&app.http_metrics), metrics::observe))
         .with_state(app)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_cas_copy_the_certificates_and_nothing_else_of_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = sandlot_netproxy::broker::Ca::load_or_create(&dir.path().join("ca")).unwrap();
+        let key = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIKeyKeyKeyKeyKeyKeyKeyKeyKeyKeyKeyKeyKeyKeyK\n-----END PRIVATE KEY-----\n";
+        let file = dir.path().join("bundle.pem");
+        std::fs::write(&file, format!("{}{key}", ca.cert_pem())).unwrap();
+        let pem = sandbox_cas(std::slice::from_ref(&file)).unwrap();
+        assert_eq!(pem.matches("BEGIN CERTIFICATE").count(), 1, "{pem}");
+        assert!(!pem.contains("PRIVATE KEY"), "{pem}");
+        let squash = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+        assert_eq!(squash(&pem), squash(ca.cert_pem()));
+
+        let only_key = dir.path().join("key.pem");
+        std::fs::write(&only_key, key).unwrap();
+        let err = sandbox_cas(&[only_key]).unwrap_err().to_string();
+        assert!(err.contains("no certificate"), "{err}");
+        assert!(sandbox_cas(&[dir.path().join("missing.pem")]).is_err());
+    }
+
+    #[test]
+    fn dial_redirects_go_to_loopback_and_only_in_test_mode() {
+        let m = parse_redirect(&["1.1.1.1=127.0.0.9".into()], true).unwrap();
+        assert_eq!(m[&"1.1.1.1".parse().unwrap()], "127.0.0.9".parse::<std::net::IpAddr>().unwrap());
+        assert!(parse_redirect(&["1.1.1.1=127.0.0.9".into()], false).is_err());
+        assert!(parse_redirect(&["1.1.1.1=10.0.0.1".into()], true).is_err());
+        assert!(parse_redirect(&["1.1.1.1".into()], true).is_err());
+    }
 }

@@ -187,3 +187,51 @@ fn a_failing_start_command_is_audited_and_the_sandbox_runs() {
     assert!(failed["logs"].as_str().unwrap().contains("/logs"), "{failed}");
     sb.delete().unwrap();
 }
+
+/// `sandlot.start.user` runs the start command as the user it names (here the sandbox's root, while
+/// the image's user stays `user` for everything else), audited as such; a value other than `user` or
+/// `root` starts nothing and says why.
+#[test]
+fn the_start_user_label_names_who_runs_the_start_command() {
+    let server = Server::start();
+    import_debian(&server);
+    let build = |name: &str, user: &str| {
+        let ctx = tempfile::tempdir().unwrap();
+        let dockerfile = format!(
+            "FROM debian:bookworm\nUSER user\nLABEL sandlot.start=\"id -u > /tmp/start-uid; exec sleep 600\"\n\
+             LABEL sandlot.start.user=\"{user}\"\n"
+        );
+        std::fs::write(ctx.path().join("Dockerfile"), dockerfile).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+            .args(["image", "build", "-t", name, ctx.path().to_str().unwrap()])
+            .env("SANDLOT_URL", server.url())
+            .env("SANDLOT_API_KEY", server.admin_key())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    build("start-as-root", "root");
+    build("start-as-nobody", "nobody");
+
+    let sb = server.create(&CreateSandbox { image: Some("start-as-root".into()), ..Default::default() });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sb.shell("test -s /tmp/start-uid").unwrap().exit_code != 0 {
+        assert!(Instant::now() < deadline, "the start command wrote nothing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(sb.shell("cat /tmp/start-uid").unwrap().stdout, "0\n");
+    assert_eq!(sb.shell("id -u").unwrap().stdout, "1000\n", "other commands still run as the image's user");
+    let audit = audit_actions(&server, sb.id());
+    let start = audit.iter().find(|(a, _)| a == "sandbox.start_command").unwrap_or_else(|| panic!("{audit:?}"));
+    assert_eq!(start.1["user"], "root", "{audit:?}");
+    sb.delete().unwrap();
+
+    let sb = server.create(&CreateSandbox { image: Some("start-as-nobody".into()), ..Default::default() });
+    let audit = audit_actions(&server, sb.id());
+    let failed = audit.iter().find(|(a, _)| a == "sandbox.start_command_failed").unwrap_or_else(|| panic!("{audit:?}"));
+    let reason = failed.1["reason"].as_str().unwrap();
+    assert!(reason.contains("sandlot.start.user") && reason.contains("\"nobody\""), "{reason}");
+    assert!(!audit.iter().any(|(a, _)| a == "sandbox.start_command"), "{audit:?}");
+    assert_eq!(sb.shell("test -e /tmp/start-uid").unwrap().exit_code, 1);
+    sb.delete().unwrap();
+}

@@ -80,9 +80,16 @@ pub fn sandbox_caller(app: &AppState, id: &str, headers: &HeaderMap) -> Result<C
 
 /// The caller of a request to one of sandbox `id`'s ports (not envd): its traffic token
 /// (`E2B-Traffic-Access-Token`), else what [`sandbox_caller`] takes (access token, API key).
+/// A request with none of them reaches a sandbox made with `allowPublicTraffic: true`, as E2B's does.
 pub fn port_caller(app: &AppState, id: &str, headers: &HeaderMap) -> Result<Caller, super::envd::ConnectError> {
     if let Some(token) = headers.get(TRAFFIC_TOKEN_HEADER).and_then(|v| v.to_str().ok()) {
         return Ok(app.control.traffic_caller(id, token.trim())?);
+    }
+    let credentials = [ACCESS_TOKEN_HEADER, API_KEY_HEADER].iter().any(|h| headers.contains_key(*h));
+    if !credentials {
+        if let Ok(caller) = app.control.public_port_caller(id) {
+            return Ok(caller);
+        }
     }
     sandbox_caller(app, id, headers)
 }

@@ -106,10 +106,10 @@ fn unsupported(other: &BTreeMap<String, serde_json::Value>, fields: &[(&str, &st
     Ok(())
 }
 
-/// sandlot's egress policy for E2B's `allow_internet_access` and `network`. Unlike E2B's cloud, the
-/// internet is closed unless the request opens it (`allow_internet_access: true`): sandlot denies by
-/// default on every surface, and a client that wants the internet says so (the SDKs send the flag when
-/// it is given). `allowOut` names the only destinations while the internet is closed (or `denyOut`
+/// sandlot's egress policy for E2B's `allow_internet_access` and `network`. The internet is closed
+/// unless the request opens it (`allow_internet_access: true`): sandlot denies by default on every
+/// surface. The E2B SDKs send `true` unless told otherwise, so their users get the internet as on
+/// E2B's cloud; a bare request does not. `allowOut` names the only destinations while the internet is closed (or `denyOut`
 /// closes it with `0.0.0.0/0`), as E2B's allow-over-deny rule has it; sandlot's always-deny list holds
 /// either way; per-host header transforms go to the credential broker.
 pub(super) fn network_spec(
@@ -149,7 +149,8 @@ pub(super) fn network_spec(
         (false, _) => Mode::AllowAll,
     };
     let allow = if mode == Mode::Allowlist { allow } else { Vec::new() };
-    Ok(NetworkSpec { mode, allow, deny, rules })
+    // Public ports only when asked for: E2B's default is public, sandlot's is a token on every port.
+    Ok(NetworkSpec { mode, allow, deny, rules, public_ports: net.allow_public_traffic })
 }
 
 /// The answer to a create, connect or fork.
@@ -239,13 +240,6 @@ pub async fn create(
             ("iam", "sandlot issues no workload identity tokens; broker credentials with network.rules"),
         ],
     )?;
-    if req.network.as_ref().and_then(|n| n.allow_public_traffic) == Some(true) {
-        return Err(E2bApiError::new(
-            StatusCode::BAD_REQUEST,
-            "`allowPublicTraffic` is not supported yet: every request to a sandbox port needs its access \
-             token or your API key; leave it out",
-        ));
-    }
     let template = req.template_id.clone().unwrap_or_else(|| BASE_TEMPLATE.into());
     let (image, snapshot) = match origin(&app, &caller, &template)? {
         Origin::Image(image) => (image, None),
@@ -610,8 +604,16 @@ pub async fn set_network(
     ApiPath(id): ApiPath<String>,
     Json(req): Json<NetworkConfig>,
 ) -> Result<impl IntoResponse, E2bApiError> {
-    let spec = network_spec(req.allow_internet_access, Some(&req))?;
-    app.control.set_network(&caller, &sandbox_id(&id)?, spec).await?;
+    let id = sandbox_id(&id)?;
+    // An update replaces the rules; one that leaves `allow_internet_access` out keeps the internet as
+    // open as it is (E2B's default is open, sandlot's closed: an update never opens a closed or
+    // allowlisted sandbox unless it says `allow_internet_access: true`).
+    let open = match req.allow_internet_access {
+        Some(open) => open,
+        None => app.control.get(&caller, &id)?.network.mode == Mode::AllowAll,
+    };
+    let spec = network_spec(Some(open), Some(&req))?;
+    app.control.set_network(&caller, &id, spec).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

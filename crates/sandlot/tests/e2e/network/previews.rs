@@ -88,6 +88,37 @@ fn exposed_port_is_an_origin_of_its_own_reachable_with_its_token_or_the_key_only
     assert_eq!(closed.status, 502, "{closed:?}");
 }
 
+/// `network.public_ports: true` is the explicit opening of a sandbox's ports: a request with no token
+/// and no key reaches its server (by host and by path), while a sandbox made without it still answers
+/// such a request 404. A `PATCH` of the network that leaves the field out keeps it, one that sets it
+/// `false` closes the ports again; `GET` reports it.
+#[test]
+fn public_ports_need_no_token_only_when_asked_for_and_a_patch_keeps_them() {
+    use super::{net, with_net};
+    let srv = server(&[], &[]);
+    let client = srv.client();
+    let public = with_net(&client, net(r#"{"public_ports": true}"#));
+    let private = srv.sandbox();
+    for sb in [&public, &private] {
+        sb.write_file("/home/user/srv.py", COOKIE_SERVER.as_bytes()).unwrap();
+        sb.spawn(&sh("exec python3 /home/user/srv.py")).unwrap();
+    }
+    assert!(public.info().unwrap().network.public_ports);
+    assert!(!private.info().unwrap().network.public_ports);
+    let host_of = |sb: &sandlot_client::Sandbox| format!("8000-{}.localhost:{}", sb.id(), srv.port());
+    let open = get_preview(&srv, "/", &[("host", &host_of(&public))]);
+    assert_eq!((open.status, open.body.as_str()), (200, "cookie="), "{open:?}");
+    let closed = get_preview(&srv, "/", &[("host", &host_of(&private))]);
+    assert_eq!(closed.status, 404, "{closed:?}");
+    // The network replaced without naming public_ports: still public.
+    public.set_network(&net(r#"{"mode": "deny"}"#)).unwrap();
+    assert!(public.info().unwrap().network.public_ports);
+    assert_eq!(get_preview(&srv, "/", &[("host", &host_of(&public))]).status, 200);
+    public.set_network(&net(r#"{"mode": "deny", "public_ports": false}"#)).unwrap();
+    assert!(!public.info().unwrap().network.public_ports);
+    assert_eq!(get_preview(&srv, "/", &[("host", &host_of(&public))]).status, 404);
+}
+
 /// With host routing off (`--preview-domain=`, as on a non-loopback listener without a domain), a
 /// preview shares the API's origin, so a token-admitted response is sandboxed by CSP (an opaque origin
 /// that can read nothing of the API's) and the sandbox's cookies are dropped; the owner's key gets the
