@@ -26,6 +26,8 @@ pub struct BuildImage {
     pub cpu: Option<f64>,
     /// Wall-clock limit of each `RUN` step, seconds.
     pub timeout_s: Option<u64>,
+    /// Store the image for every tenant (admin keys only), as `pull`/`import` with `public` do.
+    pub public: bool,
 }
 
 /// One line of the NDJSON stream of a build.

@@ -85,6 +85,9 @@ impl Client {
         if let Some(f) = &request.file {
             pairs.push(("file", f.clone()));
         }
+        if request.public {
+            pairs.push(("public", "true".into()));
+        }
         if request.no_cache {
             pairs.push(("no_cache", "true".into()));
         }

@@ -35,7 +35,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::charges::ImageUpload;
-use crate::images::{check_name, info, HOST_IMAGE};
+use crate::images::{check_name, check_publish, info, HOST_IMAGE};
 use crate::plan::{new_record, Plan};
 use crate::{Caller, Control, Error, Kind, Result};
 
@@ -275,6 +275,7 @@ impl Control {
     ) -> std::result::Result<ImageInfo, BuildFailure> {
         let images = self.images()?;
         check_name(&req.name)?;
+        check_publish(caller, req.public)?;
         let t0 = std::time::Instant::now();
         // Checked before anything runs: a bad limit or allow entry fails the build at once.
         let limits = self.limits(&CreateSandbox {
@@ -475,7 +476,7 @@ impl Control {
                 }
             })
         };
-        let stored = self.store_image(caller, &req.name, None, image, false, &tx, &mut upload.charge).await;
+        let stored = self.store_image(caller, &req.name, None, image, req.public, &tx, &mut upload.charge).await;
         drop(tx);
         let _ = forward.await;
         let row = stored?;

@@ -201,7 +201,7 @@ fn image_owner(caller: &Caller, public: bool) -> &str {
     }
 }
 
-fn check_publish(caller: &Caller, public: bool) -> Result<()> {
+pub(crate) fn check_publish(caller: &Caller, public: bool) -> Result<()> {
     if public && !caller.admin {
         return Err(Error::new(Kind::Forbidden, "only an admin key may publish an image to every tenant"));
     }
@@ -541,13 +541,15 @@ impl Control {
     }
 
     /// Admits a build before its context is read: one of the tenant's build places, and every byte of
-    /// the context and of the layers the build writes charged to its image quota.
-    pub fn begin_build(&self, caller: &Caller, name: &str) -> Result<ImageUpload> {
+    /// the context and of the layers the build writes charged to its image quota. A `public` build
+    /// (admin keys only, refused here before a byte is read) is charged as a public import is.
+    pub fn begin_build(&self, caller: &Caller, name: &str, public: bool) -> Result<ImageUpload> {
         let images = self.images()?;
         check_name(name)?;
+        check_publish(caller, public)?;
         let slot = images.charges.begin_build(&caller.tenant)?;
-        let room = self.image_room(&caller.tenant, name)?;
-        let charge = images.charges.charge(&caller.tenant);
+        let room = if public { u64::MAX } else { self.image_room(&caller.tenant, name)? };
+        let charge = images.charges.charge(image_owner(caller, public));
         Ok(ImageUpload::new(None, Some(slot), charge, room, images.max_import_bytes, &images.spool))
     }
 

@@ -71,6 +71,9 @@ pub struct BuildArgs {
     /// Time limit of each RUN step, seconds.
     #[arg(long)]
     timeout_s: Option<u64>,
+    /// Publish it to every tenant (admin key only).
+    #[arg(long)]
+    public: bool,
     /// Print the build's events as JSON lines.
     #[arg(long)]
     json: bool,
@@ -232,6 +235,7 @@ pub(super) fn build(args: BuildArgs) -> anyhow::Result<i32> {
         memory_mb: args.memory_mb,
         cpu: args.cpu,
         timeout_s: args.timeout_s,
+        public: args.public,
     };
     let stream = client.build_image(tar, &request).doing("building the image")?;
     let mut stderr = io::stderr().lock();

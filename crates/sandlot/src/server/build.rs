@@ -32,6 +32,7 @@ fn options(pairs: Vec<(String, String)>) -> Result<BuildImage, ApiError> {
             "name" => name = Some(v),
             "file" => req.file = Some(v),
             "no_cache" => req.no_cache = bool_of(&k, &v)?,
+            "public" => req.public = bool_of(&k, &v)?,
             "allow" => req.allow.push(v),
             "build_arg" => {
                 let (a, b) = v
@@ -46,7 +47,7 @@ fn options(pairs: Vec<(String, String)>) -> Result<BuildImage, ApiError> {
             }
             _ => {
                 return Err(ApiError::invalid(format!(
-                    "unknown query parameter {k:?}; known: name, file, no_cache, allow, build_arg, memory_mb, cpu, timeout_s"
+                    "unknown query parameter {k:?}; known: name, file, no_cache, public, allow, build_arg, memory_mb, cpu, timeout_s"
                 )))
             }
         }
@@ -79,7 +80,7 @@ pub async fn build(
 ) -> Result<Response, ApiError> {
     let req = options(pairs)?;
     // Admitted (one of the tenant's builds, its quota, the server's spool budget) before a byte is read.
-    let mut upload = app.control.begin_build(&caller, &req.name)?;
+    let mut upload = app.control.begin_build(&caller, &req.name, req.public)?;
     let context = spool(&app, body, &mut upload).await?;
     let control = std::sync::Arc::clone(&app.control);
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();

@@ -318,6 +318,25 @@ fn tenants_building_the_same_dockerfile_never_share_a_steps_files() {
     assert_ne!(seen[0], seen[1], "the two builds' first RUN wrote the same bytes; the test proves nothing");
 }
 
+/// `public`: an admin's build is every tenant's image (what E2B template names resolve to), a
+/// tenant's own key may not publish one (403, nothing built).
+#[test]
+fn an_admin_build_may_be_public_and_a_tenant_may_not_publish() {
+    let server = Server::start();
+    let admin = server.client();
+    admin.import_image(Cursor::new(busybox_rootfs()), Some("bb"), true).unwrap().wait().unwrap();
+    let dockerfile = context(&[("Dockerfile", "FROM bb\nRUN echo shared > /made\n")]);
+    succeeded(&build(&admin, dockerfile.clone(), &BuildImage { public: true, ..request("shared:1") }));
+    let alice = tenant(&server, "alice");
+    let sb = alice.create(&CreateSandbox { image: Some("shared:1".into()), ..Default::default() }).unwrap();
+    assert_eq!(sb.exec(&sh("cat /made")).unwrap().stdout, "shared\n");
+    sb.delete().unwrap();
+    let refused = alice.build_image(Cursor::new(dockerfile), &BuildImage { public: true, ..request("mine:1") });
+    expect_error(refused.map(|_| ()), 403, "forbidden");
+    let listed: Vec<String> = alice.images().unwrap().into_iter().map(|i| i.name).collect();
+    assert!(listed.contains(&"shared:1".to_string()) && !listed.contains(&"mine:1".to_string()), "{listed:?}");
+}
+
 /// The layers a build writes count against the tenant's image quota as they are written: a `COPY`
 /// past it fails at its line with `limit_reached`, stores no image and leaves no blob of it behind.
 #[test]
