@@ -181,9 +181,10 @@ impl Client {
         Ok(())
     }
 
-    /// A handle to sandbox `id`, without asking the server whether it exists.
+    /// A handle to sandbox `id`, without asking the server whether it exists. An id in E2B's form
+    /// (sandlot's without `sb_`, as the E2B SDKs and `sandlot e2b` show it) names the same sandbox.
     pub fn sandbox(&self, id: impl Into<String>) -> Sandbox {
-        Sandbox::new(self.clone(), id.into())
+        Sandbox::new(self.clone(), native_sandbox_id(id.into()))
     }
 
     /// Reads the audit log (newest first), optionally of one sandbox, at most `limit` records
@@ -284,9 +285,31 @@ pub(crate) fn drain(response: ureq::Response) {
     let _ = io::copy(&mut response.into_reader().take(64 * 1024), &mut io::sink());
 }
 
+/// `sb_…` as given; an E2B-form id (lowercase letters and digits, which no `sb_` id is) with `sb_` put
+/// back; anything else as given, for the server to call not found.
+fn native_sandbox_id(id: String) -> String {
+    if id.starts_with("sb_") {
+        return id;
+    }
+    let e2b_form = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if e2b_form {
+        format!("sb_{id}")
+    } else {
+        id
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_e2b_form_id_names_the_same_sandbox() {
+        assert_eq!(native_sandbox_id("sb_3gxdu2zt03s5cc6qdz7v".into()), "sb_3gxdu2zt03s5cc6qdz7v");
+        assert_eq!(native_sandbox_id("3gxdu2zt03s5cc6qdz7v".into()), "sb_3gxdu2zt03s5cc6qdz7v");
+        assert_eq!(native_sandbox_id("Not-An-Id".into()), "Not-An-Id");
+        assert_eq!(native_sandbox_id(String::new()), "");
+    }
 
     #[test]
     fn trailing_slashes_are_dropped() {
