@@ -337,3 +337,27 @@ fn ndjson_is_selected_by_accept_header() {
     assert_eq!(r.json()["stdout"], "hi\n");
     sb.delete().unwrap();
 }
+
+/// The CLI takes a sandbox id in E2B's form (without `sb_`, as the E2B SDKs print it) for the same
+/// sandbox; an id that is neither form is still not found.
+#[test]
+fn the_cli_takes_an_e2b_form_sandbox_id() {
+    let server = crate::harness::Server::start();
+    let sb = server.sandbox();
+    let cli = |id: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sandlot"))
+            .args(["sandbox", "exec", id, "--", "echo", "hi"])
+            .env("SANDLOT_URL", server.url())
+            .env("SANDLOT_API_KEY", server.admin_key())
+            .output()
+            .unwrap()
+    };
+    let e2b_id = sb.id().strip_prefix("sb_").unwrap().to_string();
+    let out = cli(&e2b_id);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    let out = cli("NotAnId");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not found"), "{}", String::from_utf8_lossy(&out.stderr));
+    sb.delete().unwrap();
+}
