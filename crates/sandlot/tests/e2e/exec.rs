@@ -342,7 +342,7 @@ fn ndjson_is_selected_by_accept_header() {
 /// sandbox; an id that is neither form is still not found.
 #[test]
 fn the_cli_takes_an_e2b_form_sandbox_id() {
-    let server = crate::harness::Server::start();
+    let server = Server::start();
     let sb = server.sandbox();
     let cli = |id: &str| {
         std::process::Command::new(env!("CARGO_BIN_EXE_sandlot"))
