@@ -21,4 +21,9 @@ pub struct PortInfo {
     pub url: String,
     /// The per-port token (a bearer for this port of this sandbox only).
     pub token: String,
+    /// The same port on the API's own address (`…/v1/sandboxes/{id}/ports/{port}/`), for programs
+    /// that send the owner's API key: HTTP libraries that do not resolve `*.localhost` (Python's
+    /// `requests`, Node's `fetch`) reach it there. No token in it; a browser uses `url`.
+    #[serde(default)]
+    pub api_url: String,
 }

@@ -352,16 +352,19 @@ class SnapshotInfo:
 
 @dataclass(frozen=True)
 class PortInfo:
-    """An exposed sandbox port: ``url`` is its preview URL (the ``token`` in it admits a browser)."""
+    """An exposed sandbox port: ``url`` is its preview URL (the ``token`` in it admits a browser);
+    ``api_url`` is the same port on the API's own address, for programs that send the API key
+    (``requests`` does not resolve ``*.localhost``)."""
 
     port: int
     url: str
     token: str
+    api_url: str = ""
 
     @classmethod
     def from_json(cls, d: JSON) -> PortInfo:
         """Reads a ``PortInfo`` object."""
-        return cls(port=int(d["port"]), url=d["url"], token=d["token"])
+        return cls(port=int(d["port"]), url=d["url"], token=d["token"], api_url=d.get("api_url", ""))
 
 
 @dataclass(frozen=True)

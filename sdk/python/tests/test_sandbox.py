@@ -167,8 +167,9 @@ def test_expose_gives_a_preview_url_and_the_port_answers(server, key, sbx):
     assert port.port == 8000 and port.token
     assert port.url.startswith(f"http://8000-{sbx.id}.localhost:{server.port}/")
     assert f"sandlot_token={port.token}" in port.url
-    # The port through the API's own origin with the owner's key: nothing listens yet.
-    url = f"{server.url}/v1/sandboxes/{sbx.id}/ports/8000/index.html"
+    # The port through the API's own origin with the owner's key (`api_url`): nothing listens yet.
+    assert port.api_url == f"{server.url}/v1/sandboxes/{sbx.id}/ports/8000/"
+    url = port.api_url + "index.html"
     auth = {"Authorization": f"Bearer {key}"}
     r = httpx.get(url, headers=auth, timeout=60)
     err = sandlot.errors.error_from_response(r.status_code, r.content)

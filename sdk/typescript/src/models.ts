@@ -287,6 +287,11 @@ export interface PortInfo {
   url: string;
   /** Token that admits a browser. */
   token: string;
+  /**
+   * The same port on the API's own address, for programs that send the API key (Node's `fetch`
+   * does not resolve `*.localhost`).
+   */
+  apiUrl: string;
 }
 
 /** One layer of an image: its blob's digest and size. */
@@ -529,7 +534,7 @@ export function snapshotInfoFromJson(d: Json): SnapshotInfo {
 
 /** Reads a `PortInfo` object. */
 export function portInfoFromJson(d: Json): PortInfo {
-  return { port: num(d.port), url: str(d.url), token: str(d.token) };
+  return { port: num(d.port), url: str(d.url), token: str(d.token), apiUrl: str(d.api_url) };
 }
 
 /** Reads an image object. */

@@ -241,7 +241,8 @@ test('expose gives a preview URL and the port answers through the API', async ()
     assert.ok(port.token);
     assert.ok(port.url.startsWith(`http://8000-${sbx.id}.localhost:${server.port}/`), port.url);
     assert.ok(port.url.includes(`sandlot_token=${port.token}`));
-    // The port through the API's own origin with the owner's key: nothing listens yet.
+    // The port through the API's own origin with the owner's key (`apiUrl`): nothing listens yet.
+    assert.equal(port.apiUrl, `${server.url}/v1/sandboxes/${sbx.id}/ports/8000/`);
     const page = `/v1/sandboxes/${sbx.id}/ports/8000/index.html`;
     const err = await client.request('GET', page).catch((e) => e);
     assert.ok(err instanceof sandlot.PortUnreachableError, String(err));

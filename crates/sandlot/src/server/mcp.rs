@@ -119,8 +119,7 @@ impl SandboxBackend for ControlBackend {
 
     async fn expose_port(&self, id: String, port: u16) -> ToolResult<PortInfo> {
         let token = self.app.control.expose(&self.caller, &id, port).await.map_err(tool_error)?.token;
-        let url = super::ports::preview_url(&self.app, &self.headers, &id, port, &token);
-        Ok(PortInfo { port, url, token })
+        Ok(super::ports::port_info(&self.app, &self.headers, &id, port, token))
     }
 
     async fn interpreter_execute(

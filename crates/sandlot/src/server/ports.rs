@@ -39,18 +39,25 @@ pub async fn expose(
     ApiJson(req): ApiJson<ExposePort>,
 ) -> Result<impl IntoResponse, ApiError> {
     let token = app.control.expose(&caller, &id, req.port).await?.token;
-    let url = preview_url(&app, &headers, &id, req.port, &token);
-    Ok((StatusCode::CREATED, Json(PortInfo { port: req.port, url, token })))
+    Ok((StatusCode::CREATED, Json(port_info(&app, &headers, &id, req.port, token))))
 }
 
-/// The preview URL of `port` of sandbox `id` with its token, as seen by the client that sent `headers`
-/// (its `Host` gives the server's address and port).
-pub(super) fn preview_url(app: &AppState, headers: &axum::http::HeaderMap, id: &str, port: u16, token: &str) -> String {
+/// Port `port` of sandbox `id` as the client that sent `headers` reaches it (its `Host` gives the
+/// server's address and port): the preview URL with its token, and the path form for a key holder.
+pub(super) fn port_info(app: &AppState, headers: &axum::http::HeaderMap, id: &str, port: u16, token: String) -> PortInfo {
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .map(str::to_string)
         .unwrap_or_else(|| app.listen.to_string());
+    let url = preview_url(app, &host, id, port, &token);
+    let api_url = format!("http://{host}/v1/sandboxes/{id}/ports/{port}/");
+    PortInfo { port, url, token, api_url }
+}
+
+/// The preview URL of `port` of sandbox `id` with its token, for a client that reached this server as
+/// `host`.
+fn preview_url(app: &AppState, host: &str, id: &str, port: u16, token: &str) -> String {
     match app.preview_domain() {
         Some(domain) => {
             // The port the client reached this server on, kept in the preview URL.
