@@ -103,6 +103,7 @@ impl Hardening {
         let keep: &[u32] = if uid == 0 { &ROOT_CAPS } else { &[] };
         // SAFETY: raw syscalls on prepared data; this is a single-threaded child between fork and exec.
         unsafe {
+            reset_signals();
             // Into the command leaf of the sandbox's cgroup ("0" = the writing process), while still
             // the sandbox's root: the leaf's limits, not the supervisor's headroom, apply from here on.
             for fd in &self.work_cgroup_fds {
@@ -156,5 +157,29 @@ impl Hardening {
             }
         }
         Ok(())
+    }
+}
+
+/// Gives the command the signal state a process started by `docker exec` (or a login) has: nothing
+/// blocked, nothing ignored. Both survive exec: the supervisor's threads block SIGCHLD (its reaper
+/// waits for it), and the daemon may have been started with signals ignored (a shell's background
+/// job ignores SIGQUIT). dash's `wait` suspends with the mask it started with, so a SIGCHLD blocked
+/// there left `sleep 1 & wait` waiting for ever. Handlers need no reset: exec resets them.
+///
+/// # Safety
+/// Call only between fork and exec (it changes the process's signal dispositions).
+unsafe fn reset_signals() {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset; sigprocmask and signal are
+    // async-signal-safe and act on this process alone.
+    unsafe {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        for sig in 1..=libc::SIGRTMAX() {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                // glibc's own real-time signals refuse the change (EINVAL): nothing to reset there.
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
     }
 }
