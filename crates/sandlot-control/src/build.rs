@@ -333,6 +333,9 @@ impl Control {
         };
         let mut vars = Vars::new(req.build_args.clone());
         let mut state: Option<State> = None;
+        // Which paths of the image so far are directories: read from its layers the first time a
+        // `COPY` needs it (a destination without a trailing `/`), then kept up with the layers after.
+        let mut dirs = DirIndex::default();
         let mut cmd_set_here = false;
         let mut sandboxes = 0u32;
         let allow = serde_json::to_string(&req.allow).expect("serialisable");
@@ -361,7 +364,10 @@ impl Control {
                 Instruction::From { .. } => unreachable!("the parser refuses a second FROM"),
                 Instruction::Arg { .. } => {}
                 Instruction::Env(pairs) => pairs.iter().for_each(|(k, v)| set_env(c, k, v)),
-                Instruction::Workdir(w) => c.working_dir = Some(w),
+                Instruction::Workdir(w) => {
+                    dirs.workdirs.push(w.clone());
+                    c.working_dir = Some(w)
+                }
                 Instruction::User(u) => c.user = Some(u),
                 Instruction::Label(pairs) => c.labels.extend(pairs),
                 Instruction::Cmd(cmd) => {
@@ -380,7 +386,15 @@ impl Control {
                     c.exposed_ports.sort();
                     c.exposed_ports.dedup();
                 }
-                Instruction::Copy { sources, dest, chown, .. } => {
+                Instruction::Copy { sources, mut dest, chown, .. } => {
+                    // Docker's rule: an existing directory receives the file inside it, as a
+                    // destination ending in `/` does (`WORKDIR /app` + `COPY requirements.txt /app`).
+                    if !dest.ends_with('/') {
+                        dirs = dirs.caught_up(Arc::clone(images.blobs()), &st.image.layers).await.map_err(|e| at_line(line, e))?;
+                        if dirs.known.is_dir(&dest) {
+                            dest.push('/');
+                        }
+                    }
                     let left = upload.room.saturating_sub(images.charges.held(&caller.tenant));
                     let max = self.max_import_bytes().min(left);
                     let (blobs, ctx) = (Arc::clone(images.blobs()), Arc::clone(&context));
@@ -821,5 +835,39 @@ mod tests {
         let parsed = manifest::parse_config(&a).unwrap();
         assert_eq!(parsed.config.exposed_ports, ["80/tcp"]);
         assert_eq!(parsed.config.cmd, image.config.cmd);
+    }
+}
+
+/// The directories of an image being built (`LayerDirs`), with how many of its layers are applied
+/// and the `WORKDIR`s set so far (made when a step first needs them, so in no layer yet).
+#[derive(Default)]
+struct DirIndex {
+    known: sandlot_oci::layer_dirs::LayerDirs,
+    applied: usize,
+    workdirs: Vec<String>,
+}
+
+impl DirIndex {
+    /// The index with every layer of `layers` applied (reading only those it had not seen) and the
+    /// `WORKDIR`s on top.
+    async fn caught_up(
+        mut self,
+        blobs: Arc<sandlot_oci::BlobStore>,
+        layers: &[sandlot_oci::image::Layer],
+    ) -> Result<DirIndex> {
+        let pending: Vec<sandlot_oci::Digest> = layers.iter().skip(self.applied).map(|l| l.digest.clone()).collect();
+        tokio::task::spawn_blocking(move || {
+            for digest in pending {
+                let blob = blobs.open_blob(&digest).map_err(|e| Error::internal(format!("layer {digest}: {e}")))?;
+                self.known.apply(blob).map_err(|e| Error::invalid(format!("layer {digest} is not a tar this build can read: {e}")))?;
+                self.applied += 1;
+            }
+            for w in &self.workdirs {
+                self.known.add_dir(w);
+            }
+            Ok(self)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("reading the image's layers: {e}")))?
     }
 }

@@ -112,7 +112,7 @@ pub fn import_dir(path: &Path, store: &BlobStore, max_bytes: u64) -> Result<Vec<
 }
 
 /// Reads the first bytes, then returns a reader that decompresses gzip or zstd (or passes a tar).
-fn decompressing<'a>(mut r: impl Read + 'a) -> Result<Box<dyn Read + 'a>, ImportError> {
+pub(crate) fn decompressing<'a>(mut r: impl Read + 'a) -> Result<Box<dyn Read + 'a>, ImportError> {
     let mut head = Vec::with_capacity(4);
     (&mut r).take(4).read_to_end(&mut head)?;
     let whole = io::Cursor::new(head.clone()).chain(r);

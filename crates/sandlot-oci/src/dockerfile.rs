@@ -362,7 +362,9 @@ impl Vars {
             }
         }
         let mut out = format!("/{}", parts.join("/"));
-        if path.ends_with('/') && out != "/" {
+        // `.` and `..` name directories, as a trailing `/` does (`COPY app.py .` copies into it).
+        let names_a_dir = path.ends_with('/') || path == "." || path == ".." || path.ends_with("/.") || path.ends_with("/..");
+        if names_a_dir && out != "/" {
             out.push('/');
         }
         out
@@ -674,6 +676,17 @@ mod tests {
         );
         assert_eq!(got[2].1, Instruction::Env(vec![("D".into(), "the rest 1".into())]));
         assert_eq!(got[3].1, Instruction::Env(vec![("E".into(), "1x".into())]));
+    }
+
+    #[test]
+    fn a_copy_to_dot_or_dot_dot_goes_into_that_directory() {
+        let text = "FROM busybox\nWORKDIR /srv/app\nCOPY a .\nCOPY b ./\nCOPY c ..\nCOPY d sub/.\nCOPY e name\n";
+        let got = resolve_all(text, &[]).unwrap();
+        let dests: Vec<String> = got
+            .iter()
+            .filter_map(|(_, i)| if let Instruction::Copy { dest, .. } = i { Some(dest.clone()) } else { None })
+            .collect();
+        assert_eq!(dests, ["/srv/app/", "/srv/app/", "/srv/", "/srv/app/sub/", "/srv/app/name"]);
     }
 
     #[test]

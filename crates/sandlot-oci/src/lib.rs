@@ -15,6 +15,7 @@
 //! - [`manifest`]: parsing manifests, indexes and config blobs (size caps, media types, diff_ids).
 //! - [`dockerfile`]: the Dockerfile subset `sandlot image build` takes.
 //! - [`context`]: a build context (a tar) and the layers `COPY`/`ADD` make from it.
+//! - [`layer_dirs`]: which paths of an image's layers are directories (where `COPY` puts a file).
 //! - [`store`]: the blob store ([`BlobStore`]).
 //! - [`archive`]: `docker save` tars, OCI layouts and plain rootfs tars ([`import`]).
 //! - `testing` (feature `testing`): a real `docker-registry` on loopback and test images.
@@ -28,6 +29,7 @@ pub mod context;
 pub mod digest;
 pub mod dockerfile;
 pub mod image;
+pub mod layer_dirs;
 pub mod manifest;
 pub mod platform;
 pub mod reference;

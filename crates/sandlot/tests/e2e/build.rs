@@ -318,6 +318,24 @@ fn tenants_building_the_same_dockerfile_never_share_a_steps_files() {
     assert_ne!(seen[0], seen[1], "the two builds' first RUN wrote the same bytes; the test proves nothing");
 }
 
+/// `COPY` into a directory as Docker does: a destination that is `.`, ends in `/`, or is a directory
+/// the image already has (from its base, a `WORKDIR`, or a link to one) receives the file inside it;
+/// any other destination is the file's new name. The most common Dockerfile (`WORKDIR /app` +
+/// `COPY requirements.txt .` + `RUN`) failed with "WORKDIR /app cannot be made: File exists".
+#[test]
+fn copy_into_an_existing_directory_puts_the_file_inside_it() {
+    let server = Server::start();
+    let c = with_busybox(&server, "alice");
+    let dockerfile = "FROM bb\nWORKDIR /srv/app\nCOPY requirements.txt .\nCOPY app.py /srv/app\n\
+                      COPY tool /etc\nCOPY tool /renamed\nRUN ls /srv/app > /listing && test -f /etc/tool\n";
+    let ctx = context(&[("Dockerfile", dockerfile), ("requirements.txt", "numpy\n"), ("app.py", "print(1)\n"), ("tool", "t\n")]);
+    succeeded(&build(&c, ctx, &request("copy-into:1")));
+    let sb = c.create(&CreateSandbox { image: Some("copy-into:1".into()), ..Default::default() }).unwrap();
+    let r = sb.exec(&sh("cat /listing; cat /srv/app/requirements.txt /etc/tool /renamed; test -d /renamed || echo file")).unwrap();
+    assert_eq!(r.stdout, "app.py\nrequirements.txt\nnumpy\nt\nt\nfile\n", "{r:?}");
+    sb.delete().unwrap();
+}
+
 /// `public`: an admin's build is every tenant's image (what E2B template names resolve to), a
 /// tenant's own key may not publish one (403, nothing built).
 #[test]
