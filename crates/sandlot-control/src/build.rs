@@ -390,7 +390,10 @@ impl Control {
                     // Docker's rule: an existing directory receives the file inside it, as a
                     // destination ending in `/` does (`WORKDIR /app` + `COPY requirements.txt /app`).
                     if !dest.ends_with('/') {
-                        dirs = dirs.caught_up(Arc::clone(images.blobs()), &st.image.layers).await.map_err(|e| at_line(line, e))?;
+                        dirs = dirs
+                            .caught_up(Arc::clone(images.blobs()), &st.image.layers)
+                            .await
+                            .map_err(|e| at_line(line, e))?;
                         if dirs.known.is_dir(&dest) {
                             dest.push('/');
                         }
@@ -859,7 +862,9 @@ impl DirIndex {
         tokio::task::spawn_blocking(move || {
             for digest in pending {
                 let blob = blobs.open_blob(&digest).map_err(|e| Error::internal(format!("layer {digest}: {e}")))?;
-                self.known.apply(blob).map_err(|e| Error::invalid(format!("layer {digest} is not a tar this build can read: {e}")))?;
+                self.known
+                    .apply(blob)
+                    .map_err(|e| Error::invalid(format!("layer {digest} is not a tar this build can read: {e}")))?;
                 self.applied += 1;
             }
             for w in &self.workdirs {

@@ -363,7 +363,8 @@ impl Vars {
         }
         let mut out = format!("/{}", parts.join("/"));
         // `.` and `..` name directories, as a trailing `/` does (`COPY app.py .` copies into it).
-        let names_a_dir = path.ends_with('/') || path == "." || path == ".." || path.ends_with("/.") || path.ends_with("/..");
+        let names_a_dir =
+            path.ends_with('/') || path == "." || path == ".." || path.ends_with("/.") || path.ends_with("/..");
         if names_a_dir && out != "/" {
             out.push('/');
         }

@@ -25,7 +25,8 @@ pub struct LayerDirs {
 impl LayerDirs {
     /// Applies one layer, a tar stream (plain, gzip or zstd: sniffed), over what is known so far.
     pub fn apply(&mut self, layer: impl Read) -> io::Result<()> {
-        let reader = crate::archive::decompressing(layer).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        let reader = crate::archive::decompressing(layer)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
         let mut archive = tar::Archive::new(reader);
         for entry in archive.entries()? {
             let entry = entry?;
@@ -53,8 +54,8 @@ impl LayerDirs {
                 self.links.remove(&path);
                 self.dirs.insert(path);
             } else if kind.is_symlink() {
-                if let Ok(Some(target)) = entry.link_name_bytes().map(|t| t.map(|t| String::from_utf8_lossy(&t).into_owned())) {
-                    self.links.insert(path, target);
+                if let Some(target) = entry.link_name_bytes() {
+                    self.links.insert(path, String::from_utf8_lossy(&target).into_owned());
                 }
             }
         }
@@ -81,7 +82,7 @@ impl LayerDirs {
         for _ in 0..MAX_LINKS {
             match self.resolve_once(&p) {
                 Some(next) if next != p => p = next,
-                Some(_) => return self.dirs.contains(&p),
+                Some(_) => return p.is_empty() || self.dirs.contains(&p),
                 None => return false,
             }
         }
@@ -95,13 +96,14 @@ impl LayerDirs {
         for i in 1..=parts.len() {
             let prefix = parts[..i].join("/");
             if let Some(target) = self.links.get(&prefix) {
-                let base = if target.starts_with('/') {
-                    String::new()
-                } else {
-                    parts[..i - 1].join("/")
-                };
+                let base = if target.starts_with('/') { String::new() } else { parts[..i - 1].join("/") };
                 let rest = parts[i..].join("/");
-                let joined = [base.as_str(), target.as_str(), rest.as_str()].iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>().join("/");
+                let joined = [base.as_str(), target.as_str(), rest.as_str()]
+                    .iter()
+                    .filter(|s| !s.is_empty())
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("/");
                 return clean(&format!("/{joined}"));
             }
         }
@@ -116,11 +118,17 @@ impl LayerDirs {
 
     fn remove_below(&mut self, dir: &str) {
         let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
-        let doomed: Vec<String> = self.dirs.range(prefix.clone()..).take_while(|d| d.starts_with(&prefix)).cloned().collect();
+        let doomed: Vec<String> =
+            self.dirs.range(prefix.clone()..).take_while(|d| d.starts_with(&prefix)).cloned().collect();
         for d in doomed {
             self.dirs.remove(&d);
         }
-        let doomed: Vec<String> = self.links.range(prefix.clone()..).take_while(|(d, _)| d.starts_with(&prefix)).map(|(d, _)| d.clone()).collect();
+        let doomed: Vec<String> = self
+            .links
+            .range(prefix.clone()..)
+            .take_while(|(d, _)| d.starts_with(&prefix))
+            .map(|(d, _)| d.clone())
+            .collect();
         for d in doomed {
             self.links.remove(&d);
         }
@@ -169,24 +177,24 @@ mod tests {
     fn directories_links_and_whiteouts_are_followed_in_layer_order() {
         use tar::EntryType::{Directory, Regular, Symlink};
         let mut d = LayerDirs::default();
-        d.apply(&layer(&[
-            ("usr/", Directory, None),
-            ("usr/bin/", Directory, None),
-            ("bin", Symlink, Some("usr/bin")),
-            ("opt/", Directory, None),
-            ("opt/tool/", Directory, None),
-            ("etc/", Directory, None),
-            ("etc/passwd", Regular, None),
-        ])[..])
+        d.apply(
+            &layer(&[
+                ("usr/", Directory, None),
+                ("usr/bin/", Directory, None),
+                ("bin", Symlink, Some("usr/bin")),
+                ("opt/", Directory, None),
+                ("opt/tool/", Directory, None),
+                ("etc/", Directory, None),
+                ("etc/passwd", Regular, None),
+            ])[..],
+        )
         .unwrap();
         assert!(d.is_dir("/usr/bin") && d.is_dir("/bin") && d.is_dir("/bin/") && d.is_dir("/"));
         assert!(d.is_dir("/opt/tool") && !d.is_dir("/etc/passwd") && !d.is_dir("/nowhere"));
         // A later layer: a whiteout, an opaque directory, a directory replaced by a file.
-        d.apply(&layer(&[
-            ("opt/.wh.tool", Regular, None),
-            ("usr/.wh..wh..opq", Regular, None),
-            ("etc", Regular, None),
-        ])[..])
+        d.apply(
+            &layer(&[("opt/.wh.tool", Regular, None), ("usr/.wh..wh..opq", Regular, None), ("etc", Regular, None)])[..],
+        )
         .unwrap();
         assert!(!d.is_dir("/opt/tool") && d.is_dir("/opt"));
         assert!(d.is_dir("/usr") && !d.is_dir("/usr/bin") && !d.is_dir("/bin"), "{d:?}");
@@ -199,8 +207,15 @@ mod tests {
     fn a_link_loop_or_a_link_out_of_the_root_is_no_directory() {
         use tar::EntryType::{Directory, Symlink};
         let mut d = LayerDirs::default();
-        d.apply(&layer(&[("a", Symlink, Some("b")), ("b", Symlink, Some("a")), ("up", Symlink, Some("../../..")), ("x/", Directory, None)])[..])
-            .unwrap();
+        d.apply(
+            &layer(&[
+                ("a", Symlink, Some("b")),
+                ("b", Symlink, Some("a")),
+                ("up", Symlink, Some("../../..")),
+                ("x/", Directory, None),
+            ])[..],
+        )
+        .unwrap();
         assert!(!d.is_dir("/a"));
         // `..` never climbs above the root: the link leads to the root, a directory.
         assert!(d.is_dir("/up"));

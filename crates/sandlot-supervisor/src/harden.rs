@@ -175,10 +175,19 @@ unsafe fn reset_signals() {
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        for sig in 1..=libc::SIGRTMAX() {
+        // The kernel's sigaction, not libc's: glibc refuses to touch its own real-time signals (32,
+        // 33), which an ignoring parent leaves ignored all the same.
+        #[repr(C)]
+        struct KernelSigaction {
+            handler: libc::sighandler_t,
+            flags: libc::c_ulong,
+            restorer: usize,
+            mask: u64,
+        }
+        let default = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+        for sig in 1..=64 {
             if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                // glibc's own real-time signals refuse the change (EINVAL): nothing to reset there.
-                libc::signal(sig, libc::SIG_DFL);
+                libc::syscall(libc::SYS_rt_sigaction, sig, &default, std::ptr::null_mut::<KernelSigaction>(), 8usize);
             }
         }
     }

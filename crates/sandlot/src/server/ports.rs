@@ -44,7 +44,13 @@ pub async fn expose(
 
 /// Port `port` of sandbox `id` as the client that sent `headers` reaches it (its `Host` gives the
 /// server's address and port): the preview URL with its token, and the path form for a key holder.
-pub(super) fn port_info(app: &AppState, headers: &axum::http::HeaderMap, id: &str, port: u16, token: String) -> PortInfo {
+pub(super) fn port_info(
+    app: &AppState,
+    headers: &axum::http::HeaderMap,
+    id: &str,
+    port: u16,
+    token: String,
+) -> PortInfo {
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())

@@ -328,10 +328,17 @@ fn copy_into_an_existing_directory_puts_the_file_inside_it() {
     let c = with_busybox(&server, "alice");
     let dockerfile = "FROM bb\nWORKDIR /srv/app\nCOPY requirements.txt .\nCOPY app.py /srv/app\n\
                       COPY tool /etc\nCOPY tool /renamed\nRUN ls /srv/app > /listing && test -f /etc/tool\n";
-    let ctx = context(&[("Dockerfile", dockerfile), ("requirements.txt", "numpy\n"), ("app.py", "print(1)\n"), ("tool", "t\n")]);
+    let ctx = context(&[
+        ("Dockerfile", dockerfile),
+        ("requirements.txt", "numpy\n"),
+        ("app.py", "print(1)\n"),
+        ("tool", "t\n"),
+    ]);
     succeeded(&build(&c, ctx, &request("copy-into:1")));
     let sb = c.create(&CreateSandbox { image: Some("copy-into:1".into()), ..Default::default() }).unwrap();
-    let r = sb.exec(&sh("cat /listing; cat /srv/app/requirements.txt /etc/tool /renamed; test -d /renamed || echo file")).unwrap();
+    let r = sb
+        .exec(&sh("cat /listing; cat /srv/app/requirements.txt /etc/tool /renamed; test -d /renamed || echo file"))
+        .unwrap();
     assert_eq!(r.stdout, "app.py\nrequirements.txt\nnumpy\nt\nt\nfile\n", "{r:?}");
     sb.delete().unwrap();
 }

@@ -361,3 +361,35 @@ fn the_cli_takes_an_e2b_form_sandbox_id() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not found"), "{}", String::from_utf8_lossy(&out.stderr));
     sb.delete().unwrap();
 }
+
+/// A command starts with nothing blocked and nothing ignored, as under `docker exec`: the
+/// supervisor's threads block SIGCHLD, and dash's `wait` suspended with the mask it inherited, so
+/// `a & b & wait` (even `sleep 1 & wait`) hung until the timeout. Checked with every shell the host
+/// has, and on the process's own /proc status.
+#[test]
+fn background_jobs_and_wait_work_in_every_shell() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let status = sb.exec(&argv(&["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"])).unwrap();
+    assert_eq!(status.stdout, "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+    let shells: Vec<&str> = ["/bin/sh", "/bin/dash", "/bin/bash", "/usr/bin/busybox", "/usr/bin/zsh"]
+        .into_iter()
+        .filter(|s| std::path::Path::new(s).exists())
+        .collect();
+    assert!(shells.contains(&"/bin/sh"), "{shells:?}");
+    for shell in shells {
+        for script in
+            ["sleep 0.2 & sleep 0.2 & wait; echo ok", "sleep 0.2 & wait; echo ok", "true & true & wait $!; echo ok"]
+        {
+            let mut args = vec![shell];
+            if shell.ends_with("busybox") {
+                args.push("sh");
+            }
+            args.extend(["-c", script]);
+            let req = ExecRequest { timeout_s: Some(10.0), ..argv(&args) };
+            let r = sb.exec(&req).unwrap();
+            assert_eq!((r.status, r.stdout.as_str()), (ExitStatus::Exited, "ok\n"), "{shell} -c {script:?}: {r:?}");
+        }
+    }
+    sb.delete().unwrap();
+}
