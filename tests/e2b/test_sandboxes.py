@@ -321,7 +321,7 @@ def test_refresh_extends_and_never_shortens(server):
 @pytest.mark.parametrize("field,value", [
     ("volumeMounts", [{"name": "v", "path": "/data"}]),
     ("mcp", {"github": {}}),
-    ("network", {"allowPublicTraffic": True}),
+    ("network", {"maskRequestHost": "example.com:${PORT}"}),
 ])
 def test_what_sandlot_cannot_honour_is_refused_at_create(server, field, value):
     before = len(server.native("GET", "/v1/sandboxes")["sandboxes"])
@@ -329,3 +329,21 @@ def test_what_sandlot_cannot_honour_is_refused_at_create(server, field, value):
     assert status == 400, body
     assert "not supported" in body["message"] and "leave it out" in body["message"], body
     assert len(server.native("GET", "/v1/sandboxes")["sandboxes"]) == before, "refused, yet a sandbox was made"
+
+
+def test_allow_public_traffic_opens_the_ports_only_of_the_sandbox_that_asks(server):
+    """`allowPublicTraffic: true` is sandlot's `public_ports`: reported by the native API, and only
+    that sandbox's ports answer without a token (envd never does)."""
+    status, body, _ = server.e2b("POST", "/v2/sandboxes",
+                                 {"templateID": "base", "network": {"allowPublicTraffic": True}})
+    assert status == 201, body
+    public = "sb_" + body["sandboxID"]
+    status, other, _ = server.e2b("POST", "/v2/sandboxes", {"templateID": "base"})
+    assert status == 201, other
+    try:
+        assert server.native("GET", f"/v1/sandboxes/{public}")["network"]["public_ports"] is True
+        assert server.native("GET", f"/v1/sandboxes/sb_{other['sandboxID']}")["network"]["public_ports"] is False
+    finally:
+        server.e2b("DELETE", f"/sandboxes/{body['sandboxID']}")
+        server.e2b("DELETE", f"/sandboxes/{other['sandboxID']}")
+
