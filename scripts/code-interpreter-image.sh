@@ -63,7 +63,7 @@ grep -qx "FROM $base" "$ctx/Dockerfile" || die "images/code-interpreter/Dockerfi
 mkdir "$ctx/wheels" "$ctx/code-interpreter"
 cp "$wheels"/*.whl "$ctx/wheels/"
 cp "$req" "$ctx/wheels/requirements.txt"
-cp resources/code-interpreter/*.py resources/code-interpreter/*.js "$req" "$ctx/code-interpreter/"
+cp resources/code-interpreter/*.py resources/code-interpreter/*.js resources/code-interpreter/*.java "$req" "$ctx/code-interpreter/"
 say "building $name from $ctx"
 "$sandlot" image build -t "$name" "$ctx" >&2 || die "sandlot image build failed (its output is above)"
 echo "$name"

@@ -169,4 +169,4 @@ function hasTopLevelAwait(ts, node) {
   return ts.forEachChild(node, (child) => hasTopLevelAwait(ts, child)) || false;
 }
 
-module.exports = { prepare };
+module.exports = { prepare, typescript };

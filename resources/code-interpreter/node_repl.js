@@ -20,7 +20,7 @@ const readline = require("readline");
 const util = require("util");
 const vm = require("vm");
 const { createRequire } = require("module");
-const { prepare } = require("./cell.js");
+const { prepare, typescript } = require("./cell.js");
 
 const token = process.env.SANDLOT_REPL_TOKEN;
 const input = Number(process.env.SANDLOT_REPL_IN);
@@ -107,3 +107,14 @@ lines.on("line", (line) => {
   chain = chain.then(() => cell(JSON.parse(line)));
 });
 lines.on("close", () => process.exit(0));
+
+// A typescript context loads the compiler (seconds on a small machine) now, while no cell waits.
+if (language === "typescript") {
+  chain = chain.then(() => {
+    try {
+      typescript();
+    } catch (e) {
+      // Said again by the first cell, which needs it.
+    }
+  });
+}

@@ -26,6 +26,7 @@ ignores the interrupt is restarted after a grace period. Python 3.11 standard li
 from __future__ import annotations
 
 import argparse
+import base64
 import codecs
 import datetime
 import grp
@@ -357,15 +358,10 @@ class JupyterContext(Context):
         raise NotImplementedError
 
     def start(self) -> None:
-        from jupyter_client import KernelManager
         from jupyter_client.kernelspec import NoSuchKernel
 
-        km = KernelManager(kernel_name=self.kernel_name)
+        km = kernel_manager_class()(kernel_name=self.kernel_name, identity=self.identity)
         km.connection_file = os.path.join(self.runtime_dir, f"kernel-{self.id}.json")
-        # Written now (not by start_kernel) so it can be given to the kernel's user first: it holds
-        # the key that signs the kernel's messages, so it is that user's alone (mode 0600).
-        km.write_connection_file()
-        self.identity.give(km.connection_file)
         try:
             km.start_kernel(cwd=self.cwd, env=self.kernel_env(), extra_arguments=self.kernel_arguments(),
                             **self.identity.popen_args())
@@ -491,6 +487,25 @@ class JupyterContext(Context):
                 pass
 
 
+def kernel_manager_class():
+    """jupyter_client's KernelManager, giving the connection file to the kernel's user between its
+    writing and the launch (at every start and restart): the file holds the key that signs the kernel's
+    messages, so it is that user's alone (mode 0600). Imported late: jupyter_client is needed only when
+    a kernel starts."""
+    from jupyter_client import KernelManager
+
+    class GivingKernelManager(KernelManager):
+        def __init__(self, identity: Identity, **kw):
+            super().__init__(**kw)
+            self.identity = identity
+
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            self.identity.give(self.connection_file)
+            return await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return GivingKernelManager
+
+
 class PythonContext(JupyterContext):
     """An ipykernel with E2B's formatters (ipython_kernel_config.py, kernel_startup.py)."""
 
@@ -599,9 +614,14 @@ class MarkedProcess:
                     self.events.put((name, decoder.decode(buf[:i])))
                 self.events.put((name + "-mark", buf[i + len(start) : j].decode("ascii", "replace")))
                 buf = buf[j + 1 :]
-            # Hold back a tail that may be the start of a marker; send the rest now.
-            k = buf.rfind(b"\x1e")
-            keep = buf[k:] if k >= 0 and len(buf) - k < len(start) + 16 else b""
+            # Hold back a marker whose end has not come yet (a java outcome can be long), or a tail that
+            # may be the start of one; send the rest now.
+            i = buf.find(start)
+            if i >= 0:
+                keep = buf[i:]
+            else:
+                k = buf.rfind(b"\x1e")
+                keep = buf[k:] if k >= 0 and len(buf) - k < len(start) else b""
             send = buf[: len(buf) - len(keep)]
             if send:
                 text = decoder.decode(send)
@@ -845,10 +865,54 @@ class TypescriptContext(JavascriptContext):
 
 
 class JavaContext(ProcessContext):
+    """One JVM per context running JavaRepl (next to this file; compiled into java/ by the image's
+    build, else run from source): JShell evaluates the cells, the last expression's value is the
+    result, env vars are system properties (as in E2B's Java kernel), SIGINT stops the snippet."""
+
     language = "java"
 
-    def spawn(self):
-        raise RuntimeError("java is not wired yet")
+    def spawn(self) -> MarkedProcess:
+        java = shutil.which("java")
+        if java is None:
+            raise RuntimeError(
+                "java is not installed in this image, so java cannot run; sandlot's code-interpreter image "
+                "has it (Debian's openjdk-17-jdk-headless)"
+            )
+        compiled = os.path.join(HERE, "java")
+        if os.path.exists(os.path.join(compiled, "JavaRepl.class")):
+            main = ["-cp", compiled, "JavaRepl"]
+        else:
+            main = [os.path.join(HERE, "JavaRepl.java")]  # the JDK's source launcher compiles it first
+        # The serial collector: a context is one small interactive JVM, not a server.
+        argv = [java, "-XX:+UseSerialGC", *main]
+        return MarkedProcess(argv, self.cwd, self.token, stdin=subprocess.PIPE,
+                             env=self.child_env(SANDLOT_REPL_TOKEN=self.token), **self.identity.popen_args())
+
+    def send_cell(self, code: str, env_vars: dict) -> None:
+        b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+        fields = ["cell", b64(code)] + [f"{b64(k)}:{b64(v)}" for k, v in env_vars.items()]
+        self.child.proc.stdin.write((" ".join(fields) + "\n").encode())
+        self.child.proc.stdin.flush()
+
+    def outcome(self, stdout_mark: str, reply) -> Optional[dict]:
+        fields = [base64.b64decode(f).decode("utf-8", "replace") for f in stdout_mark.split(" ")[1:]]
+        kind = stdout_mark.split(" ", 1)[0]
+        self._value = None
+        if kind == "error" and len(fields) == 3:
+            return error_event(*fields)
+        if kind != "ok":
+            return error_event("ContextError", f"the java context answered {stdout_mark[:200]!r}")
+        if fields:
+            self._value = fields[0]
+        return None
+
+    def results(self) -> Iterator[dict]:
+        if self._value is not None:
+            yield {"type": "result", "is_main_result": True, "text": self._value}
+
+    def interrupt(self) -> None:
+        if self.child is not None and self.child.alive():
+            os.kill(self.child.proc.pid, signal.SIGINT)
 
 
 CONTEXT_CLASSES = {

@@ -95,51 +95,44 @@ def main() -> int:
     def stop(signum, frame):
         nonlocal stopping
         stopping = True
-        if server is not None and server.poll() is None:
+        if server is not None and server.returncode is None:
             server.send_signal(signal.SIGTERM)
+            # A server that does not stop in time is killed (SIGALRM's handler).
+            signal.alarm(int(STOP_GRACE_S))
+
+    def kill_server(signum, frame):
+        if server is not None and server.returncode is None:
+            server.kill()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGALRM, kill_server)
     delay = FIRST_DELAY_S
     while not stopping:
         started = time.monotonic()
         server = subprocess.Popen([sys.executable, SERVER, *sys.argv[1:]])
         log(f"started the server (pid {server.pid})")
-        while server.poll() is None:
-            # Woken by SIGCHLD-driven EINTR or the timeout; orphans that exit meanwhile are reaped.
+        # Blocks until a child ends: the server, or an orphan adopted from it (reaped, nothing more).
+        while True:
             try:
-                server.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                pass
-            if stopping:
-                try:
-                    server.wait(timeout=STOP_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    server.wait()
-            reap_others(server.pid)
-        status = server.returncode
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                status = 0
+                break
+            if pid == server.pid:
+                break
+        server.returncode = os.waitstatus_to_exitcode(status)
         left = kill_orphans()
         if stopping:
             break
         ran = time.monotonic() - started
         delay = FIRST_DELAY_S if ran >= STABLE_S else min(delay * 2, MAX_DELAY_S)
-        why = f"signal {-status}" if status < 0 else f"status {status}"
+        code = server.returncode
+        why = f"signal {-code}" if code < 0 else f"status {code}"
         log(f"the server exited ({why}) after {ran:.1f} s; killed {left} process(es) it left; "
             f"starting it again in {delay:.0f} s")
         time.sleep(delay)
     return 0
-
-
-def reap_others(server_pid: int) -> None:
-    """Reaps exited adopted orphans without touching the server (Popen waits for that one)."""
-    for pid in children():
-        if pid == server_pid:
-            continue
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
 
 
 if __name__ == "__main__":
