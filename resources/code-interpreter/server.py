@@ -29,6 +29,7 @@ import argparse
 import base64
 import codecs
 import datetime
+import functools
 import grp
 import json
 import os
@@ -487,6 +488,7 @@ class JupyterContext(Context):
                 pass
 
 
+@functools.lru_cache(maxsize=None)
 def kernel_manager_class():
     """jupyter_client's KernelManager, giving the connection file to the kernel's user between its
     writing and the launch (at every start and restart): the file holds the key that signs the kernel's
