@@ -4,7 +4,8 @@
 It runs inside a sandbox (started by the image's `sandlot.start` label, under supervise.py, which
 starts it again when it dies) and keeps one *context* per id: a Jupyter kernel (through
 `jupyter_client`) for python (ipykernel) and r (IRkernel), a bash process for bash, a node process
-(`node_repl.js`, next to this file) for javascript and typescript, a jshell process for java. State
+(`node_repl.js`, next to this file) for javascript and typescript, a JVM running JShell (JavaRepl.java)
+for java. State
 lives in the context between cells. Started as root, it runs each context as `user` when `user` may
 write in the context's cwd and as root otherwise (cwd=/root), dropping privileges in the child. The
 wire format is the one the SDK parses (see docs/API.md, "Code interpreter"):
@@ -192,14 +193,18 @@ def identity_for(cwd: str, st_of=os.stat) -> Identity:
     label): `user` when it may write in cwd (the default /home/user, /tmp, its own directories), root
     otherwise (cwd=/root, or a directory only root may change), as E2B's kernels, which all run as
     root, can."""
-    me = pwd.getpwuid(os.geteuid()).pw_name
+    try:
+        me = Identity.of(pwd.getpwuid(os.geteuid()).pw_name)
+    except KeyError:
+        # A uid without a passwd entry (some containers): itself, as it is.
+        me = Identity(str(os.geteuid()), os.geteuid(), os.getegid(), os.getgroups(), os.environ.get("HOME", "/"))
     if os.geteuid() != 0:
-        return Identity.of(me)
+        return me
     try:
         user = Identity.of(SANDBOX_USER)
     except KeyError:
-        return Identity.of(me)
-    return user if may_write(st_of, cwd, user) else Identity.of(me)
+        return me
+    return user if may_write(st_of, cwd, user) else me
 
 
 # The MIME types the SDK's Result has a field for; the rest of a bundle goes to `extra`.
