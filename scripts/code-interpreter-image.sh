@@ -4,12 +4,15 @@
 # resources/code-interpreter/requirements.txt are downloaded on this host once (into
 # ${SANDLOT_IMAGE_CACHE:-/var/cache/sandlot-images}/code-interpreter-wheels-<hash>), put in the build
 # context with the runner, and installed by the Dockerfile with `pip --no-index`, so the build sandbox
-# needs no network. The base image debian:bookworm must exist on the server (scripts/debian-image.sh
-# builds its tarball; `sandlot image import --name debian:bookworm <tarball>`).
+# needs no network. The Debian packages (node, R, the JDK, curl, procps) come in the base image: the
+# `code-interpreter` flavour of scripts/debian-image.sh (a tarball cached by its recipe's hash), imported
+# on the server as debian:bookworm-code-interpreter-<hash> when the server has no image of that name,
+# and named in the build context's Dockerfile's FROM line.
 #
 # Usage: scripts/code-interpreter-image.sh [IMAGE_NAME]   (default: code-interpreter)
-# Needs: pip on this host (python3 -m pip) with PyPI reachable the first time, and the sandlot CLI
-# (SANDLOT_BIN, default `sandlot` on PATH).
+# Needs: pip on this host (python3 -m pip) with PyPI reachable the first time, root and Debian's archive
+# the first time (mmdebstrap, for the base tarball), and the sandlot CLI (SANDLOT_BIN, default
+# `sandlot` on PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,13 +46,24 @@ if [ ! -f "$wheels/.complete" ]; then
     touch "$wheels/.complete"
 fi
 
+# The base image, named by its recipe's hash (from the tarball's name), so a changed recipe is imported
+# anew while an unchanged one is imported once per server.
+base_tar=$(scripts/debian-image.sh code-interpreter) || die "scripts/debian-image.sh code-interpreter failed (above)"
+base_hash=${base_tar##*-}
+base=debian:bookworm-code-interpreter-${base_hash%.tar}
+if ! "$sandlot" image inspect "$base" >/dev/null 2>&1; then
+    say "importing $base_tar as $base (once per server)"
+    "$sandlot" image import --name "$base" "$base_tar" >/dev/null || die "sandlot image import of $base_tar failed"
+fi
+
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-cp images/code-interpreter/Dockerfile "$ctx/Dockerfile"
+sed "s|^FROM debian:bookworm-code-interpreter\$|FROM $base|" images/code-interpreter/Dockerfile >"$ctx/Dockerfile"
+grep -qx "FROM $base" "$ctx/Dockerfile" || die "images/code-interpreter/Dockerfile has no line FROM debian:bookworm-code-interpreter"
 mkdir "$ctx/wheels" "$ctx/code-interpreter"
 cp "$wheels"/*.whl "$ctx/wheels/"
 cp "$req" "$ctx/wheels/requirements.txt"
-cp resources/code-interpreter/server.py resources/code-interpreter/node_repl.js "$req" "$ctx/code-interpreter/"
+cp resources/code-interpreter/*.py resources/code-interpreter/*.js resources/code-interpreter/*.java "$req" "$ctx/code-interpreter/"
 say "building $name from $ctx"
 "$sandlot" image build -t "$name" "$ctx" >&2 || die "sandlot image build failed (its output is above)"
 echo "$name"

@@ -9,13 +9,30 @@
 # changed recipe builds a new tarball (and removes the stale ones) while an unchanged one costs nothing.
 # Written to a .tmp.tar file and renamed, so an interrupted build never leaves a tarball that looks done.
 #
+# A flavour adds Debian packages for one image built on top, as its own cached tarball (the plain one
+# other tests use stays as it is):
+#   code-interpreter   node (and Debian's TypeScript), R with IRkernel, OpenJDK 17 (jshell), curl,
+#                      procps: the runtimes of images/code-interpreter, whose build has no network
+#
+# Usage: scripts/debian-image.sh [FLAVOUR]
 # Needs root (apt-get for mmdebstrap; mmdebstrap's root mode). Stdout: the tarball's path, one line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+flavour=${1:-}
 suite=bookworm
 variant=minbase
 include=python3,python3-pip,ca-certificates
+case $flavour in
+"") ;;
+code-interpreter)
+    include=$include,nodejs,node-typescript,r-base-core,r-cran-irkernel,openjdk-17-jdk-headless,curl,procps
+    ;;
+*)
+    printf 'debian-image: unknown flavour %q; the flavours are: code-interpreter\n' "$flavour" >&2
+    exit 2
+    ;;
+esac
 mirror=http://deb.debian.org/debian
 cache=${SANDLOT_IMAGE_CACHE:-/var/cache/sandlot-images}
 
@@ -30,7 +47,8 @@ build() {
     mmdebstrap --quiet --mode=root --variant="$variant" --include="$include" "$suite" "$1" "$mirror"
 }
 recipe_hash=$( (echo "$suite $variant $include $mirror"; declare -f build) | sha256sum | cut -c1-16)
-out=$cache/debian-$suite-$recipe_hash.tar
+name=debian-$suite${flavour:+-$flavour}
+out=$cache/$name-$recipe_hash.tar
 
 if [ -s "$out" ]; then
     echo "$out"
@@ -64,7 +82,8 @@ say "building $out with mmdebstrap ($suite, $variant, $include) from $mirror; a 
 build "$tmp" >&2 || die "mmdebstrap failed building $suite from $mirror (its output is above)"
 mv "$tmp" "$out"
 trap - EXIT
-# Tarballs of older recipes are dead weight now.
-find "$cache" -maxdepth 1 -name "debian-$suite-*.tar" ! -name "${out##*/}" -delete 2>/dev/null || true
+# Tarballs of this flavour's older recipes are dead weight now (the 16 ?s are the hash, so one
+# flavour's cleanup never matches another's tarball).
+find "$cache" -maxdepth 1 -name "$name-????????????????.tar" ! -name "${out##*/}" -delete 2>/dev/null || true
 say "built $(du -h "$out" | cut -f1) in $out"
 echo "$out"

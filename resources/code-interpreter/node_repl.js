@@ -1,4 +1,5 @@
-// The javascript context of sandlot's code interpreter (server.py starts one node per context).
+// The javascript and typescript contexts of sandlot's code interpreter (server.py starts one node per
+// context; SANDLOT_REPL_LANGUAGE says which).
 //
 // Cells arrive as JSON lines ({code, env}) on the pipe SANDLOT_REPL_IN names and are evaluated as
 // scripts in this process's global scope, so top-level declarations stay between cells. The answer
@@ -6,6 +7,11 @@
 // SANDLOT_REPL_OUT names; then a marker goes to stdout and stderr so the runner knows the cell's own
 // output on them is complete (writes to pipes are synchronous in node on Linux, so order holds).
 // SIGINT breaks a running script (breakOnSigint) or an awaited promise, and never ends the process.
+//
+// What a script cannot do is rewritten first, with TypeScript's parser (cell.js, next to this file):
+// typescript cells lose their types, `import` becomes `require`, and a cell with top-level `await`
+// runs in an async function whose declarations become globals. TypeScript is loaded only for a cell
+// that needs it, so a plain cell does not pay for it.
 "use strict";
 
 const fs = require("fs");
@@ -14,15 +20,19 @@ const readline = require("readline");
 const util = require("util");
 const vm = require("vm");
 const { createRequire } = require("module");
+const { prepare, typescript } = require("./cell.js");
 
 const token = process.env.SANDLOT_REPL_TOKEN;
 const input = Number(process.env.SANDLOT_REPL_IN);
 const output = Number(process.env.SANDLOT_REPL_OUT);
+const language = process.env.SANDLOT_REPL_LANGUAGE || "javascript";
 delete process.env.SANDLOT_REPL_TOKEN;
 delete process.env.SANDLOT_REPL_IN;
 delete process.env.SANDLOT_REPL_OUT;
+delete process.env.SANDLOT_REPL_LANGUAGE;
 
-// `require` resolves from the context's working directory, as it would in a script there.
+// `require` (also what `import` becomes) resolves from the context's working directory, as it would
+// in a script there.
 globalThis.require = createRequire(path.join(process.cwd(), "cell.js"));
 
 class Interrupted extends Error {}
@@ -38,13 +48,19 @@ process.on("uncaughtException", (e) => {
 
 let count = 0;
 
+// A result as E2B's JavaScript kernel shows it: a string as itself, anything else inspected.
+function display(value) {
+  return typeof value === "string" ? value : util.inspect(value);
+}
+
 async function run(code) {
   count += 1;
-  let value = vm.runInThisContext(code, { filename: `cell-${count}.js`, breakOnSigint: true });
+  const script = prepare(code, language);
+  let value = vm.runInThisContext(script, { filename: `cell-${count}.js`, breakOnSigint: true });
   if (value && typeof value.then === "function") {
     value = await Promise.race([value, new Promise((_, reject) => (interrupt = reject))]);
   }
-  return value === undefined ? {} : { text: util.inspect(value) };
+  return value === undefined ? {} : { text: display(value) };
 }
 
 function describe(e) {
@@ -91,3 +107,14 @@ lines.on("line", (line) => {
   chain = chain.then(() => cell(JSON.parse(line)));
 });
 lines.on("close", () => process.exit(0));
+
+// A typescript context loads the compiler (seconds on a small machine) now, while no cell waits.
+if (language === "typescript") {
+  chain = chain.then(() => {
+    try {
+      typescript();
+    } catch (e) {
+      // Said again by the first cell, which needs it.
+    }
+  });
+}

@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """sandlot's code interpreter: the HTTP server the `e2b-code-interpreter` SDKs talk to on port 49999.
 
-It runs inside a sandbox (started by the image's `sandlot.start` label, as the image's user) and keeps
-one *context* per id: a Jupyter kernel (`ipykernel`, through `jupyter_client`) for python, a bash process
-for bash, a node process (`node_repl.js`, next to this file) for javascript. State lives in the context
-between cells. The wire format is the one the SDK parses (see docs/API.md, "Code interpreter"):
+It runs inside a sandbox (started by the image's `sandlot.start` label, under supervise.py, which
+starts it again when it dies) and keeps one *context* per id: a Jupyter kernel (through
+`jupyter_client`) for python (ipykernel) and r (IRkernel), a bash process for bash, a node process
+(`node_repl.js`, next to this file) for javascript and typescript, a JVM running JShell (JavaRepl.java)
+for java. State
+lives in the context between cells. Started as root, it runs each context as `user` when `user` may
+write in the context's cwd and as root otherwise (cwd=/root), dropping privileges in the child. The
+wire format is the one the SDK parses (see docs/API.md, "Code interpreter"):
 
   POST   /execute                {code, context_id?, language?, env_vars?, timeout?} -> JSON lines
   POST   /contexts               {language?, cwd?} -> {id, language, cwd}
@@ -23,10 +27,14 @@ ignores the interrupt is restarted after a grace period. Python 3.11 standard li
 from __future__ import annotations
 
 import argparse
+import base64
 import codecs
 import datetime
+import functools
+import grp
 import json
 import os
+import pwd
 import queue
 import re
 import secrets
@@ -79,8 +87,15 @@ READY_WAIT_S = 120.0
 # How long reading a request may stall (a client that opens a connection and sends nothing).
 REQUEST_READ_TIMEOUT_S = 30.0
 
-LANGUAGES = ("python", "bash", "javascript")
-LANGUAGE_ALIASES = {"js": "javascript", "sh": "bash", "shell": "bash", "py": "python", "python3": "python"}
+LANGUAGES = ("python", "bash", "javascript", "typescript", "r", "java")
+LANGUAGE_ALIASES = {
+    "js": "javascript", "ts": "typescript", "sh": "bash", "shell": "bash", "py": "python", "python3": "python",
+}
+# The contexts made at start, as E2B's server makes them (its list_contexts shows both from the first
+# request on).
+DEFAULT_LANGUAGES = ("python", "javascript")
+# The unprivileged identity contexts run as when the server is root (sandlot's sandbox user).
+SANDBOX_USER = "user"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -117,6 +132,79 @@ def error_event(name: str, value: str, tb: str = "") -> dict:
     if len(tb) > MAX_TRACEBACK_CHARS:
         tb = tb[:MAX_TRACEBACK_CHARS] + f"\n[traceback cut at {MAX_TRACEBACK_CHARS} characters]"
     return {"type": "error", "name": name, "value": value, "traceback": tb}
+
+
+class Identity:
+    """Who a context's process runs as: the fields Popen needs to drop to it, and the environment a
+    login as that user would have (HOME, USER, LOGNAME)."""
+
+    def __init__(self, name: str, uid: int, gid: int, groups: list, home: str):
+        self.name, self.uid, self.gid, self.groups, self.home = name, uid, gid, groups, home
+
+    @classmethod
+    def of(cls, name: str) -> "Identity":
+        entry = pwd.getpwnam(name)
+        groups = sorted({g.gr_gid for g in grp.getgrall() if name in g.gr_mem} | {entry.pw_gid})
+        return cls(name, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir)
+
+    def popen_args(self) -> dict:
+        """Popen's user/group/extra_groups: the child calls setgroups, setgid, then setuid before exec.
+        Empty when that is who we are already (no change, and no privilege needed to make it)."""
+        if self.uid == os.geteuid() and self.gid == os.getegid():
+            return {}
+        return {"user": self.uid, "group": self.gid, "extra_groups": self.groups}
+
+    def env(self, base: dict) -> dict:
+        return dict(base, HOME=self.home, USER=self.name, LOGNAME=self.name)
+
+    def give(self, path: str) -> None:
+        """Makes a file or directory the runner created for the child (a connection file, a cell
+        script) the child's, so it can read it after dropping privileges."""
+        if os.geteuid() == 0 and self.uid != 0:
+            os.chown(path, self.uid, self.gid)
+
+
+def may_write(st_of, path: str, ident: Identity) -> bool:
+    """Whether `ident` may create files in directory `path` by the mode bits (search on every
+    ancestor, write and search on `path`); uid 0 always may. `st_of` is os.stat (a parameter so the
+    decision is testable without the files)."""
+    if ident.uid == 0:
+        return True
+
+    def allows(st, bits: int) -> bool:
+        if st.st_uid == ident.uid:
+            shift = 6
+        elif st.st_gid in ident.groups:
+            shift = 3
+        else:
+            shift = 0
+        return (st.st_mode >> shift) & bits == bits
+
+    parts = os.path.normpath(path).split("/")[1:]
+    for i in range(len(parts)):
+        ancestor = "/" + "/".join(parts[:i])
+        if not allows(st_of(ancestor), 0o1):
+            return False
+    return allows(st_of(path), 0o3)
+
+
+def identity_for(cwd: str, st_of=os.stat) -> Identity:
+    """Who runs a context in `cwd`. Not root: ourselves, always. Root (the image's sandlot.start.user
+    label): `user` when it may write in cwd (the default /home/user, /tmp, its own directories), root
+    otherwise (cwd=/root, or a directory only root may change), as E2B's kernels, which all run as
+    root, can."""
+    try:
+        me = Identity.of(pwd.getpwuid(os.geteuid()).pw_name)
+    except KeyError:
+        # A uid without a passwd entry (some containers): itself, as it is.
+        me = Identity(str(os.geteuid()), os.geteuid(), os.getegid(), os.getgroups(), os.environ.get("HOME", "/"))
+    if os.geteuid() != 0:
+        return me
+    try:
+        user = Identity.of(SANDBOX_USER)
+    except KeyError:
+        return me
+    return user if may_write(st_of, cwd, user) else me
 
 
 # The MIME types the SDK's Result has a field for; the rest of a bundle goes to `extra`.
@@ -199,6 +287,7 @@ class Context:
     def __init__(self, cwd: str):
         self.id = str(uuid.uuid4())
         self.cwd = cwd
+        self.identity = identity_for(cwd)
         # One cell at a time: a second waits for the first (as E2B's server does).
         self.lock = threading.Lock()
         self.ready = threading.Event()
@@ -249,10 +338,12 @@ class Context:
         raise NotImplementedError
 
 
-class PythonContext(Context):
-    """An ipykernel, driven over its ZeroMQ channels by jupyter_client's blocking client."""
+class JupyterContext(Context):
+    """A Jupyter kernel (kernelspec `kernel_name`), driven over its ZeroMQ channels by jupyter_client's
+    blocking client. Subclasses say how a cell's env_vars are set and put back in the kernel's
+    language."""
 
-    language = "python"
+    kernel_name = ""
 
     def __init__(self, cwd: str, runtime_dir: str):
         super().__init__(cwd)
@@ -260,17 +351,31 @@ class PythonContext(Context):
         self.km = None
         self.kc = None
 
-    def start(self) -> None:
-        from jupyter_client import KernelManager
+    def kernel_env(self) -> dict:
+        return self.identity.env(dict(os.environ, JUPYTER_RUNTIME_DIR=self.runtime_dir))
 
-        env = dict(os.environ)
-        # Figures come back as display data (image/png) at the end of the cell or on plt.show().
-        env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
-        env["JUPYTER_RUNTIME_DIR"] = self.runtime_dir
-        km = KernelManager(kernel_name="python3")
+    def kernel_arguments(self) -> list:
+        return []
+
+    def set_env_code(self, env_vars: dict) -> str:
+        raise NotImplementedError
+
+    def restore_env_code(self) -> str:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        from jupyter_client.kernelspec import NoSuchKernel
+
+        km = kernel_manager_class()(kernel_name=self.kernel_name, identity=self.identity)
         km.connection_file = os.path.join(self.runtime_dir, f"kernel-{self.id}.json")
-        # Tracebacks without ANSI colours: they are read by programs and models, not terminals.
-        km.start_kernel(cwd=self.cwd, env=env, extra_arguments=["--InteractiveShell.colors=nocolor"])
+        try:
+            km.start_kernel(cwd=self.cwd, env=self.kernel_env(), extra_arguments=self.kernel_arguments(),
+                            **self.identity.popen_args())
+        except NoSuchKernel:
+            raise RuntimeError(
+                f"this image has no {self.language} kernel (Jupyter kernelspec {self.kernel_name!r}); "
+                "sandlot's code-interpreter image has one"
+            ) from None
         kc = km.client()
         kc.start_channels()
         try:
@@ -292,7 +397,7 @@ class PythonContext(Context):
                 msg = self.kc.get_iopub_msg(timeout=TICK_S)
             except queue.Empty:
                 if not self.km.is_alive():
-                    return error_event("ContextDied", "the python kernel exited")
+                    return error_event("ContextDied", f"the {self.language} kernel exited")
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
@@ -304,13 +409,12 @@ class PythonContext(Context):
         return error_event("EnvVarsTimeout", "setting the cell's env_vars took over 30 s")
 
     def execute(self, code: str, env_vars: dict) -> Iterator[Optional[dict]]:
+        if self.km is not None and not self.km.is_alive():
+            # Killed between cells (kill -9, the OOM killer): a new kernel runs this cell.
+            self.restart()
         if env_vars:
-            # Set for this cell only, then put back as they were (E2B's semantics); repr() of str keys
-            # and values is a Python literal, so no value can break out of the string.
-            err = self._silent(
-                "globals()['__sandlot_saved_env'] = {k: __import__('os').environ.get(k) for k in %r}\n"
-                "__import__('os').environ.update(%r)" % (list(env_vars), env_vars)
-            )
+            # Set for this cell only, then put back as they were (E2B's semantics).
+            err = self._silent(self.set_env_code(env_vars))
             if err:
                 yield err
                 return
@@ -318,12 +422,7 @@ class PythonContext(Context):
             yield from self._cell(code)
         finally:
             if env_vars and self.km is not None and self.km.is_alive():
-                self._silent(
-                    "for __k, __v in globals().pop('__sandlot_saved_env', {}).items():\n"
-                    "    __import__('os').environ.pop(__k, None) if __v is None "
-                    "else __import__('os').environ.__setitem__(__k, __v)\n"
-                    "del __k, __v"
-                )
+                self._silent(self.restore_env_code())
 
     def _cell(self, code: str) -> Iterator[Optional[dict]]:
         kc = self.kc
@@ -338,7 +437,7 @@ class PythonContext(Context):
                 if not self.km.is_alive():
                     yield error_event(
                         "ContextDied",
-                        "the python kernel exited while running this cell; it was restarted, "
+                        f"the {self.language} kernel exited while running this cell; it was restarted, "
                         "so the context's variables are gone",
                     )
                     self.restart()
@@ -394,6 +493,92 @@ class PythonContext(Context):
                 pass
 
 
+@functools.lru_cache(maxsize=None)
+def kernel_manager_class():
+    """jupyter_client's KernelManager, giving the connection file to the kernel's user between its
+    writing and the launch (at every start and restart): the file holds the key that signs the kernel's
+    messages, so it is that user's alone (mode 0600). Imported late: jupyter_client is needed only when
+    a kernel starts."""
+    from jupyter_client import KernelManager
+
+    class GivingKernelManager(KernelManager):
+        def __init__(self, identity: Identity, **kw):
+            super().__init__(**kw)
+            self.identity = identity
+
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            self.identity.give(self.connection_file)
+            return await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return GivingKernelManager
+
+
+class PythonContext(JupyterContext):
+    """An ipykernel with E2B's formatters (ipython_kernel_config.py, kernel_startup.py)."""
+
+    language = "python"
+    kernel_name = "python3"
+
+    def kernel_env(self) -> dict:
+        env = super().kernel_env()
+        # Figures come back as display data (image/png) at the end of the cell or on plt.show().
+        env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+        return env
+
+    def kernel_arguments(self) -> list:
+        return [f"--config={os.path.join(HERE, 'ipython_kernel_config.py')}"]
+
+    def set_env_code(self, env_vars: dict) -> str:
+        # repr() of str keys and values is a Python literal, so no value can break out of the string.
+        return (
+            "globals()['__sandlot_saved_env'] = {k: __import__('os').environ.get(k) for k in %r}\n"
+            "__import__('os').environ.update(%r)" % (list(env_vars), env_vars)
+        )
+
+    def restore_env_code(self) -> str:
+        return (
+            "for __k, __v in globals().pop('__sandlot_saved_env', {}).items():\n"
+            "    __import__('os').environ.pop(__k, None) if __v is None "
+            "else __import__('os').environ.__setitem__(__k, __v)\n"
+            "del __k, __v"
+        )
+
+
+def r_string(s: str) -> str:
+    """An R string literal of `s`: printable ASCII as is, everything else as \\U{...} escapes, so no
+    value can end the literal early."""
+    out = []
+    for ch in s:
+        if ch in '"\\' or not (" " <= ch <= "~"):
+            out.append("\\U{%x}" % ord(ch))
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+class RContext(JupyterContext):
+    """An IRkernel (Debian's r-cran-irkernel, kernelspec `ir`)."""
+
+    language = "r"
+    kernel_name = "ir"
+
+    def set_env_code(self, env_vars: dict) -> str:
+        names = ", ".join(r_string(k) for k in env_vars)
+        pairs = ", ".join(f"{r_string(k)} = {r_string(v)}" for k, v in env_vars.items())
+        # Names starting with a dot are hidden from ls(): the user's workspace looks untouched.
+        return f".sandlot_saved_env <- Sys.getenv(c({names}), unset = NA, names = TRUE)\nSys.setenv({pairs})\ninvisible()"
+
+    def restore_env_code(self) -> str:
+        return (
+            "for (.sandlot_k in names(.sandlot_saved_env)) {\n"
+            "  .sandlot_v <- .sandlot_saved_env[[.sandlot_k]]\n"
+            "  if (is.na(.sandlot_v)) Sys.unsetenv(.sandlot_k) "
+            "else do.call(Sys.setenv, stats::setNames(list(.sandlot_v), .sandlot_k))\n"
+            "}\n"
+            "rm(.sandlot_saved_env, .sandlot_k, .sandlot_v)\ninvisible()"
+        )
+
+
 class MarkedProcess:
     """A child process whose stdout and stderr are read on two threads into one queue, cut at marker
     strings the child writes after each cell (so the runner knows both streams are drained)."""
@@ -436,9 +621,14 @@ class MarkedProcess:
                     self.events.put((name, decoder.decode(buf[:i])))
                 self.events.put((name + "-mark", buf[i + len(start) : j].decode("ascii", "replace")))
                 buf = buf[j + 1 :]
-            # Hold back a tail that may be the start of a marker; send the rest now.
-            k = buf.rfind(b"\x1e")
-            keep = buf[k:] if k >= 0 and len(buf) - k < len(start) + 16 else b""
+            # Hold back a marker whose end has not come yet (a java outcome can be long), or a tail that
+            # may be the start of one; send the rest now.
+            i = buf.find(start)
+            if i >= 0:
+                keep = buf[i:]
+            else:
+                k = buf.rfind(b"\x1e")
+                keep = buf[k:] if k >= 0 and len(buf) - k < len(start) else b""
             send = buf[: len(buf) - len(keep)]
             if send:
                 text = decoder.decode(send)
@@ -463,11 +653,16 @@ class MarkedProcess:
 class ProcessContext(Context):
     """A context kept by a long-lived child process (bash, node) that prints markers after each cell."""
 
-    def __init__(self, cwd: str):
+    def __init__(self, cwd: str, runtime_dir: Optional[str] = None):
         super().__init__(cwd)
         self.token = secrets.token_hex(16)
         self.workdir = tempfile.mkdtemp(prefix=f"sandlot-{self.language}-")
+        # The child reads its cell files from here.
+        self.identity.give(self.workdir)
         self.child: Optional[MarkedProcess] = None
+
+    def child_env(self, **extra) -> dict:
+        return self.identity.env(dict(os.environ, **extra))
 
     def spawn(self) -> MarkedProcess:
         raise NotImplementedError
@@ -552,14 +747,15 @@ class BashContext(ProcessContext):
         bash = shutil.which("bash")
         if bash is None:
             raise RuntimeError("bash is not installed in this image; install it (apt-get install bash)")
-        env = dict(os.environ, TERM="dumb")
-        return MarkedProcess([bash, "--noprofile", "--norc"], self.cwd, self.token, stdin=subprocess.PIPE, env=env)
+        return MarkedProcess([bash, "--noprofile", "--norc"], self.cwd, self.token, stdin=subprocess.PIPE,
+                             env=self.child_env(TERM="dumb"), **self.identity.popen_args())
 
     def send_cell(self, code: str, env_vars: dict) -> None:
         cell = os.path.join(self.workdir, "cell.sh")
         with open(cell, "w", encoding="utf-8") as f:
             f.write(code)
             f.write("\n")
+        self.identity.give(cell)
         q = shlex_quote
         save, restore = [], []
         for i, (k, v) in enumerate(env_vars.items()):
@@ -601,7 +797,8 @@ class BashContext(ProcessContext):
 
 class JavascriptContext(ProcessContext):
     """One node process per context running node_repl.js: cells are evaluated in one global scope, the
-    value of the last expression is the result, SIGINT breaks a running cell."""
+    value of the last expression is the result (a string as itself, as E2B's ijavascript shows it),
+    `import` and top-level `await` work, SIGINT breaks a running cell."""
 
     language = "javascript"
 
@@ -616,7 +813,8 @@ class JavascriptContext(ProcessContext):
         # are the cell's own.
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        env = dict(os.environ, SANDLOT_REPL_TOKEN=self.token, SANDLOT_REPL_IN=str(req_r), SANDLOT_REPL_OUT=str(rep_w))
+        env = self.child_env(SANDLOT_REPL_TOKEN=self.token, SANDLOT_REPL_IN=str(req_r), SANDLOT_REPL_OUT=str(rep_w),
+                             SANDLOT_REPL_LANGUAGE=self.language)
         try:
             child = MarkedProcess(
                 [node, os.path.join(HERE, "node_repl.js")],
@@ -625,6 +823,7 @@ class JavascriptContext(ProcessContext):
                 pass_fds=(req_r, rep_w),
                 stdin=subprocess.DEVNULL,
                 env=env,
+                **self.identity.popen_args(),
             )
         finally:
             os.close(req_r)
@@ -665,6 +864,74 @@ class JavascriptContext(ProcessContext):
         super().restart()
 
 
+class TypescriptContext(JavascriptContext):
+    """node_repl.js with each cell transpiled by TypeScript first (types stripped, no type check, as
+    E2B's TypeScript kernel runs it)."""
+
+    language = "typescript"
+
+
+class JavaContext(ProcessContext):
+    """One JVM per context running JavaRepl (next to this file; compiled into java/ by the image's
+    build, else run from source): JShell evaluates the cells, the last expression's value is the
+    result, env vars are system properties (as in E2B's Java kernel), SIGINT stops the snippet."""
+
+    language = "java"
+
+    def spawn(self) -> MarkedProcess:
+        java = shutil.which("java")
+        if java is None:
+            raise RuntimeError(
+                "java is not installed in this image, so java cannot run; sandlot's code-interpreter image "
+                "has it (Debian's openjdk-17-jdk-headless)"
+            )
+        compiled = os.path.join(HERE, "java")
+        if os.path.exists(os.path.join(compiled, "JavaRepl.class")):
+            main = ["-cp", compiled, "JavaRepl"]
+        else:
+            main = [os.path.join(HERE, "JavaRepl.java")]  # the JDK's source launcher compiles it first
+        # The serial collector: a context is one small interactive JVM, not a server.
+        argv = [java, "-XX:+UseSerialGC", *main]
+        return MarkedProcess(argv, self.cwd, self.token, stdin=subprocess.PIPE,
+                             env=self.child_env(SANDLOT_REPL_TOKEN=self.token), **self.identity.popen_args())
+
+    def send_cell(self, code: str, env_vars: dict) -> None:
+        b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+        fields = ["cell", b64(code)] + [f"{b64(k)}:{b64(v)}" for k, v in env_vars.items()]
+        self.child.proc.stdin.write((" ".join(fields) + "\n").encode())
+        self.child.proc.stdin.flush()
+
+    def outcome(self, stdout_mark: str, reply) -> Optional[dict]:
+        fields = [base64.b64decode(f).decode("utf-8", "replace") for f in stdout_mark.split(" ")[1:]]
+        kind = stdout_mark.split(" ", 1)[0]
+        self._value = None
+        if kind == "error" and len(fields) == 3:
+            return error_event(*fields)
+        if kind != "ok":
+            return error_event("ContextError", f"the java context answered {stdout_mark[:200]!r}")
+        if fields:
+            self._value = fields[0]
+        return None
+
+    def results(self) -> Iterator[dict]:
+        if self._value is not None:
+            yield {"type": "result", "is_main_result": True, "text": self._value}
+
+    def interrupt(self) -> None:
+        if self.child is not None and self.child.alive():
+            os.kill(self.child.proc.pid, signal.SIGINT)
+
+
+CONTEXT_CLASSES = {
+    "python": PythonContext,
+    "r": RContext,
+    "bash": BashContext,
+    "javascript": JavascriptContext,
+    "typescript": TypescriptContext,
+    "java": JavaContext,
+}
+
+
 def shlex_quote(s: str) -> str:
     return "'" + s.replace("'", "'\"'\"'") + "'"
 
@@ -676,6 +943,8 @@ class Contexts:
     def __init__(self, default_cwd: str):
         self.default_cwd = default_cwd
         self.runtime_dir = tempfile.mkdtemp(prefix="sandlot-jupyter-")
+        # Kernels that run as `user` open their connection file (theirs, 0600) by name in here.
+        os.chmod(self.runtime_dir, 0o711)
         self.lock = threading.Lock()
         self.by_id: dict = {}
         self.defaults: dict = {}
@@ -695,12 +964,7 @@ class Contexts:
                     f"this sandbox already has {MAX_CONTEXTS} contexts, the most it keeps; remove one with "
                     "DELETE /contexts/{id} (SDK: remove_code_context)",
                 )
-            if language == "python":
-                ctx: Context = PythonContext(cwd, self.runtime_dir)
-            elif language == "bash":
-                ctx = BashContext(cwd)
-            else:
-                ctx = JavascriptContext(cwd)
+            ctx = CONTEXT_CLASSES[language](cwd, self.runtime_dir)
             self.by_id[ctx.id] = ctx
             if default:
                 self.defaults[language] = ctx.id
@@ -1049,7 +1313,11 @@ def main() -> None:
     # Listening first, the default kernel after: a request that comes right after boot waits for the
     # kernel instead of being refused.
     server = Server((args.host, args.port), Handler)
-    CONTEXTS.create("python", None, default=True)
+    for language in DEFAULT_LANGUAGES:
+        # Only where the runtime is there: a default context that cannot start would only be an error
+        # in the list (a request for the language still says what is missing).
+        if language != "javascript" or shutil.which("node") or shutil.which("nodejs"):
+            CONTEXTS.create(language, None, default=True)
     sys.stderr.write(f"code-interpreter: listening on {args.host}:{server.server_address[1]}\n")
     sys.stderr.flush()
 

@@ -20,6 +20,11 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVER = os.path.join(ROOT, "resources", "code-interpreter", "server.py")
+SUPERVISOR = os.path.join(ROOT, "resources", "code-interpreter", "supervise.py")
+# TypeScript for the typescript context, installed beside the venv by scripts/interp-test-venv.sh.
+NODE_MODULES = os.path.join(sys.prefix, "node_modules")
+HAS_NODE = shutil.which("node") is not None
+HAS_TYPESCRIPT = HAS_NODE and os.path.isdir(os.path.join(NODE_MODULES, "typescript"))
 
 
 def free_port() -> int:
@@ -32,7 +37,8 @@ def free_port() -> int:
 def server(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("interp-home")
     port = free_port()
-    env = dict(os.environ, SANDLOT_INTERP_MAX_CONTEXTS="6", SANDLOT_INTERP_MAX_OUTPUT_BYTES=str(1 << 20))
+    env = dict(os.environ, SANDLOT_INTERP_MAX_CONTEXTS="8", SANDLOT_INTERP_MAX_OUTPUT_BYTES=str(1 << 20),
+               NODE_PATH=NODE_MODULES)
     proc = subprocess.Popen(
         [sys.executable, SERVER, "--host", "127.0.0.1", "--port", str(port), "--cwd", str(cwd)],
         env=env,
@@ -215,7 +221,7 @@ def test_the_context_limit_is_enforced_with_a_clear_error(server):
             if status != 200:
                 break
             made.append(json.loads(body)["id"])
-            assert len(made) <= 6
+            assert len(made) <= 8
         assert status == 429 and b"remove one" in body
     finally:
         for cid in made:
@@ -229,3 +235,157 @@ def test_bad_requests_say_what_is_wrong(server):
     assert status == 400
     status, body = request(server, "POST", "/execute", {"code": "1", "env_vars": {"A-B": "x"}})
     assert status == 400 and b"A-B" in body
+
+
+@pytest.mark.skipif(not HAS_NODE, reason="node is not installed on this host")
+def test_javascript_strings_are_shown_as_themselves_and_the_default_context_is_listed(server):
+    assert of(execute(server, language="js", code="'a' + 'b'"), "result")[0]["text"] == "ab"
+    assert of(execute(server, language="js", code="[1, 'x']"), "result")[0]["text"] == "[ 1, 'x' ]"
+    status, body = request(server, "GET", "/contexts")
+    assert "javascript" in [c["language"] for c in json.loads(body)]
+
+
+@pytest.mark.skipif(not HAS_TYPESCRIPT, reason="node or TypeScript (scripts/interp-test-venv.sh) is missing")
+def test_javascript_imports_and_top_level_await(server):
+    events = execute(server, language="javascript",
+                     code="import { readFileSync } from 'fs'\nimport * as path from 'path'\nconsole.log(typeof readFileSync, path.sep)")
+    assert stdout(events) == "function /\n"
+    events = execute(server, language="javascript",
+                     code="const later = await Promise.resolve(20)\nasync function twice(x) { return 2 * x }\nawait twice(later)")
+    assert of(events, "result")[0]["text"] == "40"
+    # The declarations of an awaiting cell are globals for the next cells.
+    assert of(execute(server, language="javascript", code="later + 1"), "result")[0]["text"] == "21"
+    # The same import again is no redeclaration error.
+    assert not of(execute(server, language="javascript", code="import { readFileSync } from 'fs'"), "error")
+
+
+@pytest.mark.skipif(not HAS_TYPESCRIPT, reason="node or TypeScript (scripts/interp-test-venv.sh) is missing")
+def test_typescript_cells_are_transpiled_and_keep_state(server):
+    events = execute(server, language="ts",
+                     code="interface P { x: number }\nconst p: P = { x: 3 }\nconst m: string = 'hi'; console.log(m)")
+    assert stdout(events) == "hi\n"
+    assert of(execute(server, language="typescript", code="p.x * 2"), "result")[0]["text"] == "6"
+    (err,) = of(execute(server, language="ts", code="const = 1"), "error")
+    assert err["name"] == "SyntaxError"
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed on this host")
+def test_java_cells_run_in_jshell_with_env_vars_as_properties(server):
+    events = execute(server, language="java", code='int x = 20;\nSystem.out.println("x is " + x);\nx * 2 + 2')
+    assert stdout(events) == "x is 20\n"
+    assert of(events, "result")[0]["text"] == "42"
+    assert of(execute(server, language="java", code='System.getProperty("user.dir")'), "result")[0]["text"] == server[2]
+    events = execute(server, language="java", code='System.getProperty("FOO")', env_vars={"FOO": "bar"})
+    assert of(events, "result")[0]["text"] == "bar"
+    events = execute(server, language="java", code='System.getProperty("FOO", "gone")')
+    assert of(events, "result")[0]["text"] == "gone"
+    (err,) = of(execute(server, language="java", code='Integer.parseInt("zz")'), "error")
+    assert err["name"] == "NumberFormatException"
+    (err,) = of(execute(server, language="java", code="int y = ;"), "error")
+    assert err["name"] == "CompilationException"
+
+
+def test_a_language_whose_runtime_is_missing_says_what_to_install(server):
+    missing = [lang for lang, tool in (("java", "java"), ("r", "R")) if shutil.which(tool) is None]
+    if not missing:
+        pytest.skip("java and R are both installed here")
+    status, body = request(server, "POST", "/execute", {"code": "1", "language": missing[0]})
+    assert status == 500 and b"image" in body, body
+
+
+def test_a_python_kernel_killed_between_cells_is_restarted_on_next_use(server):
+    status, body = request(server, "POST", "/contexts", {})
+    ctx = json.loads(body)
+    pid = int(stdout(execute(server, context_id=ctx["id"], code="import os; print(os.getpid())")))
+    os.kill(pid, 9)
+    time.sleep(0.5)
+    events = execute(server, context_id=ctx["id"], code="1 + 1")
+    assert of(events, "result")[0]["text"] == "2"
+    request(server, "DELETE", f"/contexts/{ctx['id']}")
+
+
+def test_dataframes_and_figures_carry_e2b_data_and_chart(server):
+    events = execute(server, code="import pandas as pd\npd.DataFrame({'a': [1, 2, 3]})")
+    assert of(events, "result")[0]["data"] == {"a": [1, 2, 3]}
+    events = execute(server, code="import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4])\nplt.show()")
+    chart = of(events, "result")[0]["chart"]
+    assert chart["type"] == "line" and chart["elements"][0]["points"] == [[1.0, 3.0], [2.0, 4.0]]
+
+
+def test_saving_a_pil_image_displays_it_and_the_formatters_leave_no_globals(server):
+    events = execute(server, code="from PIL import Image\nImage.new('RGB', (4, 4)).save('x.png')")
+    assert of(events, "result")[0]["png"]
+    events = execute(server, code="[n for n in dir() if 'Formatter' in n or n in ('ip', 'patch_pil')]")
+    assert of(events, "result")[0]["text"] == "[]"
+
+
+def test_the_first_cell_loads_no_pandas_matplotlib_or_pil(tmp_path):
+    """A fresh server's kernel: the formatters wait for the user's imports."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, SERVER, "--host", "127.0.0.1", "--port", str(port), "--cwd", str(tmp_path)],
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_healthy(port)
+        events = execute(("127.0.0.1", port), code="import sys; sorted(m for m in ('pandas', 'matplotlib', 'PIL.Image') if m in sys.modules)")
+        assert of(events, "result")[0]["text"] == "[]"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def wait_healthy(port, seconds=60.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if request(("127.0.0.1", port), "GET", "/health", timeout=2)[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"no /health on port {port} within {seconds} s")
+
+
+def children_of(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if stat[stat.rfind(")") + 2:].split()[1] == str(pid):
+                found.append(int(entry))
+    return found
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        return stat[stat.rfind(")") + 2:][:1] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_supervisor_restarts_a_killed_server_and_kills_what_it_left(tmp_path):
+    port = free_port()
+    sup = subprocess.Popen([sys.executable, SUPERVISOR, "--host", "127.0.0.1", "--port", str(port), "--cwd", str(tmp_path)],
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        wait_healthy(port)
+        (first,) = children_of(sup.pid)
+        kernel = int(stdout(execute(("127.0.0.1", port), code="import os; print(os.getpid())")))
+        os.kill(first, 9)
+        wait_healthy(port)
+        (second,) = [p for p in children_of(sup.pid) if p != kernel]
+        assert second != first
+        # The dead server's kernel was adopted by the supervisor and killed before the new server began.
+        assert not alive(kernel)
+        events = execute(("127.0.0.1", port), code="x = 1; x")
+        assert of(events, "result")[0]["text"] == "1"
+    finally:
+        sup.terminate()
+        sup.wait(timeout=30)
+    log = sup.stderr.read()
+    assert "the server exited (signal 9)" in log and "killed 0 process(es)" not in log, log

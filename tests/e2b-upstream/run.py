@@ -210,7 +210,9 @@ def server_binary() -> str:
 
 
 def prepare_images(server: Server, env: dict):
-    """The code-interpreter image (scripts/code-interpreter-image.sh, from the Debian image)."""
+    """The code-interpreter image: debian:bookworm from SANDLOT_DEBIAN_IMAGE (other images' base), then
+    scripts/code-interpreter-image.sh, which builds (once, cached) and imports its own base, the
+    `code-interpreter` flavour of scripts/debian-image.sh with node, R, the JDK, curl and procps."""
     tarball = os.environ.get("SANDLOT_DEBIAN_IMAGE")
     if not tarball or not os.path.exists(tarball):
         sys.exit("run.py: SANDLOT_DEBIAN_IMAGE is not set: export SANDLOT_DEBIAN_IMAGE=$(scripts/debian-image.sh)")
