@@ -127,7 +127,7 @@ fn code_interpreter_image_builds_offline_and_answers_from_boot() {
     let starts: Vec<_> = audit.iter().filter(|(a, _)| a == "sandbox.start_command").collect();
     assert_eq!(starts.len(), 1, "{audit:?}");
     assert_eq!(starts[0].1["tag"], "sandlot.start");
-    assert_eq!(starts[0].1["user"], "user");
+    assert_eq!(starts[0].1["user"], "root", "the image runs its runner as root (sandlot.start.user)");
     // The runner is a process of its own, found by its tag (envd's Connect by tag, List).
     let tagged = sb.processes_tagged("sandlot.start").unwrap();
     assert_eq!(tagged.len(), 1, "{tagged:?}");
