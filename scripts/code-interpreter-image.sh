@@ -9,13 +9,20 @@
 # on the server as debian:bookworm-code-interpreter-<hash> when the server has no image of that name,
 # and named in the build context's Dockerfile's FROM line.
 #
-# Usage: scripts/code-interpreter-image.sh [IMAGE_NAME]   (default: code-interpreter)
+# Usage: scripts/code-interpreter-image.sh [--public] [IMAGE_NAME]   (default: code-interpreter)
+# --public (admin key only) publishes the image to every tenant, so E2B's `code-interpreter-v1`
+# template works for all of them.
 # Needs: pip on this host (python3 -m pip) with PyPI reachable the first time, root and Debian's archive
 # the first time (mmdebstrap, for the base tarball), and the sandlot CLI (SANDLOT_BIN, default
 # `sandlot` on PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+public=()
+if [ "${1:-}" = --public ]; then
+    public=(--public)
+    shift
+fi
 name=${1:-code-interpreter}
 sandlot=${SANDLOT_BIN:-sandlot}
 cache=${SANDLOT_IMAGE_CACHE:-/var/cache/sandlot-images}
@@ -65,5 +72,5 @@ cp "$wheels"/*.whl "$ctx/wheels/"
 cp "$req" "$ctx/wheels/requirements.txt"
 cp resources/code-interpreter/*.py resources/code-interpreter/*.js resources/code-interpreter/*.java "$req" "$ctx/code-interpreter/"
 say "building $name from $ctx"
-"$sandlot" image build -t "$name" "$ctx" >&2 || die "sandlot image build failed (its output is above)"
+"$sandlot" image build "${public[@]}" -t "$name" "$ctx" >&2 || die "sandlot image build failed (its output is above)"
 echo "$name"
