@@ -285,18 +285,13 @@ pub(crate) fn drain(response: ureq::Response) {
     let _ = io::copy(&mut response.into_reader().take(64 * 1024), &mut io::sink());
 }
 
-/// `sb_…` as given; an E2B-form id (lowercase letters and digits, which no `sb_` id is) with `sb_` put
-/// back; anything else as given, for the server to call not found.
+/// `sb_…` as given; an E2B-form id with `sb_` put back (as the E2B surface reads one); anything else
+/// as given, for the server to call not found.
 fn native_sandbox_id(id: String) -> String {
     if id.starts_with("sb_") {
         return id;
     }
-    let e2b_form = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    if e2b_form {
-        format!("sb_{id}")
-    } else {
-        id
-    }
+    sandlot_api::e2b::sandlot_sandbox_id(&id).unwrap_or(id)
 }
 
 #[cfg(test)]

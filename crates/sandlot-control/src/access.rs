@@ -102,11 +102,13 @@ impl Control {
         let not_found = || Error::not_found(&format!("sandbox {id}"));
         let tenant = self.store.tenant_of(id)?.ok_or_else(not_found)?;
         let caller = Caller { tenant, admin: false };
-        let rec = self.record(&caller, id)?;
-        if rec.network.public_ports != Some(true) {
+        // The record (not deleted, public) before the keys: a sandbox that is not public says nothing
+        // about its tenant's keys to a caller with no credentials.
+        if self.record(&caller, id)?.network.public_ports != Some(true) {
             return Err(not_found());
         }
-        self.owner_of(id)
+        self.check_live_key(&caller.tenant)?;
+        Ok(caller)
     }
 
     fn token_caller(&self, kind: &TokenKind, id: &str, token: &str) -> Result<Caller> {
@@ -122,17 +124,24 @@ impl Control {
     fn owner_of(&self, id: &str) -> Result<Caller> {
         let not_found = || Error::not_found(&format!("sandbox {id}"));
         let tenant = self.store.tenant_of(id)?.ok_or_else(not_found)?;
-        if !self.store.tenant_has_live_key(&tenant)? {
+        self.check_live_key(&tenant)?;
+        let caller = Caller { tenant, admin: false };
+        // A deleted sandbox keeps its row: its token must die with it.
+        self.record(&caller, id)?;
+        Ok(caller)
+    }
+
+    /// Refuses a tenant none of whose API keys works any more (revoked or expired): what its keys
+    /// could do, its tokens and public ports cannot either.
+    fn check_live_key(&self, tenant: &str) -> Result<()> {
+        if !self.store.tenant_has_live_key(tenant)? {
             return Err(Error::new(
                 crate::Kind::Unauthenticated,
                 "this sandbox's tenant has no API key that works any more (revoked or expired): its access \
                  tokens and signed URLs ended with them; ask the admin for a new key",
             ));
         }
-        let caller = Caller { tenant, admin: false };
-        // A deleted sandbox keeps its row: its token must die with it.
-        self.record(&caller, id)?;
-        Ok(caller)
+        Ok(())
     }
 }
 

@@ -351,17 +351,7 @@ impl Vars {
     /// `path` made absolute against the WORKDIR, with `.` and empty components removed.
     fn absolute(&self, path: &str) -> String {
         let joined = if path.starts_with('/') { path.to_string() } else { format!("{}/{path}", self.workdir) };
-        let mut parts: Vec<&str> = Vec::new();
-        for c in joined.split('/') {
-            match c {
-                "" | "." => {}
-                ".." => {
-                    parts.pop();
-                }
-                c => parts.push(c),
-            }
-        }
-        let mut out = format!("/{}", parts.join("/"));
+        let mut out = format!("/{}", crate::lexical_components(&joined).join("/"));
         // `.` and `..` name directories, as a trailing `/` does (`COPY app.py .` copies into it).
         let names_a_dir =
             path.ends_with('/') || path == "." || path == ".." || path.ends_with("/.") || path.ends_with("/..");

@@ -141,17 +141,7 @@ fn clean(path: &str) -> Option<String> {
     if path.contains('\0') {
         return None;
     }
-    let mut parts: Vec<&str> = Vec::new();
-    for c in path.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            c => parts.push(c),
-        }
-    }
-    Some(parts.join("/"))
+    Some(crate::lexical_components(path).join("/"))
 }
 
 #[cfg(test)]

@@ -39,6 +39,23 @@ pub mod store;
 pub mod testing;
 
 pub use archive::{import, import_dir, ImportError, Imported};
+
+/// `path`'s components without empty and `.` ones, each `..` taking away the one before it (never
+/// climbing above the root): a path resolved by its text alone, as a Dockerfile's and an image's
+/// paths are (no link followed).
+pub(crate) fn lexical_components(path: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    parts
+}
 pub use digest::Digest;
 pub use image::{Image, ImageConfig, Layer};
 pub use platform::Platform;

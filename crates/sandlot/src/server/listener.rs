@@ -262,24 +262,13 @@ async fn serve_connection<I>(
     http: &hyper::server::conn::http1::Builder,
     io: I,
     service: TowerToHyperService<Router>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
     peer: SocketAddr,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let conn = http.serve_connection(io, service).with_upgrades();
-    tokio::pin!(conn);
-    tokio::select! {
-        r = conn.as_mut() => {
-            if let Err(e) = r {
-                tracing::debug!("API connection from {peer}: {e}");
-            }
-            return;
-        }
-        _ = stop.changed() => {}
-    }
-    conn.as_mut().graceful_shutdown();
-    let _ = conn.await;
+    until_stopped(conn, |c| c.graceful_shutdown(), stop, peer).await;
 }
 
 /// [`serve_connection`] for a connection that negotiated HTTP/2: the same end on `stop` (a GOAWAY,
@@ -288,7 +277,7 @@ async fn serve_h2_connection<I>(
     http: &hyper::server::conn::http2::Builder<TokioExecutor>,
     io: I,
     service: TowerToHyperService<Router>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
     peer: SocketAddr,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
@@ -301,17 +290,31 @@ async fn serve_h2_connection<I>(
         hyper::service::Service::call(&service, req)
     });
     let conn = http.serve_connection(io, service);
+    until_stopped(conn, |c| c.graceful_shutdown(), stop, peer).await;
+}
+
+/// Drives connection `conn` until it ends, or until `stop` changes: then `graceful_shutdown` (HTTP/1.1:
+/// close after the current response; HTTP/2: a GOAWAY) and the requests in flight finish.
+async fn until_stopped<C, E>(
+    conn: C,
+    graceful_shutdown: impl FnOnce(std::pin::Pin<&mut C>),
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    peer: SocketAddr,
+) where
+    C: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
     tokio::pin!(conn);
     tokio::select! {
         r = conn.as_mut() => {
             if let Err(e) = r {
-                tracing::debug!("API connection (HTTP/2) from {peer}: {e}");
+                tracing::debug!("API connection from {peer}: {e}");
             }
             return;
         }
         _ = stop.changed() => {}
     }
-    conn.as_mut().graceful_shutdown();
+    graceful_shutdown(conn.as_mut());
     let _ = conn.await;
 }
 
