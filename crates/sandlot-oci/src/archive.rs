@@ -213,6 +213,66 @@ pub(crate) fn check_headers(file: &mut File) -> Result<(), ImportError> {
 }
 
 /// A tar numeric field: octal text, or base-256 when its top bit is set.
+/// A tar stream passed through while its headers are checked as [`check_headers`] checks a file's,
+/// for streams that cannot be walked first (a compressed layer): a metadata member over
+/// [`MAX_HEADER_MEMBER`] is an error before the tar crate reads it whole into memory; GNU sparse
+/// extension headers, which sandlot never writes, are refused rather than followed.
+pub(crate) struct HeaderGuard<R> {
+    inner: R,
+    block: [u8; 512],
+    filled: usize,
+    /// Bytes of the current member's data (rounded up to its last block) still to pass.
+    skip: u64,
+}
+
+impl<R> HeaderGuard<R> {
+    pub(crate) fn new(inner: R) -> Self {
+        HeaderGuard { inner, block: [0; 512], filled: 0, skip: 0 }
+    }
+}
+
+impl<R: Read> Read for HeaderGuard<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let mut data = &buf[..n];
+        while !data.is_empty() {
+            if self.skip > 0 {
+                let k = data.len().min(usize::try_from(self.skip).unwrap_or(usize::MAX));
+                self.skip -= k as u64;
+                data = &data[k..];
+                continue;
+            }
+            let k = data.len().min(512 - self.filled);
+            self.block[self.filled..self.filled + k].copy_from_slice(&data[..k]);
+            self.filled += k;
+            data = &data[k..];
+            if self.filled < 512 {
+                continue;
+            }
+            self.filled = 0;
+            // Zero blocks end the archive (and pad it); nothing to check in them.
+            if self.block.iter().all(|b| *b == 0) {
+                continue;
+            }
+            let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
+            let size = octal_or_binary(&self.block[124..136])
+                .ok_or_else(|| invalid("the archive has an unreadable size field".into()))?;
+            let kind = self.block[156];
+            if matches!(kind, b'L' | b'K' | b'x' | b'g') && size > MAX_HEADER_MEMBER {
+                return Err(invalid(format!(
+                    "the archive has a {size}-byte metadata member (type {:?}); at most {MAX_HEADER_MEMBER} are read",
+                    kind as char
+                )));
+            }
+            if kind == b'S' && self.block[482] != 0 {
+                return Err(invalid("the archive has GNU sparse extension headers, which are not read here".into()));
+            }
+            self.skip = size.div_ceil(512) * 512;
+        }
+        Ok(n)
+    }
+}
+
 fn octal_or_binary(field: &[u8]) -> Option<u64> {
     if field[0] & 0x80 != 0 {
         let mut v: u64 = u64::from(field[0] & 0x7f);

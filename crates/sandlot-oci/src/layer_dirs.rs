@@ -27,6 +27,8 @@ impl LayerDirs {
     pub fn apply(&mut self, layer: impl Read) -> io::Result<()> {
         let reader = crate::archive::decompressing(layer)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        // The tar crate reads a long name or PAX member whole: a layer's are checked as they pass.
+        let reader = crate::archive::HeaderGuard::new(reader);
         let mut archive = tar::Archive::new(reader);
         for entry in archive.entries()? {
             let entry = entry?;
@@ -191,6 +193,26 @@ mod tests {
         assert!(!d.is_dir("/etc"));
         d.add_dir("/srv/app");
         assert!(d.is_dir("/srv/app") && d.is_dir("/srv"));
+    }
+
+    #[test]
+    fn a_long_name_past_the_header_bound_is_refused_before_it_is_read() {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_size(0);
+        h.set_mode(0o755);
+        let long = "d/".repeat(600_000);
+        b.append_data(&mut h, &long, io::empty()).unwrap();
+        let tar = b.into_inner().unwrap();
+        let err = LayerDirs::default().apply(&tar[..]).unwrap_err();
+        assert!(err.to_string().contains("metadata member"), "{err}");
+        // Under the bound, the same shape is read.
+        let mut b = tar::Builder::new(Vec::new());
+        b.append_data(&mut h, "d/".repeat(2_000), io::empty()).unwrap();
+        let mut d = LayerDirs::default();
+        d.apply(&b.into_inner().unwrap()[..]).unwrap();
+        assert!(d.is_dir(&"/d".repeat(2_000)));
     }
 
     #[test]
