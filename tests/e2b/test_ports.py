@@ -99,3 +99,39 @@ def test_a_port_nobody_listens_on_is_a_502_after_a_bounded_wait(server):
         assert b"8001" in body
     finally:
         sbx.kill()
+
+
+def test_get_host_without_an_e2b_domain_is_a_preview_origin_of_this_server(server):
+    # The server has no --e2b-domain and listens on loopback: `get_host` must name this server
+    # (`{port}-{id}.localhost:{listen port}`, plain HTTP, as browsers and curl resolve it), never
+    # E2B's cloud, and that host must route to the sandbox's port with E2B's credentials.
+    sbx = Sandbox.create(timeout=120)
+    try:
+        listen_port = server.port
+        host = sbx.get_host(8000)
+        assert host == f"{8000}-{sbx.sandbox_id}.localhost:{listen_port}", host
+        script = ECHO.replace("'", "'\\''")
+        server.native("POST", f"/v1/sandboxes/sb_{sbx.sandbox_id}/exec",
+                      {"shell": f"exec python3 -c '{script}'", "background": True})
+
+        def by_host(**headers):
+            # urllib does not resolve `*.localhost`: connect to the listener, name the host.
+            req = urllib.request.Request(server.url + "/via-host", headers={"Host": host})
+            for k, v in headers.items():
+                req.add_header(k.replace("_", "-"), v)
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    return r.status, r.read()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read()
+
+        status, body = by_host(E2B_Traffic_Access_Token=sbx.traffic_access_token)
+        assert status == 200, body
+        assert json.loads(body)["path"] == "/via-host"
+        # Without a token a non-public sandbox's port is refused, as E2B's proxy refuses it.
+        assert by_host()[0] == 403
+        # envd stays on header routing: `sandlot e2b env` sets no E2B_DOMAIN for this server.
+        with urllib.request.urlopen(server.url + "/e2b/connection", timeout=30) as r:
+            assert json.loads(r.read())["domain"] is None
+    finally:
+        sbx.kill()

@@ -610,6 +610,9 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
             Some((listener, setup.acceptor))
         }
     };
+    if let Some(preview) = &preview {
+        e2b_settings.use_preview_domain(preview, args.listen.port());
+    }
     let app = Arc::new(App {
         control: Arc::clone(&control),
         preview_domain: preview,

@@ -49,12 +49,16 @@ pub const DEFAULT_TEMPLATE_MAP: (&str, &str) = ("code-interpreter-v1", "code-int
 pub struct E2bSettings {
     /// Template name → image (`--e2b-template NAME=IMAGE`), beside `base` (the default image).
     pub templates: BTreeMap<String, String>,
-    /// Domain of `{port}-{id}.{domain}` host names (`--e2b-domain`): requests to such hosts are
-    /// routed like requests naming the sandbox by header.
+    /// Domain of `{port}-{id}.{domain}` host names: requests to such hosts are routed like requests
+    /// naming the sandbox by header. `--e2b-domain`, else the preview domain ([`Self::use_preview_domain`]).
     pub domain: Option<String>,
-    /// The domain as the SDKs must use it (answers' `domain`, E2B_DOMAIN): with the TLS listener on a
-    /// port other than 443, `{domain}:{port}`, since the SDKs form `https://{port}-{id}.{domain}`.
+    /// The domain as the SDKs must use it (answers' `domain`, which `get_host` builds on): with the
+    /// TLS listener on a port other than 443, `{domain}:{port}`, since the SDKs form
+    /// `https://{port}-{id}.{domain}`.
     pub reported_domain: Option<String>,
+    /// Whether the SDKs may send envd traffic by the domain (E2B_DOMAIN instead of E2B_SANDBOX_URL):
+    /// an `--e2b-domain`, which is HTTPS. Not the preview domain, which is plain HTTP.
+    pub domain_for_envd: bool,
     /// The server's CA, PEM, when it issued the TLS listener's certificate (`GET /e2b/ca.pem`).
     pub ca_pem: Option<String>,
 }
@@ -81,7 +85,21 @@ impl E2bSettings {
                 return Err(format!("--e2b-domain {d:?}: expected a DNS name such as e2b.example.com"));
             }
         }
-        Ok(E2bSettings { templates: map, reported_domain: domain.clone(), domain, ca_pem: None })
+        Ok(E2bSettings { templates: map, reported_domain: domain.clone(), domain_for_envd: domain.is_some(), domain, ca_pem: None })
+    }
+
+    /// Without `--e2b-domain`, sandbox hosts are preview origins: `{port}-{id}.{preview}:{listen
+    /// port}` on the API's own listener. Answers name that domain, so `Sandbox.get_host(port)` gives a
+    /// host that browsers and curl reach (over plain HTTP) instead of E2B's cloud (`*.e2b.app`, the
+    /// SDKs' default, which would carry the sandbox's traffic token there). envd stays on header
+    /// routing (E2B_SANDBOX_URL): the SDKs speak HTTPS to a domain. E2B ids have no `_`, so these
+    /// hosts never shadow the native previews' `{port}-sb_{id}` ones.
+    pub fn use_preview_domain(&mut self, preview: &str, listen_port: u16) {
+        if self.domain.is_none() {
+            self.domain = Some(preview.to_string());
+            self.reported_domain = Some(format!("{preview}:{listen_port}"));
+            self.domain_for_envd = false;
+        }
     }
 
     /// The sandbox and port a `Host` of `{port}-{id}.{domain}[:listener port]` names.
@@ -208,7 +226,7 @@ async fn ca_pem(State(app): State<AppState>) -> Response {
 /// `GET /e2b/connection`: how clients reach this server's sandboxes (what `sandlot e2b env` prints).
 async fn connection(State(app): State<AppState>) -> axum::Json<sandlot_api::e2b::E2bConnection> {
     axum::Json(sandlot_api::e2b::E2bConnection {
-        domain: app.e2b.reported_domain.clone(),
+        domain: app.e2b.reported_domain.clone().filter(|_| app.e2b.domain_for_envd),
         ca_issued: app.e2b.ca_pem.is_some(),
     })
 }
@@ -289,5 +307,21 @@ mod tests {
             assert!(E2bSettings::new(&[bad.into()], None).is_err(), "{bad}");
         }
         assert!(E2bSettings::new(&[], Some("bad_domain!")).is_err());
+    }
+
+    #[test]
+    fn without_an_e2b_domain_sandbox_hosts_are_preview_origins() {
+        let mut s = E2bSettings::new(&[], None).unwrap();
+        s.use_preview_domain("localhost", 8080);
+        assert_eq!(s.reported_domain.as_deref(), Some("localhost:8080"));
+        assert!(!s.domain_for_envd);
+        assert_eq!(s.host_target("8000-abc123.localhost:8080"), Some(("sb_abc123".into(), 8000)));
+        // The native previews' hosts stay theirs.
+        assert_eq!(s.host_target("8000-sb_abc123.localhost:8080"), None);
+        // An E2B domain wins over the preview domain.
+        let mut s = E2bSettings::new(&[], Some("e2b.example.test")).unwrap();
+        s.use_preview_domain("localhost", 8080);
+        assert_eq!(s.domain.as_deref(), Some("e2b.example.test"));
+        assert!(s.domain_for_envd);
     }
 }
