@@ -236,6 +236,12 @@ pub struct ProcessInfo {
     /// Whether it runs on a pseudo-terminal.
     #[serde(default)]
     pub pty: bool,
+    /// Set for what a finished command left running in its process group (a server started with
+    /// `&` or `nohup`): that command's pid. It lives on until it ends or the sandbox does; `kill`
+    /// signals the whole group; it has no output of its own (what it writes to the command's pipes
+    /// after the command's exit is dropped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_by: Option<u64>,
 }
 
 /// Body of `GET /v1/sandboxes/{id}/processes`.

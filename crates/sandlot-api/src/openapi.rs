@@ -792,6 +792,7 @@ fn routes() -> Vec<Op> {
             .no_content("Resized; the process gets SIGWINCH.")
             .errors(&[404, 409]),
         op("get", "/v1/sandboxes/{id}/processes/{pid}/logs", "processLogs", "exec", "A process's events, replayed then followed")
+            .query("follow", false, serde_json::json!({"type": "boolean", "default": true}), "`false`: end with the events so far (`exited` only if it has ended).")
             .answer(200, "One `ExecEvent` per line from the first, then live until `exited` (no `Accept` needed).", vec![Content::Ndjson(schema_of::<ExecEvent>)])
             .errors(&[404, 409]),
         op("get", "/v1/sandboxes/{id}/pty", "openTerminal", "exec", "A terminal over WebSocket")

@@ -252,7 +252,17 @@ impl Sandbox {
 
     /// Streams process `pid`'s events from its start, following it until it exits.
     pub fn logs(&self, pid: u64) -> Result<EventStream> {
-        let path = self.path(&format!("/processes/{pid}/logs"));
+        self.logs_from(pid, true)
+    }
+
+    /// Process `pid`'s events so far: its log, ending where the process is now (with `exited` only
+    /// if it has ended).
+    pub fn logs_so_far(&self, pid: u64) -> Result<EventStream> {
+        self.logs_from(pid, false)
+    }
+
+    fn logs_from(&self, pid: u64, follow: bool) -> Result<EventStream> {
+        let path = self.path(&format!("/processes/{pid}/logs{}", if follow { "" } else { "?follow=false" }));
         let http = self.client.request("GET", &path).set("Accept", NDJSON);
         let response = self.client.send(http)?;
         Ok(EventStream::new(response.into_reader()))

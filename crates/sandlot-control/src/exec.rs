@@ -136,7 +136,7 @@ fn spec(
     let image_env = image.map(|i| i.run.env.as_slice()).unwrap_or_default();
     env.extend(image_env.iter().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())));
     env.extend(rec.env.clone());
-    let meta = sandlot_engine::ProcessMeta { tag: req.tag, cwd: cwd.clone(), env: req.env.clone() };
+    let meta = sandlot_engine::ProcessMeta { tag: req.tag, cwd: cwd.clone(), env: req.env.clone(), left_by: None };
     env.extend(req.env);
     Ok((
         ExecSpec {

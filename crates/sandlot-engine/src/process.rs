@@ -117,6 +117,8 @@ pub struct ProcessMeta {
     pub cwd: String,
     /// The request's own environment variables (not the sandbox's or the image's).
     pub env: std::collections::BTreeMap<String, String>,
+    /// The process whose group this is, left behind when that process ended ([`sandlot_protocol::Event::Left`]).
+    pub left_by: Option<u64>,
 }
 
 /// One piece of a process's output or life, with output as the bytes written ([`Follow::next_raw`]).
@@ -148,6 +150,8 @@ pub struct Process {
     stdin_open: std::sync::atomic::AtomicBool,
     /// Why the supervisor closed standard input on its own (the process did not read it), if it did.
     stdin_closed_why: Mutex<Option<String>>,
+    /// Whether the supervisor has said what this process left in its group ([`Process::mark_left`]).
+    left: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
     /// Length of the log, for followers waiting on new entries.
     changed: watch::Sender<usize>,
@@ -166,6 +170,8 @@ pub struct Follow {
     /// Bytes of each stream (stdout, stderr) already handed out.
     sent: [u64; 2],
     done: bool,
+    /// End once every event so far is handed out, instead of waiting for more ([`Follow::up_to_now`]).
+    up_to_now: bool,
     changed: watch::Receiver<usize>,
 }
 
@@ -205,6 +211,18 @@ impl Follow {
         })
     }
 
+    /// The process followed.
+    pub fn process(&self) -> Arc<Process> {
+        Arc::clone(&self.proc)
+    }
+
+    /// This follower, ending once it has handed out what the process has produced so far (a log
+    /// read, not a follow).
+    pub fn up_to_now(mut self) -> Self {
+        self.up_to_now = true;
+        self
+    }
+
     async fn next_item(&mut self) -> Option<Next> {
         loop {
             if self.done {
@@ -212,6 +230,9 @@ impl Follow {
             }
             if let Some(ev) = self.poll() {
                 return Some(ev);
+            }
+            if self.up_to_now {
+                return None;
             }
             if self.changed.changed().await.is_err() {
                 return None;
@@ -294,6 +315,7 @@ impl Process {
             started: Instant::now(),
             stdin_open: std::sync::atomic::AtomicBool::new(stdin_open),
             stdin_closed_why: Mutex::new(None),
+            left: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(State {
                 out: if scrollback {
                     [Capture::scrollback(cap), Capture::scrollback(cap)]
@@ -437,6 +459,12 @@ impl Process {
         st.end.map(|end| st.result(end))
     }
 
+    /// Records that this process left members of its group behind; `false` when that was already
+    /// recorded, or when this is itself such a group (each command leaves at most one).
+    pub(crate) fn mark_left(&self) -> bool {
+        self.meta.left_by.is_none() && !self.left.swap(true, std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Whether it has ended.
     pub fn finished(&self) -> bool {
         self.lock().end.is_some()
@@ -444,7 +472,14 @@ impl Process {
 
     /// A follower from the first event.
     pub fn follow(self: &Arc<Self>) -> Follow {
-        Follow { proc: Arc::clone(self), at: 0, sent: [0, 0], done: false, changed: self.changed.subscribe() }
+        Follow {
+            proc: Arc::clone(self),
+            at: 0,
+            sent: [0, 0],
+            done: false,
+            up_to_now: false,
+            changed: self.changed.subscribe(),
+        }
     }
 
     /// API view. The environment is capped at `MAX_LISTED_ENV_BYTES` (64 KiB).
@@ -461,6 +496,7 @@ impl Process {
             cwd: self.meta.cwd.clone(),
             env: self.listed_env(),
             pty: self.pty,
+            left_by: self.meta.left_by,
         }
     }
 

@@ -16,7 +16,11 @@ use serde::{Deserialize, Serialize};
 /// Protocol version, sent by the supervisor in [`Event::Ready`]. 2: `Done` carries a typed
 /// [`FileAnswer`] instead of free-form JSON. 3: processes on a pty ([`Spawn::pty`], [`Request::Resize`])
 /// and directory watches ([`Request::Watch`]). 4: watch events flow by credit ([`Request::WatchCredit`]).
-pub const VERSION: u32 = 4;
+/// 5: what a finished command leaves in its process group lives on ([`Event::Left`], [`Request::Adopt`]).
+pub const VERSION: u32 = 5;
+
+/// Most bytes of the command line [`Event::Left`] names (arguments past it are left out).
+pub const MAX_LEFT_ARGV_BYTES: usize = 4096;
 
 /// Watch events the supervisor may send for one watch before the daemon gives credit back
 /// ([`Request::WatchCredit`]) as its client takes them: what the daemon queues per watch. A watch
@@ -62,6 +66,14 @@ pub enum Request {
         proc: u64,
         /// Signal number.
         signal: i32,
+    },
+    /// Track the process group `pgid` that process `left_by` left behind ([`Event::Left`]) as process
+    /// `proc`: signals reach the group, and [`Event::Exited`] for `proc` comes once it has no member.
+    Adopt {
+        /// The new process handle (the API's pid) the daemon gave the group.
+        proc: u64,
+        /// The handle of the command that left it.
+        left_by: u64,
     },
     /// New terminal size for a process started with [`Spawn::pty`] (the kernel sends SIGWINCH to its
     /// foreground process group). Ignored for a process without a pty or one that has ended.
@@ -303,6 +315,15 @@ pub enum Event {
         proc: u64,
         /// How.
         end: Termination,
+    },
+    /// Process `proc` has ended (its [`Event::Exited`] came first) but members of its process group
+    /// live on (a server started with `&`, `nohup`): they keep running until they end or the sandbox
+    /// does. The daemon answers with [`Request::Adopt`] to track them under a handle of their own.
+    Left {
+        /// Process handle (the API's pid) of the command that ended.
+        proc: u64,
+        /// The command line of the group's oldest member (at most [`MAX_LEFT_ARGV_BYTES`]).
+        argv: Vec<String>,
     },
     /// The supervisor closed a process's standard input without being asked to: the process did not read
     /// it and more bytes waited than the supervisor buffers. Later `Stdin` requests are dropped.

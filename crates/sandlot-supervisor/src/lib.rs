@@ -193,6 +193,7 @@ fn serve(sock: UnixStream, opts: Options) -> io::Result<()> {
             Request::Spawn(spawn) => procs.spawn(spawn),
             Request::Stdin { proc, eof } => procs.stdin(proc, &frame.payload, eof),
             Request::Signal { proc, signal } => procs.signal(proc, signal),
+            Request::Adopt { proc, left_by } => procs.adopt(proc, left_by),
             Request::Resize { proc, rows, cols } => procs.resize(proc, sandlot_protocol::PtySize { rows, cols }),
             Request::Watch { id, uid, path, recursive } => watches.start(&outbox, id, uid, path, recursive),
             Request::Unwatch { id } => watches.stop(id),

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use sandlot_protocol::{Event, PtySize, Spawn, Termination, MAX_PAYLOAD};
+use sandlot_protocol::{Event, PtySize, Spawn, Termination, MAX_LEFT_ARGV_BYTES, MAX_PAYLOAD};
 
 use crate::harden::Hardening;
 use crate::{lock, spawn_thread, wait, Outbox, ThreadError};
@@ -42,6 +42,9 @@ struct Proc {
     timed_out: bool,
     /// Dropping it wakes the timeout thread early.
     timer: Option<mpsc::Sender<()>>,
+    /// A process group a finished command left (`pid` is its group id), tracked until it has no
+    /// member ([`Table::adopt`]); with how its last reaped member ended.
+    group: Option<Option<Termination>>,
 }
 
 /// Standard input waiting for a process, between the control loop and the process's writer thread;
@@ -125,6 +128,56 @@ impl StdinQueue {
 struct Inner {
     by_handle: HashMap<u64, Proc>,
     by_pid: HashMap<i32, u64>,
+    /// Group ids of the groups finished commands left ([`Event::Left`] sent), by the command's handle,
+    /// until the daemon adopts them.
+    left: HashMap<u64, i32>,
+    /// Adopted groups: group id → handle.
+    groups: HashMap<i32, u64>,
+    /// Whether the thread that notices groups emptied without a reap (members that moved to a group
+    /// of their own) runs.
+    group_watch: bool,
+}
+
+/// Most groups left by finished commands and not yet adopted. The daemon adopts each at once; past
+/// this it is not answering, and pid 1 does not keep more for it.
+const MAX_LEFT_UNADOPTED: usize = 1024;
+/// How often adopted groups are checked for members that left them without exiting.
+const GROUP_CHECK: Duration = Duration::from_millis(500);
+
+/// Whether process group `pgid` has a member.
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence. EPERM means a member exists that pid 1 may not signal.
+    unsafe { libc::kill(-pgid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+}
+
+/// The process group of `pid` (its stat's fifth field), read while it is alive or a zombie.
+fn pgid_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp ...`: comm may hold spaces and parentheses, so parse after the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The command line of the oldest (lowest-pid) member of group `pgid`, at most
+/// [`MAX_LEFT_ARGV_BYTES`] of it; empty when none is readable.
+fn oldest_member_argv(pgid: i32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let oldest = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| pgid_of(*pid) == Some(pgid))
+        .min();
+    let Some(pid) = oldest else { return Vec::new() };
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let mut argv = Vec::new();
+    let mut used = 0;
+    for arg in raw.split(|b| *b == 0).filter(|a| !a.is_empty()) {
+        used += arg.len();
+        if used > MAX_LEFT_ARGV_BYTES {
+            break;
+        }
+        argv.push(String::from_utf8_lossy(arg).into_owned());
+    }
+    argv
 }
 
 /// All processes the daemon asked for, keyed by the daemon's handle.
@@ -175,9 +228,19 @@ impl Table {
         // can never have its child reaped before it is known.
         let mut inner = self.lock();
         loop {
+            // With adopted groups, an orphan's group is read before it is reaped (a zombie's stat
+            // still names it): its end is the group's, should it be the last member.
+            let (which, orphan_group) = if inner.groups.is_empty() {
+                (-1, None)
+            } else {
+                match peek_exited() {
+                    Some(pid) => (pid, pgid_of(pid)),
+                    None => break,
+                }
+            };
             let mut status = 0;
             // SAFETY: plain syscall with a valid out-pointer.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            let pid = unsafe { libc::waitpid(which, &mut status, libc::WNOHANG) };
             if pid <= 0 {
                 break;
             }
@@ -188,21 +251,19 @@ impl Table {
                 continue;
             }
             let Some(&handle) = inner.by_pid.get(&pid) else {
-                continue; // an orphan: reaped, nothing to report
+                // An orphan: nothing to report, unless it was a member of a group a command left.
+                if let Some(g) = orphan_group {
+                    self.orphan_reaped(&mut inner, g, termination(status));
+                }
+                continue;
             };
             inner.by_pid.remove(&pid);
             let Some(p) = inner.by_handle.get_mut(&handle) else {
                 continue;
             };
-            p.exit = Some(if p.timed_out {
-                Termination::Timeout
-            } else if libc::WIFSIGNALED(status) {
-                Termination::Signaled { signal: libc::WTERMSIG(status) }
-            } else {
-                Termination::Exited { code: libc::WEXITSTATUS(status) }
-            });
-            // Dropping the timer's sender wakes it: it then still kills whatever the command left in
-            // its process group at the deadline.
+            p.exit = Some(if p.timed_out { Termination::Timeout } else { termination(status) });
+            // Dropping the timer's sender ends it: the timeout is the command's; what it left in its
+            // process group lives on ([`Event::Left`]).
             p.timer = None;
             if let Some(q) = p.stdin.take() {
                 q.close();
@@ -226,14 +287,92 @@ impl Table {
         }
     }
 
-    /// Reports the exit once the process has ended and its pipes are drained.
+    /// Reports the exit once the process has ended and its pipes are drained; then what it left in
+    /// its process group, if anything ([`Event::Left`]).
     fn finish_locked(&self, inner: &mut Inner, handle: u64) {
         let done = matches!(inner.by_handle.get(&handle), Some(p) if p.exit.is_some() && p.open_pipes == 0);
         if done {
             let p = inner.by_handle.remove(&handle).expect("checked above");
             p.reported.store(true, Ordering::SeqCst);
             self.out.send(&Event::Exited { proc: handle, end: p.exit.expect("checked above") }, &[]);
+            if p.group.is_some() {
+                inner.groups.remove(&p.pid);
+            } else if p.exit != Some(Termination::Timeout)
+                && inner.left.len() < MAX_LEFT_UNADOPTED
+                && group_alive(p.pid)
+            {
+                inner.left.insert(handle, p.pid);
+                self.out.send(&Event::Left { proc: handle, argv: oldest_member_argv(p.pid) }, &[]);
+            }
         }
+    }
+
+    /// Tracks the group command `left_by` left ([`Event::Left`]) as process `handle`.
+    pub(crate) fn adopt(&self, handle: u64, left_by: u64) {
+        let mut inner = self.lock();
+        let Some(pgid) = inner.left.remove(&left_by) else {
+            drop(inner);
+            self.out.send(&Event::SpawnFailed { proc: handle, message: "no group left by that process".into() }, &[]);
+            return;
+        };
+        if inner.by_handle.contains_key(&handle) {
+            drop(inner);
+            self.out.send(&Event::SpawnFailed { proc: handle, message: "process handle in use".into() }, &[]);
+            return;
+        }
+        inner.groups.insert(pgid, handle);
+        inner.by_handle.insert(
+            handle,
+            Proc {
+                pid: pgid,
+                stdin: None,
+                pty: None,
+                reported: Arc::new(AtomicBool::new(false)),
+                exit: None,
+                open_pipes: 0,
+                timed_out: false,
+                timer: None,
+                group: Some(None),
+            },
+        );
+        self.out.send(&Event::Started { proc: handle, pid: pgid }, &[]);
+        if !inner.group_watch {
+            let table = self.clone();
+            inner.group_watch = spawn_thread("groups", move || loop {
+                thread::sleep(GROUP_CHECK);
+                let mut inner = table.lock();
+                let gone: Vec<i32> = inner.groups.keys().copied().filter(|g| !group_alive(*g)).collect();
+                for g in gone {
+                    table.group_emptied(&mut inner, g);
+                }
+            })
+            .is_ok();
+        }
+        // It may have emptied between the command's exit and now.
+        if !group_alive(pgid) {
+            self.group_emptied(&mut inner, pgid);
+        }
+    }
+
+    /// A member of a tracked group was reaped with `end`: the group ends when that was its last.
+    fn orphan_reaped(&self, inner: &mut Inner, pgid: i32, end: Termination) {
+        let Some(&handle) = inner.groups.get(&pgid) else { return };
+        if let Some(Proc { group: Some(last), .. }) = inner.by_handle.get_mut(&handle) {
+            *last = Some(end);
+        }
+        if !group_alive(pgid) {
+            self.group_emptied(inner, pgid);
+        }
+    }
+
+    /// Tracked group `pgid` has no member left: its process ends as its last reaped member did (exit
+    /// 0 when none was reaped here: they all moved to groups of their own).
+    fn group_emptied(&self, inner: &mut Inner, pgid: i32) {
+        let Some(&handle) = inner.groups.get(&pgid) else { return };
+        if let Some(p) = inner.by_handle.get_mut(&handle) {
+            p.exit = Some(p.group.flatten().unwrap_or(Termination::Exited { code: 0 }));
+        }
+        self.finish_locked(inner, handle);
     }
 
     pub(crate) fn spawn(&self, s: Spawn) {
@@ -359,9 +498,10 @@ impl Table {
             }
         };
         inner.by_pid.insert(pid, handle);
-        inner
-            .by_handle
-            .insert(handle, Proc { pid, stdin, pty, reported, exit: None, open_pipes, timed_out: false, timer });
+        inner.by_handle.insert(
+            handle,
+            Proc { pid, stdin, pty, reported, exit: None, open_pipes, timed_out: false, timer, group: None },
+        );
         // Started goes out before any output: the pipe readers wait for the lock held until after it.
         self.out.send(&Event::Started { proc: handle, pid }, &[]);
         drop(inner);
@@ -442,7 +582,6 @@ impl Table {
         let (tx, rx) = mpsc::channel::<()>();
         let table = self.clone();
         spawn_thread("timeout", move || {
-            let deadline = Instant::now() + after;
             match rx.recv_timeout(after) {
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let mut inner = table.lock();
@@ -452,20 +591,9 @@ impl Table {
                         }
                     }
                 }
-                // The command's leader is gone. What it left in its process group (a fork bomb's
-                // children, say) still dies at the deadline.
-                Err(mpsc::RecvTimeoutError::Disconnected) => loop {
-                    // SAFETY: signal 0 only checks whether the group has members.
-                    if unsafe { libc::kill(-pid, 0) } != 0 {
-                        return;
-                    }
-                    let now = Instant::now();
-                    if now >= deadline {
-                        break;
-                    }
-                    thread::sleep((deadline - now).min(Duration::from_millis(100)));
-                },
-                Ok(()) => return,
+                // The command ended in time. What it left in its process group lives on, as under
+                // `docker exec`, bounded by the sandbox's limits and lifetime ([`Event::Left`]).
+                Err(mpsc::RecvTimeoutError::Disconnected) | Ok(()) => return,
             }
             // SAFETY: plain syscall; a negative pid addresses the command's process group.
             unsafe { libc::kill(-pid, libc::SIGKILL) };
@@ -550,6 +678,26 @@ fn spawn_error(s: &Spawn, e: &io::Error) -> String {
             s.argv[0]
         ),
         _ => format!("cannot start {}: {e}", s.argv[0]),
+    }
+}
+
+/// How a process with wait status `status` ended.
+fn termination(status: i32) -> Termination {
+    if libc::WIFSIGNALED(status) {
+        Termination::Signaled { signal: libc::WTERMSIG(status) }
+    } else {
+        Termination::Exited { code: libc::WEXITSTATUS(status) }
+    }
+}
+
+/// The pid of a child that has exited, left unreaped (`WNOWAIT`), if any.
+fn peek_exited() -> Option<i32> {
+    // SAFETY: siginfo_t is plain data; waitid fills it, and si_pid reads the field it set (0: none).
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
+        let pid = info.si_pid();
+        (rc == 0 && pid > 0).then_some(pid)
     }
 }
 

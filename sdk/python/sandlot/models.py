@@ -249,6 +249,8 @@ class ProcessInfo:
     cwd: str = ""
     env: Dict[str, str] = field(default_factory=dict)
     pty: bool = False
+    #: For what a finished command left running in its process group: that command's pid.
+    left_by: Optional[int] = None
 
     @classmethod
     def from_json(cls, d: JSON) -> ProcessInfo:
@@ -264,6 +266,7 @@ class ProcessInfo:
             cwd=d.get("cwd", ""),
             env=dict(d.get("env", {})),
             pty=bool(d.get("pty", False)),
+            left_by=_opt_int(d.get("left_by")),
         )
 
 

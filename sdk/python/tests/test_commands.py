@@ -78,6 +78,19 @@ def test_background_wait_feeds_the_callbacks_given_to_run(sbx):
     assert "".join(out) == "first\nsecond\n" == r.stdout
 
 
+def test_what_a_finished_command_leaves_is_listed_with_left_by_and_killable(sbx):
+    r = sbx.commands.run("sleep 1000 & echo started", timeout=5)
+    assert r.stdout == "started\n"
+    command = [p for p in sbx.commands.list() if p.argv[-1] == "sleep 1000 & echo started"][-1]
+    deadline = time.monotonic() + 5
+    while not (left := [p for p in sbx.commands.list() if p.left_by == command.pid]):
+        assert time.monotonic() < deadline, sbx.commands.list()
+        time.sleep(0.05)
+    assert left[0].running and left[0].argv == ["sleep", "1000"], left
+    sbx.commands.kill(left[0].pid, 15)
+    assert sbx.commands.connect(left[0].pid).wait().signal == 15
+
+
 def test_kill_signals_the_process_and_a_second_kill_conflicts(sbx):
     h = sbx.commands.run(["sleep", "1000"], background=True, tag="sleeper")
     assert [p.pid for p in sbx.commands.list(tag="sleeper")] == [h.pid]

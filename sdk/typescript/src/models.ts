@@ -222,6 +222,8 @@ export interface ProcessInfo {
   env: Record<string, string>;
   /** Whether it runs on a pseudo-terminal. */
   pty: boolean;
+  /** For what a finished command left running in its process group: that command's pid. */
+  leftBy: number | undefined;
 }
 
 /** Kinds of file system entries. */
@@ -494,6 +496,7 @@ export function processInfoFromJson(d: Json): ProcessInfo {
     cwd: str(d.cwd),
     env: strMap(d.env),
     pty: d.pty === true,
+    leftBy: optNum(d.left_by),
   };
 }
 

@@ -115,6 +115,21 @@ test("background wait feeds the callbacks given to run, or to wait", async () =>
   assert.deepEqual(err, ['y\n']);
 });
 
+test('what a finished command leaves is listed with leftBy, and killable', async () => {
+  const r = await sbx.commands.run('sleep 1000 & echo started', { timeoutS: 5 });
+  assert.equal(r.stdout, 'started\n');
+  const command = (await sbx.commands.list()).filter((p) => p.argv.at(-1) === 'sleep 1000 & echo started').at(-1);
+  let left = [];
+  for (let i = 0; i < 100 && left.length === 0; i++) {
+    left = (await sbx.commands.list()).filter((p) => p.leftBy === command.pid);
+    if (left.length === 0) await new Promise((done) => setTimeout(done, 50));
+  }
+  assert.equal(left.length, 1);
+  assert.deepEqual([left[0].running, left[0].argv], [true, ['sleep', '1000']]);
+  await sbx.commands.kill(left[0].pid, 15);
+  assert.equal((await (await sbx.commands.connect(left[0].pid)).wait()).signal, 15);
+});
+
 test('kill signals the process, and a second kill conflicts', async () => {
   const h = await sbx.commands.run(['sleep', '1000'], { background: true, tag: 'sleeper' });
   assert.deepEqual((await sbx.commands.list({ tag: 'sleeper' })).map((p) => p.pid), [h.pid]);

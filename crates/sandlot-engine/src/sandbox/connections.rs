@@ -24,7 +24,7 @@ impl Sandbox {
     /// Opens a TCP connection to a server listening on `port` of the sandbox's loopback; the returned
     /// stream carries its bytes (through the supervisor, over the control socket).
     pub async fn connect(&self, port: u16) -> Result<tokio::io::DuplexStream, EngineError> {
-        let conn = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let conn = self.link.next_id.fetch_add(1, Ordering::SeqCst);
         let (ready_tx, ready_rx) = oneshot::channel();
         let (data_tx, mut data_rx, held) = Inbound::new();
         let window = Arc::new(tokio::sync::Semaphore::new(STREAM_WINDOW));

@@ -119,6 +119,10 @@ pub(super) struct LinkState {
     pub(super) output_pools: [Arc<Budget>; 2],
     /// Frames to the supervisor (the read loop's way of cutting off a stream).
     pub(super) out: mpsc::Sender<Vec<u8>>,
+    /// The next process handle (the API's pid), file request or connection id: one counter for all.
+    pub(super) next_id: AtomicU64,
+    /// The sandbox's end (its supervisor reaped), which processes' followers wait on.
+    pub(super) sandbox_end: watch::Receiver<Option<String>>,
 }
 
 impl Sandbox {
@@ -142,6 +146,7 @@ impl Sandbox {
                 }
             }
         });
+        let (reaped_tx, reaped) = watch::channel(None);
         let link = Arc::new(LinkState {
             conns: Mutex::default(),
             procs: Mutex::default(),
@@ -154,6 +159,8 @@ impl Sandbox {
             instance: Arc::clone(&instance),
             output_pools: [Budget::new(SANDBOX_OUTPUT_BYTES), daemon_output],
             out: out.clone(),
+            next_id: AtomicU64::new(1),
+            sandbox_end: reaped.clone(),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let log_buf = Arc::new(Mutex::new(Vec::new()));
@@ -163,7 +170,6 @@ impl Sandbox {
         let reader_link = Arc::clone(&link);
         let reader_log = Arc::clone(&log_buf);
         let reader_id = id.clone();
-        let (reaped_tx, reaped) = watch::channel(None);
         let mut reader_reaped = reaped.clone();
         tokio::spawn(async move {
             let mut ready = Some(ready_tx);
@@ -203,7 +209,6 @@ impl Sandbox {
             supervisor_pid: pid,
             out,
             link,
-            next_id: AtomicU64::new(1),
             ready: Mutex::new(Some(ready_rx)),
             reaped,
             net: Mutex::new(None),
@@ -331,6 +336,14 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     } else {
                         EngineError::PortUnreachable(message)
                     }));
+                }
+            }
+            Event::Left { proc, argv } => {
+                // At most once per command of ours: the supervisor is the untrusted side.
+                if let Some((p, _)) = link.proc(proc) {
+                    if p.mark_left() {
+                        link.adopt_left(&p, argv);
+                    }
                 }
             }
             Event::StdinClosed { proc, message } => {

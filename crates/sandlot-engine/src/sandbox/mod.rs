@@ -9,7 +9,7 @@ mod processes;
 mod transfers;
 mod watches;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use sandlot_protocol::{encode, Request};
@@ -46,8 +46,6 @@ pub struct Sandbox {
     supervisor_pid: i32,
     out: mpsc::Sender<Vec<u8>>,
     link: Arc<LinkState>,
-    /// The next process handle (the API's pid), file request or connection id: one counter for all.
-    next_id: AtomicU64,
     ready: Mutex<Option<oneshot::Receiver<Result<(), String>>>>,
     reaped: watch::Receiver<Option<String>>,
     /// The sandbox's network (created on first use of a policy that allows anything).

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use sandlot_protocol::{PtySize, Request, Spawn, MAX_PAYLOAD};
+use sandlot_protocol::{PtySize, Request, Spawn, MAX_LEFT_ARGV_BYTES, MAX_PAYLOAD};
 
 use super::link::LinkState;
 use super::{now_ms, Sandbox};
@@ -48,7 +48,7 @@ pub struct ExecSpec {
 impl Sandbox {
     /// Starts a process and returns its record once the supervisor has answered the spawn.
     pub async fn spawn(&self, spec: ExecSpec) -> Result<Arc<Process>, EngineError> {
-        let handle = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let handle = self.link.next_id.fetch_add(1, Ordering::SeqCst);
         let reservation = self.link.reserve_output(2 * spec.max_output as u64)?;
         let proc = Process::new(
             handle,
@@ -60,7 +60,7 @@ impl Sandbox {
             spec.pty.is_some(),
             spec.meta,
             reservation,
-            self.reaped.clone(),
+            self.link.sandbox_end.clone(),
         );
         let oom_before = self.link.instance.oom_kills();
         self.link.remember(handle, Arc::clone(&proc), oom_before);
@@ -177,6 +177,30 @@ impl LinkState {
         lock(&self.procs).insert(handle, (proc, oom_before));
         lock(&self.order).push(handle);
         while lock(&self.order).len() > MAX_REMEMBERED_PROCESSES && self.forget_oldest_finished() {}
+    }
+
+    /// Lists what command `by` left in its process group ([`sandlot_protocol::Event::Left`]) as a
+    /// process of its own, and asks the supervisor to track it under that handle.
+    pub(super) fn adopt_left(&self, by: &Process, mut argv: Vec<String>) {
+        // The supervisor bounds the command line; a supervisor that does not is cut here.
+        let mut used = 0;
+        argv.retain(|a| {
+            used += a.len();
+            used <= MAX_LEFT_ARGV_BYTES
+        });
+        let Ok(reservation) = Reservation::take(&self.output_pools, 0) else { return };
+        let handle = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let meta = ProcessMeta { cwd: by.meta.cwd.clone(), left_by: Some(by.handle), ..ProcessMeta::default() };
+        let left =
+            Process::new(handle, argv, 0, false, now_ms(), false, false, meta, reservation, self.sandbox_end.clone());
+        self.remember(handle, left, self.instance.oom_kills());
+        if let Ok(frame) = sandlot_protocol::encode(&Request::Adopt { proc: handle, left_by: by.handle }, &[]) {
+            let out = self.out.clone();
+            // The read loop calls this: it never waits on the outbound channel.
+            tokio::spawn(async move {
+                let _ = out.send(frame).await;
+            });
+        }
     }
 
     pub(super) fn proc(&self, handle: u64) -> Option<(Arc<Process>, u64)> {

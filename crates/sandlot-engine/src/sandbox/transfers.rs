@@ -77,7 +77,7 @@ impl Drop for FileStream {
 
 impl Sandbox {
     fn open_file_req(&self) -> (u64, mpsc::UnboundedReceiver<FileMsg>, Arc<AtomicUsize>) {
-        let req = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let req = self.link.next_id.fetch_add(1, Ordering::SeqCst);
         let (inbound, rx, held) = Inbound::new();
         lock(&self.link.files).insert(req, inbound);
         (req, rx, held)

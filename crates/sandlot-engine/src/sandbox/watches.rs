@@ -169,7 +169,7 @@ impl Sandbox {
         recursive: bool,
         caller_pool: Arc<Budget>,
     ) -> Result<WatchStream, EngineError> {
-        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let id = self.link.next_id.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = mpsc::channel(WATCH_QUEUE);
         let (ready_tx, ready_rx) = oneshot::channel();
         let [sandbox_pool, daemon_pool] = &self.link.output_pools;

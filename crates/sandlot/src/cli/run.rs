@@ -5,7 +5,7 @@ use std::io::{self, Read, Write};
 
 use anyhow::{bail, Context};
 use sandlot_client::api::{CreateSandbox, ExecEvent, ExecRequest, ExecResult, ExitStatus};
-use sandlot_client::Sandbox;
+use sandlot_client::{EventStream, Sandbox};
 
 use super::{parse_key_value, Conn, Doing, UserArg};
 
@@ -167,6 +167,40 @@ fn image_command(client: &sandlot_client::Client, image: Option<&str>) -> anyhow
 /// Runs `request` with its output streamed to ours; returns the exit code to leave with.
 pub(super) fn stream(sandbox: &Sandbox, request: &ExecRequest) -> anyhow::Result<i32> {
     let events = sandbox.exec_stream(request).doing("starting the command")?;
+    match copy_output(events)? {
+        Copied::Exited { status, exit_code, signal } => Ok(finish(sandbox, request, status, exit_code, signal)),
+        Copied::BrokenPipe => Ok(EXIT_BROKEN_PIPE),
+        // The stream always ends with `exited` or `error`, or yields an error item.
+        Copied::Ended => bail!("the command's output stream ended without an exit status"),
+    }
+}
+
+/// Prints a process's log (`sandbox logs`): with `follow`, until it exits, then its exit code is
+/// ours; else what it has written so far, and 0.
+pub(super) fn print_events(events: EventStream, follow: bool) -> anyhow::Result<i32> {
+    match copy_output(events)? {
+        Copied::Exited { status, exit_code, signal } if follow => Ok(exit_code_for(status, exit_code, signal)),
+        Copied::BrokenPipe => Ok(EXIT_BROKEN_PIPE),
+        Copied::Ended if follow => bail!("the process's output stream ended without an exit status"),
+        _ => Ok(0),
+    }
+}
+
+/// How copying a process's output ended.
+enum Copied {
+    Exited {
+        status: ExitStatus,
+        exit_code: i32,
+        signal: Option<i32>,
+    },
+    /// The stream ended without an exit (a log read up to now).
+    Ended,
+    /// Our stdout or stderr was closed.
+    BrokenPipe,
+}
+
+/// Copies a process's output events to our stdout and stderr, noting truncation at its exit.
+fn copy_output(events: EventStream) -> anyhow::Result<Copied> {
     let mut stdout = io::stdout().lock();
     let mut stderr = io::stderr().lock();
     let mut truncated: Vec<String> = Vec::new();
@@ -194,7 +228,7 @@ pub(super) fn stream(sandbox: &Sandbox, request: &ExecRequest) -> anyhow::Result
                 if was_truncated || !truncated.is_empty() {
                     note_truncated(&truncated, stdout_bytes, stderr_bytes);
                 }
-                return Ok(finish(sandbox, request, status, exit_code, signal));
+                return Ok(Copied::Exited { status, exit_code, signal });
             }
             ExecEvent::Error { code, message } => {
                 bail!("the server lost track of the command: {message} ({code})")
@@ -202,13 +236,12 @@ pub(super) fn stream(sandbox: &Sandbox, request: &ExecRequest) -> anyhow::Result
         };
         if let Err(err) = written {
             if err.kind() == io::ErrorKind::BrokenPipe {
-                return Ok(EXIT_BROKEN_PIPE);
+                return Ok(Copied::BrokenPipe);
             }
             return Err(err).context("writing the command's output");
         }
     }
-    // The stream always ends with `exited` or `error`, or yields an error item.
-    bail!("the command's output stream ended without an exit status")
+    Ok(Copied::Ended)
 }
 
 /// Exit code for a finished command, after a note for the outcomes that are not plain exits.
@@ -254,11 +287,16 @@ pub(super) fn finish(
 
 /// Exit code for a non-streamed result (`sandbox exec --json`), without notes.
 pub(super) fn exit_code_of(result: &ExecResult) -> i32 {
-    match result.status {
-        ExitStatus::Exited => result.exit_code,
+    exit_code_for(result.status, result.exit_code, result.signal)
+}
+
+/// Exit code for a process that ended so, without notes.
+fn exit_code_for(status: ExitStatus, exit_code: i32, signal: Option<i32>) -> i32 {
+    match status {
+        ExitStatus::Exited => exit_code,
         ExitStatus::Timeout => EXIT_TIMEOUT,
         ExitStatus::Oom => EXIT_OOM,
-        ExitStatus::Signaled | ExitStatus::Killed => result.signal.map_or(result.exit_code, |s| 128 + s),
+        ExitStatus::Signaled | ExitStatus::Killed => signal.map_or(exit_code, |s| 128 + s),
     }
 }
 

@@ -2,13 +2,13 @@
 
 use std::collections::BTreeMap;
 
-use sandlot_client::api::{SandboxInfo, SandboxList};
+use sandlot_client::api::{ProcessList, SandboxInfo, SandboxList};
 use sandlot_client::ErrorKind;
 
 use super::cp::{self, CpArgs};
 use super::metrics::{metrics, MetricsArgs, METRICS_LONG};
 use super::network::{network, NetworkArgs, NetworkCmdArgs, NETWORK_LONG};
-use super::output::{now_ms, print_json, print_table, short_duration, utc_time};
+use super::output::{now_ms, print_json, print_table, sanitize, short_duration, utc_time};
 use super::run::{self, CommandArgs, LimitArgs};
 use super::shell;
 use super::{client_error_kind, parse_key_value, Conn, Doing};
@@ -43,6 +43,34 @@ Examples:
   sandlot sandbox exec sb_123 -- python3 app.py
   sandlot sandbox exec sb_123 --user root --cwd /etc -- cat hostname
   sandlot sandbox exec sb_123 --json -- ls / | jq .stdout";
+
+const PS_LONG: &str = "\
+List the processes running in a sandbox: what `exec` started (in the foreground or with -d) and \
+what a finished command left running in its process group (a server started with `&` or `nohup`), \
+marked with the pid of the command that LEFT it. Those live on until they end or the sandbox does, \
+as after `docker exec`; `kill` ends one with its whole group.
+
+Examples:
+  sandlot sandbox exec sb_123 -- sh -c 'nohup python3 -m http.server 8000 >/tmp/http.log 2>&1 &'
+  sandlot sandbox ps sb_123
+  sandlot sandbox ps sb_123 --all --json | jq '.processes[] | select(.left_by)'";
+
+const LOGS_LONG: &str = "\
+Print what a process has written so far, stdout to stdout and stderr to stderr (the server keeps the \
+head and tail of each stream, up to the command's --max-output). With --follow, keep printing until \
+it exits, then exit with its exit code.
+
+Examples:
+  pid=$(sandlot sandbox exec -d sb_123 -- python3 train.py)
+  sandlot sandbox logs sb_123 $pid --follow";
+
+const KILL_LONG: &str = "\
+Send a signal (default TERM) to a process's whole process group: the command and everything it \
+started that stayed in its group.
+
+Examples:
+  sandlot sandbox kill sb_123 4
+  sandlot sandbox kill sb_123 4 --signal KILL";
 
 const CP_LONG: &str = "\
 Copy a file between this machine and a sandbox (docker cp style): exactly one of SRC and DST is \
@@ -80,6 +108,15 @@ pub enum SandboxCmd {
     /// Run a command in a sandbox.
     #[command(long_about = EXEC_LONG)]
     Exec(ExecArgs),
+    /// List a sandbox's processes.
+    #[command(long_about = PS_LONG)]
+    Ps(PsArgs),
+    /// Print a process's output.
+    #[command(long_about = LOGS_LONG)]
+    Logs(LogsArgs),
+    /// Send a signal to a process's group.
+    #[command(long_about = KILL_LONG)]
+    Kill(KillArgs),
     /// Open an interactive terminal (a shell) in a sandbox.
     #[command(long_about = shell::SHELL_LONG)]
     Shell(shell::ShellArgs),
@@ -191,6 +228,9 @@ impl SandboxCmd {
             SandboxCmd::Ls(args) => &args.conn,
             SandboxCmd::Info(args) => &args.conn,
             SandboxCmd::Exec(args) => &args.conn,
+            SandboxCmd::Ps(args) => &args.conn,
+            SandboxCmd::Logs(args) => &args.conn,
+            SandboxCmd::Kill(args) => &args.conn,
             SandboxCmd::Cp(args) => &args.conn,
             SandboxCmd::Shell(args) => &args.conn,
             SandboxCmd::Rm(args) | SandboxCmd::RmSnapshot(args) => &args.conn,
@@ -275,10 +315,56 @@ pub struct ExecArgs {
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<String>,
     /// Wait for the command and print its result as JSON instead of streaming its output.
+    #[arg(long, conflicts_with = "background")]
+    json: bool,
+    /// Start it in the background and print its process id at once (see `ps`, `logs`, `kill`).
+    #[arg(long, short = 'd')]
+    background: bool,
+    #[command(flatten)]
+    exec: CommandArgs,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `sandlot sandbox ps`.
+#[derive(clap::Args, Debug)]
+pub struct PsArgs {
+    /// Sandbox id.
+    id: String,
+    /// Also list processes that have ended (the server remembers the last 1024).
+    #[arg(long, short = 'a')]
+    all: bool,
+    /// Print the list as JSON.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    exec: CommandArgs,
+    conn: Conn,
+}
+
+/// Arguments of `sandlot sandbox logs`.
+#[derive(clap::Args, Debug)]
+pub struct LogsArgs {
+    /// Sandbox id.
+    id: String,
+    /// Process id (as `exec -d` or `ps` gives it).
+    pid: u64,
+    /// Keep printing output as it comes until the process exits.
+    #[arg(long, short = 'f')]
+    follow: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Arguments of `sandlot sandbox kill`.
+#[derive(clap::Args, Debug)]
+pub struct KillArgs {
+    /// Sandbox id.
+    id: String,
+    /// Process id (as `exec -d` or `ps` gives it).
+    pid: u64,
+    /// Signal, by name or number.
+    #[arg(long, short = 's', default_value = "TERM")]
+    signal: String,
     #[command(flatten)]
     conn: Conn,
 }
@@ -299,6 +385,9 @@ pub(super) fn execute(cmd: SandboxCmd) -> anyhow::Result<i32> {
         SandboxCmd::Ls(args) => ls(args),
         SandboxCmd::Info(args) => info(args),
         SandboxCmd::Exec(args) => exec(args),
+        SandboxCmd::Ps(args) => ps(args),
+        SandboxCmd::Logs(args) => logs(args),
+        SandboxCmd::Kill(args) => kill(args),
         SandboxCmd::Cp(args) => cp::cp(args),
         SandboxCmd::Shell(args) => shell::shell(args),
         SandboxCmd::Rm(args) => rm(args),
@@ -490,12 +579,103 @@ fn exec(args: ExecArgs) -> anyhow::Result<i32> {
     let client = args.conn.client()?;
     let sandbox = client.sandbox(&args.id);
     let request = args.exec.request(&args.command)?;
+    if args.background {
+        let pid = sandbox.spawn(&request).doing(&format!("starting the command in {}", args.id))?;
+        println!("{pid}");
+        return Ok(0);
+    }
     if args.json {
         let result = sandbox.exec(&request).doing(&format!("running the command in {}", args.id))?;
         print_json(&result)?;
         return Ok(run::exit_code_of(&result));
     }
     run::stream(&sandbox, &request)
+}
+
+fn ps(args: PsArgs) -> anyhow::Result<i32> {
+    let client = args.conn.client()?;
+    let mut processes = client.sandbox(&args.id).processes().doing(&format!("listing the processes of {}", args.id))?;
+    if !args.all {
+        processes.retain(|p| p.running);
+    }
+    if args.json {
+        print_json(&ProcessList { processes })?;
+        return Ok(0);
+    }
+    let now = now_ms();
+    let rows: Vec<Vec<String>> = processes
+        .iter()
+        .map(|p| {
+            let state = match (&p.status, p.exit_code) {
+                (None, _) => "running".to_string(),
+                (Some(s), Some(code)) => format!("{} ({code})", s.as_str()),
+                (Some(s), None) => s.as_str().to_string(),
+            };
+            vec![
+                p.pid.to_string(),
+                state,
+                short_duration(now - p.started_at_ms),
+                p.left_by.map_or_else(|| "-".to_string(), |by| by.to_string()),
+                p.tag.clone().unwrap_or_else(|| "-".to_string()),
+                sanitize(&shell_words(&p.argv)).into_owned(),
+            ]
+        })
+        .collect();
+    print_table(&["PID", "STATE", "AGE", "LEFT BY", "TAG", "COMMAND"], &rows)?;
+    Ok(0)
+}
+
+/// `argv` as one line, each argument that needs it quoted.
+fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty() && a.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b)) {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn logs(args: LogsArgs) -> anyhow::Result<i32> {
+    let client = args.conn.client()?;
+    let sandbox = client.sandbox(&args.id);
+    let doing = format!("reading the output of process {} in {}", args.pid, args.id);
+    let events = if args.follow { sandbox.logs(args.pid) } else { sandbox.logs_so_far(args.pid) }.doing(&doing)?;
+    run::print_events(events, args.follow)
+}
+
+fn kill(args: KillArgs) -> anyhow::Result<i32> {
+    let client = args.conn.client()?;
+    let signal = parse_signal(&args.signal)?;
+    client
+        .sandbox(&args.id)
+        .kill_process(args.pid, Some(signal))
+        .doing(&format!("signalling process {} in {}", args.pid, args.id))?;
+    Ok(0)
+}
+
+/// A signal by number or name (`TERM`, `SIGTERM`, `15`).
+fn parse_signal(s: &str) -> anyhow::Result<i32> {
+    if let Ok(n) = s.parse::<i32>() {
+        return Ok(n);
+    }
+    let name = s.to_ascii_uppercase();
+    let name = name.strip_prefix("SIG").unwrap_or(&name);
+    Ok(match name {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "CONT" => libc::SIGCONT,
+        "STOP" => libc::SIGSTOP,
+        _ => anyhow::bail!("unknown signal {s:?}: give a number or one of HUP INT QUIT KILL USR1 USR2 TERM CONT STOP"),
+    })
 }
 
 fn rm(args: RmArgs) -> anyhow::Result<i32> {

@@ -2,7 +2,6 @@
 //! as its pid when it runs in the background.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -13,7 +12,7 @@ use bytes::Bytes;
 use sandlot_api::{
     ExecEvent, ExecRequest, ExecResult, KillRequest, ProcessList, ProcessStarted, ResizeRequest, StdinRequest, NDJSON,
 };
-use sandlot_control::{Process, Started};
+use sandlot_control::{Follow, Started};
 
 use super::app::{abandonable_queue, leased, AppState};
 use super::error::ApiError;
@@ -25,6 +24,19 @@ use super::extract::{optional_json, ApiJson, ApiPath, ApiQuery, Auth, Leased};
 pub struct ListQuery {
     /// Only processes started with this tag.
     tag: Option<String>,
+}
+
+/// Query of `GET …/processes/{pid}/logs`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogsQuery {
+    /// Follow the process until it exits (the default), or end with what it has written so far.
+    #[serde(default = "yes")]
+    follow: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn wants_ndjson(headers: &HeaderMap) -> bool {
@@ -40,7 +52,7 @@ pub async fn exec(
 ) -> Result<Response, ApiError> {
     Ok(match app.control.exec(&caller, &id, req, wants_ndjson(&headers)).await? {
         Started::Background { pid } => (StatusCode::ACCEPTED, Json(ProcessStarted { pid })).into_response(),
-        Started::Streaming(proc) => leased(&app, lease, ndjson(proc)),
+        Started::Streaming(proc) => leased(&app, lease, ndjson(proc.follow())),
         Started::Finished(r) => Json(r).into_response(),
     })
 }
@@ -53,11 +65,11 @@ const STALL: std::time::Duration = std::time::Duration::from_secs(60);
 /// Streams a process's events, from its first, as NDJSON until it exits or the client goes; a client
 /// that takes no line for [`STALL`] (a second once the sandbox has ended) has its queued lines
 /// dropped and its stream cut.
-fn ndjson(proc: Arc<Process>) -> Response {
+fn ndjson(follow: Follow) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
     let (lines, queue) = abandonable_queue(rx);
     tokio::spawn(async move {
-        if stream_lines(&proc, &tx).await == Delivery::Stalled {
+        if stream_lines(follow, &tx).await == Delivery::Stalled {
             queue.abandon();
         }
     });
@@ -80,8 +92,8 @@ enum Delivery {
 }
 
 /// The follower reads at this client's pace.
-async fn stream_lines(proc: &Arc<Process>, tx: &tokio::sync::mpsc::Sender<Result<Bytes, Infallible>>) -> Delivery {
-    let mut follow = proc.follow();
+async fn stream_lines(mut follow: Follow, tx: &tokio::sync::mpsc::Sender<Result<Bytes, Infallible>>) -> Delivery {
+    let proc = follow.process();
     let mut pending: Option<Bytes> = None;
     // Once the sandbox has ended its processes have too: a reading client gets the rest at once, one
     // that does not read is cut off after a second.
@@ -167,6 +179,8 @@ pub async fn logs(
     State(app): State<AppState>,
     Leased(caller, lease): Leased,
     ApiPath((id, pid)): ApiPath<(String, u64)>,
+    ApiQuery(q): ApiQuery<LogsQuery>,
 ) -> Result<Response, ApiError> {
-    Ok(leased(&app, lease, ndjson(app.control.process(&caller, &id, pid).await?)))
+    let follow = app.control.process(&caller, &id, pid).await?.follow();
+    Ok(leased(&app, lease, ndjson(if q.follow { follow } else { follow.up_to_now() })))
 }

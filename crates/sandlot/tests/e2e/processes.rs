@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use sandlot_client::api::{ExecEvent, ExitStatus};
+use sandlot_client::api::{ExecEvent, ExecRequest, ExitStatus};
 
 use crate::harness::{argv, eventually, expect_error, sh, sh_ok, Server};
 
@@ -192,4 +192,117 @@ fn an_unread_ndjson_stream_is_cut_when_its_sandbox_ends() {
     assert!(text.contains("sandlot flood"), "the stream began");
     assert!(!text.contains(r#""type":"exited""#), "the stream was cut, not delivered to its end");
     assert!(got.len() < 32 << 20, "{} bytes: the dropped queue was never sent", got.len());
+}
+
+/// What a finished command leaves in its process group (`nohup server &`) lives on past the
+/// command's timeout, as after `docker exec`: listed as left by that command, with the command line
+/// of its oldest member, killable as a group, and ended as its last member ended.
+#[test]
+fn what_a_finished_command_leaves_lives_on_listed_and_killable() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let cmd = ExecRequest { timeout_s: Some(1.0), ..sh("nohup sleep 300 >/dev/null 2>&1 & sleep 0.1; echo started") };
+    let r = sb.exec(&cmd).unwrap();
+    assert_eq!((r.status, r.stdout.as_str()), (ExitStatus::Exited, "started\n"), "{r:?}");
+    // Past the command's timeout, the server it started still runs.
+    std::thread::sleep(Duration::from_millis(1500));
+    let listed = sb.processes().unwrap();
+    let command = listed.iter().find(|p| p.argv.last().is_some_and(|a| a.contains("nohup"))).expect("the command");
+    let left = listed.iter().find(|p| p.left_by == Some(command.pid)).unwrap_or_else(|| panic!("{listed:?}"));
+    assert!(left.running && left.argv.iter().any(|a| a == "sleep"), "{left:?}");
+    assert!(sh_ok(&sb, "ps -eo args=").lines().any(|l| l.trim() == "sleep 300"));
+    // A signal reaches the group; the group's end is its member's.
+    sb.kill_process(left.pid, Some(15)).unwrap();
+    let end = sb.wait(left.pid).unwrap();
+    assert_eq!((end.status, end.exit_code, end.signal), (ExitStatus::Signaled, 143, Some(15)), "{end:?}");
+    assert!(!sh_ok(&sb, "ps -eo args=").contains("sleep 300"));
+
+    // A group whose members all exit on their own ends with the last one's exit code.
+    let r = sb.exec(&sh("(sleep 0.5; exit 3) & echo bye")).unwrap();
+    assert_eq!(r.exit_code, 0, "{r:?}");
+    let left = eventually_left(&sb);
+    assert_eq!(sb.wait(left).unwrap().exit_code, 3);
+
+    // A command that leaves nothing is followed by no entry.
+    let before = sb.processes().unwrap().len();
+    sb.exec(&sh("true")).unwrap();
+    assert_eq!(sb.processes().unwrap().len(), before + 1);
+    sb.delete().unwrap();
+}
+
+/// The newest process left by a finished command.
+fn eventually_left(sb: &sandlot_client::Sandbox) -> u64 {
+    let mut found = None;
+    assert!(eventually(Duration::from_secs(5), || {
+        found = sb.processes().unwrap().iter().rev().find(|p| p.left_by.is_some() && p.running).map(|p| p.pid);
+        found.is_some()
+    }));
+    found.unwrap()
+}
+
+/// A command's timeout is the command's: when it fires, the whole group dies with it (nothing is
+/// left to list), and the sandbox's own processes are untouched.
+#[test]
+fn a_timed_out_command_takes_its_group_with_it() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let r = sb.exec(&ExecRequest { timeout_s: Some(1.0), ..sh("sleep 300 & sleep 300") }).unwrap();
+    assert_eq!(r.status, ExitStatus::Timeout, "{r:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(sb.processes().unwrap().iter().all(|p| p.left_by.is_none()));
+    assert!(!sh_ok(&sb, "ps -eo args=").contains("sleep 300"));
+    sb.delete().unwrap();
+}
+
+/// The CLI's process commands: `exec -d` prints a pid, `ps` lists running processes (and what a
+/// command left, with the command's pid), `logs` prints output so far or follows to the exit code,
+/// `kill` signals by name.
+#[test]
+fn the_cli_starts_lists_follows_and_kills_processes() {
+    let server = Server::start();
+    let sb = server.sandbox();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandlot"))
+            .arg("sandbox")
+            .args(args)
+            .env("SANDLOT_URL", server.url())
+            .env("SANDLOT_API_KEY", server.admin_key())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let id = sb.id();
+    let (code, pid, err) =
+        cli(&["exec", "-d", id, "--", "sh", "-c", "echo one; echo two >&2; sleep 1; echo three; exit 4"]);
+    assert_eq!(code, Some(0), "{err}");
+    let pid = pid.trim().to_string();
+    assert!(pid.parse::<u64>().is_ok(), "{pid:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, out, _) = cli(&["logs", id, &pid]);
+    assert_eq!(out, "one\n");
+    let (code, out, err) = cli(&["logs", "-f", id, &pid]);
+    assert_eq!((code, out.as_str(), err.as_str()), (Some(4), "one\nthree\n", "two\n"));
+
+    let (code, _, err) = cli(&["exec", id, "--", "sh", "-c", "sleep 300 &"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (_, table, _) = cli(&["ps", id]);
+    let row = table.lines().find(|l| l.contains("sleep 300")).unwrap_or_else(|| panic!("{table}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[1], "running", "{table}");
+    let left = cols[0].to_string();
+    let (code, _, err) = cli(&["kill", id, &left, "--signal", "SIGTERM"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(sb.wait(left.parse().unwrap()).unwrap().signal, Some(15));
+    let (_, table, _) = cli(&["ps", id]);
+    assert!(!table.contains("sleep 300"), "{table}");
+    let (_, table, _) = cli(&["ps", "--all", id]);
+    assert!(table.contains("signaled (143)"), "{table}");
+    let (code, _, err) = cli(&["kill", id, &left, "--signal", "NOPE"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("unknown signal"), "{err}");
+    sb.delete().unwrap();
 }

@@ -85,7 +85,13 @@ impl E2bSettings {
                 return Err(format!("--e2b-domain {d:?}: expected a DNS name such as e2b.example.com"));
             }
         }
-        Ok(E2bSettings { templates: map, reported_domain: domain.clone(), domain_for_envd: domain.is_some(), domain, ca_pem: None })
+        Ok(E2bSettings {
+            templates: map,
+            reported_domain: domain.clone(),
+            domain_for_envd: domain.is_some(),
+            domain,
+            ca_pem: None,
+        })
     }
 
     /// Without `--e2b-domain`, sandbox hosts are preview origins: `{port}-{id}.{preview}:{listen

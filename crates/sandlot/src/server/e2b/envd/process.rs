@@ -300,7 +300,9 @@ pub async fn list(
 ) -> Reply {
     let (codec, _req) = connect::read_unary::<proto::ListRequest>(&headers, body).await?;
     let mut processes = Vec::new();
-    for p in app.control.processes(&t.caller, &t.id, true).await?.processes {
+    // envd lists the processes it started; what a finished command left behind it does not know.
+    for p in app.control.processes(&t.caller, &t.id, true).await?.processes.into_iter().filter(|p| p.left_by.is_none())
+    {
         let mut argv = p.argv.into_iter();
         let config = proto::ProcessConfig {
             cmd: argv.next().unwrap_or_default(),
