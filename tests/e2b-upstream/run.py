@@ -2,7 +2,7 @@
 """Runs E2B's own test suites, Python and JavaScript, vendored unchanged under tests/e2b-upstream/
 (README.md there), against a real `sandlot serve`, and checks the outcome against outcomes.txt.
 
-    run.py [--suite sdk|code-interpreter|js-sdk|all] [--write-outcomes] [--reports DIR]
+    run.py [--suite sdk|code-interpreter|js-sdk|code-interpreter-js|all] [--write-outcomes] [--reports DIR]
            [-- PYTEST OR VITEST ARGS...]
 
 The server gets `--e2b-domain e2b.test` and a TLS listener; the test processes get what `sandlot e2b
@@ -57,6 +57,7 @@ SUITES = {
     "sdk": ("e2b-sdk", "pytest", ["tests/sync", "tests/shared"], 0.95, False),
     "code-interpreter": ("code-interpreter", "pytest", ["tests"], 0.90, True),
     "js-sdk": ("js-sdk", "vitest", [], 0.95, False),
+    "code-interpreter-js": ("code-interpreter-js", "vitest", [], 0.90, True),
 }
 
 
@@ -277,6 +278,9 @@ def run_vitest(suite_dir: pathlib.Path, paths, env: dict, dns: WildcardDns, repo
     return in_namespace(vitest, suite_dir, full, dns)
 
 
+CONTROL_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\"}
+
+
 def vitest_outcomes_of(report: str, suite_dir: pathlib.Path) -> dict:
     """test id (FILE::DESCRIBE > TITLE, FILE relative to the suite) → 'pass' | 'fail' | 'skip' from
     vitest's JSON report; a file none of whose tests ran because it failed is the id FILE, 'fail'."""
@@ -291,7 +295,10 @@ def vitest_outcomes_of(report: str, suite_dir: pathlib.Path) -> dict:
         if not cases and file.get("status") == "failed":
             result[rel] = "fail"
         for case in cases:
-            test_id = f"{rel}::" + " > ".join([*case.get("ancestorTitles", []), case["title"]])
+            title = " > ".join([*case.get("ancestorTitles", []), case["title"]])
+            # test.each titles may hold newlines: an id is one line of outcomes.txt.
+            title = re.sub(r"[\x00-\x1f\\]", lambda m: CONTROL_ESCAPES.get(m[0], f"\\x{ord(m[0]):02x}"), title)
+            test_id = f"{rel}::{title}"
             n = 2
             base = test_id
             while test_id in result:
