@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Runs E2B's own Python test suites, vendored unchanged under tests/e2b-upstream/ (README.md there),
-against a real `sandlot serve`, and checks the outcome against outcomes.txt.
+"""Runs E2B's own test suites, Python and JavaScript, vendored unchanged under tests/e2b-upstream/
+(README.md there), against a real `sandlot serve`, and checks the outcome against outcomes.txt.
 
-    run.py [--suite sdk|code-interpreter|all] [--write-outcomes] [-- PYTEST ARGS...]
+    run.py [--suite sdk|code-interpreter|js-sdk|code-interpreter-js|all] [--write-outcomes] [--reports DIR]
+           [-- PYTEST OR VITEST ARGS...]
 
 The server gets `--e2b-domain e2b.test` and a TLS listener; the test processes get what `sandlot e2b
 env` prints (E2B_API_URL, E2B_DOMAIN with the TLS port, E2B_API_KEY, the CA in SSL_CERT_FILE). The
 SDKs then reach `api.e2b.test` and every `PORT-ID.e2b.test` by name, as against E2B's cloud: a DNS
 server of this script answers `*.e2b.test` with 127.0.0.1 (a wildcard record) and every other name
-with NXDOMAIN, and pytest runs in a mount namespace of its own whose /etc/resolv.conf names only that
+with NXDOMAIN, and pytest (or vitest) runs in a mount namespace of its own whose /etc/resolv.conf names only that
 server (the host's resolver is not touched). The sandboxes reach nothing beyond loopback
 (`--test-loopback-only`): the internet the network tests curl (https://1.1.1.1, https://8.8.8.8,
 https://connectivitycheck.gstatic.com/generate_204) is `Internet`, one HTTPS server on a loopback
@@ -17,16 +18,23 @@ run that sandboxes trust (`--sandbox-ca`); the server dials it for those address
 (`--test-dial-redirect`) and resolves the name to it (`--resolve`), after its policy has decided on
 the real destination, so allow and deny rules are tested as written.
 
+The JavaScript suites run with vitest from their node_modules, which scripts/e2b-upstream-node.sh
+installs once per machine from the suite's package-lock.json (the suite's `node_modules` is linked
+to it); the CA is in NODE_EXTRA_CA_CERTS. Their test ids are `FILE::DESCRIBE > TITLE`, from vitest's
+JSON report; a file that fails before its tests run is the id `FILE`.
+
 outcomes.txt lists every test id with `pass` or `fail: WHY`. A listed pass that fails or a test that
-is not listed fails the run; a pass ratio under the goal (SDK 95 %, code interpreter 90 %) and a
+is not listed fails the run; a pass ratio under the goal (the SDKs 95 %, the code interpreter 90 %) and a
 listed failure that passes are reported, so the list is kept honest (`--write-outcomes` rewrites the
 pass/fail words from this run and keeps the reasons).
 """
 
 import argparse
 import http.server
+import json
 import os
 import pathlib
+import re
 import shutil
 import socket
 import ssl
@@ -43,10 +51,13 @@ sys.path.insert(0, str(REPO / "tests" / "e2b"))
 from conftest import Server, _free_port  # noqa: E402  (the E2B suite's server harness)
 
 DOMAIN = "e2b.test"
-#: Each suite: its directory, what pytest collects there, the share of tests that must pass.
+#: Each suite: its directory, its runner, what the runner collects there, the share of tests that must
+#: pass, and whether it needs the code-interpreter image.
 SUITES = {
-    "sdk": ("e2b-sdk", ["tests/sync", "tests/shared"], 0.95),
-    "code-interpreter": ("code-interpreter", ["tests"], 0.90),
+    "sdk": ("e2b-sdk", "pytest", ["tests/sync", "tests/shared"], 0.95, False),
+    "code-interpreter": ("code-interpreter", "pytest", ["tests"], 0.90, True),
+    "js-sdk": ("js-sdk", "vitest", [], 0.95, False),
+    "code-interpreter-js": ("code-interpreter-js", "vitest", [], 0.90, True),
 }
 
 
@@ -222,19 +233,79 @@ def prepare_images(server: Server, env: dict):
     subprocess.run([str(REPO / "scripts" / "code-interpreter-image.sh")], env=cli, check=True, stdout=subprocess.DEVNULL)
 
 
-def run_pytest(suite_dir: pathlib.Path, paths, env: dict, dns: WildcardDns, junit: str, extra) -> int:
-    """pytest in a mount namespace whose /etc/resolv.conf names only `dns`."""
+def in_namespace(cmd, cwd, env: dict, dns: WildcardDns) -> int:
+    """cmd in a mount namespace whose /etc/resolv.conf names only `dns`."""
     resolv = tempfile.NamedTemporaryFile("w", prefix="sandlot-e2b-resolv-", delete=False)
     resolv.write(f"nameserver {dns.addr}\noptions timeout:2 attempts:1\n")
     resolv.close()
-    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", f"--junitxml={junit}",
-              *paths, *extra]
     script = 'mount --bind "$0" /etc/resolv.conf && exec "$@"'
-    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, resolv.name, *pytest]
+    wrapped = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, resolv.name, *cmd]
     try:
-        return subprocess.run(cmd, cwd=suite_dir, env={**os.environ, **env}).returncode
+        return subprocess.run(wrapped, cwd=cwd, env=env).returncode
     finally:
         os.unlink(resolv.name)
+
+
+def run_pytest(suite_dir: pathlib.Path, paths, env: dict, dns: WildcardDns, junit: str, extra) -> int:
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", f"--junitxml={junit}",
+              *paths, *extra]
+    return in_namespace(pytest, suite_dir, {**os.environ, **env}, dns)
+
+
+def link_node_modules(name: str, suite_dir: pathlib.Path):
+    """Points the suite's node_modules at the install scripts/e2b-upstream-node.sh keeps for its lockfile
+    (the suite's sources import their packages by name, so they must sit in a parent directory)."""
+    installed = subprocess.run([str(REPO / "scripts" / "e2b-upstream-node.sh"), suite_dir.name], check=True,
+                               stdout=subprocess.PIPE, text=True).stdout.strip()
+    link = suite_dir / "node_modules"
+    if link.is_symlink():
+        if os.readlink(link) == installed:
+            return
+        link.unlink()
+    elif link.exists():
+        sys.exit(f"run.py: {link} is a directory of its own; remove it (scripts/e2b-upstream-node.sh installs it)")
+    link.symlink_to(installed)
+
+
+def run_vitest(suite_dir: pathlib.Path, paths, env: dict, dns: WildcardDns, report: str, extra) -> int:
+    vitest = [str(suite_dir / "node_modules" / ".bin" / "vitest"), "run", "--reporter=default",
+              "--reporter=json", f"--outputFile.json={report}", *paths, *extra]
+    full = {**os.environ, **env}
+    # CI=true makes the bundle test demand a dist/ build of the SDK, which this suite does not make.
+    full.pop("CI", None)
+    full.pop("FORCE_COLOR", None)
+    full["NO_COLOR"] = "1"
+    return in_namespace(vitest, suite_dir, full, dns)
+
+
+CONTROL_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\"}
+
+
+def vitest_outcomes_of(report: str, suite_dir: pathlib.Path) -> dict:
+    """test id (FILE::DESCRIBE > TITLE, FILE relative to the suite) → 'pass' | 'fail' | 'skip' from
+    vitest's JSON report; a file none of whose tests ran because it failed is the id FILE, 'fail'."""
+    result = {}
+    if not os.path.exists(report):
+        return result
+    with open(report) as f:
+        data = json.load(f)
+    for file in data.get("testResults", []):
+        rel = os.path.relpath(file["name"], suite_dir)
+        cases = file.get("assertionResults", [])
+        if not cases and file.get("status") == "failed":
+            result[rel] = "fail"
+        for case in cases:
+            title = " > ".join([*case.get("ancestorTitles", []), case["title"]])
+            # test.each titles may hold newlines: an id is one line of outcomes.txt.
+            title = re.sub(r"[\x00-\x1f\\]", lambda m: CONTROL_ESCAPES.get(m[0], f"\\x{ord(m[0]):02x}"), title)
+            test_id = f"{rel}::{title}"
+            n = 2
+            base = test_id
+            while test_id in result:
+                test_id, n = f"{base} [{n}]", n + 1
+            status = case.get("status")
+            result[test_id] = {"passed": "pass", "failed": "fail"}.get(status, "skip")
+    return result
 
 
 def outcomes_of(junit: str) -> dict:
@@ -258,8 +329,10 @@ def read_expected(path: pathlib.Path) -> dict:
         for line in path.read_text().splitlines():
             line = line.strip()
             if line and not line.startswith("#"):
-                test_id, _, word = line.partition(" ")
-                expected[test_id] = word.strip()
+                # A JavaScript test id has spaces: the word is the last one, or `fail` and its reason.
+                m = re.match(r"^(.*) (pass|skip)$", line) or re.match(r"^(.*?) (fail(?:: .*)?)$", line)
+                if m:
+                    expected[m.group(1)] = m.group(2).strip()
     return expected
 
 
@@ -267,7 +340,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=[*SUITES, "all"], default="all")
     ap.add_argument("--write-outcomes", action="store_true")
-    ap.add_argument("pytest_args", nargs="*")
+    ap.add_argument("--reports", metavar="DIR", help="keep each suite's JUnit XML or vitest JSON report in DIR")
+    ap.add_argument("runner_args", nargs="*", metavar="pytest_or_vitest_args")
     args = ap.parse_args()
 
     tls_port = _free_port()
@@ -281,14 +355,23 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="sandlot-e2b-ca-") as ca_dir:
             env = sdk_env(server, tls_port, ca_dir)
             suites = list(SUITES) if args.suite == "all" else [args.suite]
-            if "code-interpreter" in suites:
+            if any(SUITES[name][4] for name in suites):
                 prepare_images(server, env)
+            reports = args.reports or ca_dir
+            os.makedirs(reports, exist_ok=True)
             for name in suites:
-                directory, paths, goal = SUITES[name]
+                directory, runner, paths, goal, _ = SUITES[name]
                 suite_dir = HERE / directory
-                junit = os.path.join(ca_dir, f"{name}.xml")
-                run_pytest(suite_dir, paths, env, dns, junit, args.pytest_args)
-                ok &= judge(name, suite_dir, outcomes_of(junit), goal, args.write_outcomes, not args.pytest_args)
+                if runner == "pytest":
+                    junit = os.path.join(reports, f"{name}.xml")
+                    run_pytest(suite_dir, paths, env, dns, junit, args.runner_args)
+                    got = outcomes_of(junit)
+                else:
+                    link_node_modules(name, suite_dir)
+                    report = os.path.join(reports, f"{name}.json")
+                    run_vitest(suite_dir, paths, env, dns, report, args.runner_args)
+                    got = vitest_outcomes_of(report, suite_dir)
+                ok &= judge(name, suite_dir, got, goal, args.write_outcomes, not args.runner_args)
     finally:
         dns.close()
         server.stop()
@@ -301,6 +384,9 @@ def judge(name, suite_dir, got, goal, write, whole) -> bool:
     """Compares a run with the suite's outcomes.txt; True when nothing listed as passing failed."""
     path = suite_dir / "outcomes.txt"
     expected = read_expected(path)
+    if not got:
+        print(f"\n{name}: the runner reported no tests")
+        return False
     passed = sum(1 for o in got.values() if o == "pass")
     counted = sum(1 for o in got.values() if o != "skip")
     ratio = passed / counted if counted else 0.0
