@@ -6,7 +6,8 @@
            [-- PYTEST OR VITEST ARGS...]
 
 The server gets `--e2b-domain e2b.test` and a TLS listener; the test processes get what `sandlot e2b
-env` prints (E2B_API_URL, E2B_DOMAIN with the TLS port, E2B_API_KEY, the CA in SSL_CERT_FILE). The
+env` prints (E2B_DOMAIN with the TLS port, E2B_API_KEY, the CA in SSL_CERT_FILE: no E2B_API_URL, so
+the SDKs use `https://api.e2b.test:PORT/` as against E2B's cloud). The
 SDKs then reach `api.e2b.test` and every `PORT-ID.e2b.test` by name, as against E2B's cloud: a DNS
 server of this script answers `*.e2b.test` with 127.0.0.1 (a wildcard record) and every other name
 with NXDOMAIN, and pytest (or vitest) runs in a mount namespace of its own whose /etc/resolv.conf names only that
@@ -211,8 +212,9 @@ def sdk_env(server: Server, tls_port: int, ca_dir: str) -> dict:
         if line.startswith("export "):
             k, v = line[len("export "):].split("=", 1)
             env[k] = v.strip("'")
-    env["E2B_API_URL"] = f"https://api.{DOMAIN}:{tls_port}/e2b"
-    env.pop("E2B_SANDBOX_URL", None)
+    # No E2B_API_URL: the SDKs reach `https://api.{E2B_DOMAIN}` by name, the API at its root, as E2B's
+    # (the mocked tests of E2B's suites expect exactly that URL).
+    assert "E2B_API_URL" not in env and "E2B_SANDBOX_URL" not in env, env
     return env
 
 

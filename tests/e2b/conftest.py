@@ -304,8 +304,8 @@ def tls_server(tmp_path_factory):
         for k in env_keys:
             os.environ.pop(k, None)
         os.environ.update(s.env)
-        # The control plane over the TLS listener as well: every SDK request then takes the proxy.
-        os.environ["E2B_API_URL"] = f"https://api.{TLS_DOMAIN}:{tls_port}/e2b"
+        # No E2B_API_URL: the control plane is `https://api.{TLS_DOMAIN}:{tls_port}/`, at its root.
+        assert "E2B_API_URL" not in s.env, s.env
         yield s
     finally:
         for k, v in saved.items():

@@ -142,3 +142,22 @@ def test_http2_is_served_when_offered_and_routes_by_authority(tls_server):
             assert (r.http_version, r.status_code) == ("HTTP/1.1", 204)
     finally:
         sbx.kill(proxy=tls_server.proxy)
+
+
+def test_the_api_host_serves_e2bs_control_plane_at_its_root_and_nothing_else(tls_server):
+    # E2B's SDKs default to `https://api.{E2B_DOMAIN}/` (no E2B_API_URL in the environment), and
+    # E2B's own mocked tests match that URL exactly.
+    assert "E2B_API_URL" not in tls_server.env and "E2B_API_URL" in tls_server.env_lines.splitlines()[0]
+    ca = tls_server.env["NODE_EXTRA_CA_CERTS"]
+    api = f"https://api.{TLS_DOMAIN}:{tls_server.tls_port}"
+    key = tls_server.e2b_key
+    status, body = _https(tls_server, api + "/sandboxes", ca, X_API_Key=key)
+    assert status == 200 and isinstance(json.loads(body), list), (status, body)
+    # Without the key, E2B's 401; sandlot's own API is not reached by that name.
+    assert _https(tls_server, api + "/sandboxes", ca)[0] == 401
+    assert _https(tls_server, api + "/v1/sandboxes", ca, Authorization=f"Bearer {tls_server.admin_key}")[0] == 404
+    sbx = Sandbox.create(timeout=60, proxy=tls_server.proxy)
+    try:
+        assert Sandbox.get_info(sbx.sandbox_id, proxy=tls_server.proxy).sandbox_id == sbx.sandbox_id
+    finally:
+        sbx.kill()

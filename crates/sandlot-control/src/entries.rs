@@ -22,6 +22,8 @@ pub(crate) struct Entry {
     /// Whether it is paused (frozen): set by pause, cleared by resume, so a terminal connection knows
     /// without a store read that its sandbox takes no input now.
     pub(crate) paused: std::sync::atomic::AtomicBool,
+    /// Whether it is being deleted: its processes are being killed, its record still says running.
+    pub(crate) removing: std::sync::atomic::AtomicBool,
 }
 
 /// Every sandbox's entry, and per-tenant locks.

@@ -361,13 +361,40 @@ impl Control {
             self.entries.remove(id);
             return Ok(());
         }
-        self.engine.destroy(id).await?;
+        let entry = self.entries.existing(id);
+        if let Some(e) = &entry {
+            e.removing.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        let destroyed = self.engine.destroy(id).await;
+        if let (Err(_), Some(e)) = (&destroyed, &entry) {
+            e.removing.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+        destroyed?;
         self.ledger.release(id);
         self.store.set_state(id, SandboxState::Deleted, reason)?;
         self.entries.remove(id);
         self.audit(&rec.tenant, Some(id), action, &json!({"reason": reason}))?;
         self.emit(rec, EventKind::Deleted, json!({"reason": reason}));
         Ok(())
+    }
+
+    /// Whether sandbox `id` is being deleted now (its processes dying, its record not yet `deleted`):
+    /// a client that lost a connection to it then learns it was killed, not that it still runs.
+    pub fn being_removed(&self, id: &str) -> bool {
+        self.entries.existing(id).is_some_and(|e| e.removing.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Whether sandbox `id` is gone: unknown, deleted, failed or being deleted. What E2B's proxy tells
+    /// any caller of a gone sandbox's port (502, "not found"): the id alone opens nothing.
+    pub fn sandbox_gone(&self, id: &str) -> Result<bool> {
+        if self.being_removed(id) {
+            return Ok(true);
+        }
+        let Some(tenant) = self.store.tenant_of(id)? else { return Ok(true) };
+        Ok(match self.store.get_sandbox(&tenant, id)? {
+            None => true,
+            Some(r) => matches!(r.info.state, SandboxState::Deleted | SandboxState::Failed),
+        })
     }
 
     /// Stops persistent sandboxes and deletes ephemeral ones, then the engine (graceful shutdown).

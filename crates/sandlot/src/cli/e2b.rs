@@ -29,8 +29,9 @@ named by the E2b-Sandbox-Id header)
 e2b_ + its bytes in hex. It is the same key: same tenant, revoked with it.
 
 When the server routes sandbox host names over TLS (`sandlot serve --e2b-domain D --e2b-tls-listen \
-ADDR`), E2B_DOMAIN replaces E2B_SANDBOX_URL: the SDKs then reach https://PORT-ID.D[:PORT]/ (point \
-*.D at the server), and `Sandbox.get_host(port)` URLs work in browsers too. If the server issued \
+ADDR`), E2B_DOMAIN replaces E2B_API_URL and E2B_SANDBOX_URL, as against E2B's cloud: the SDKs then \
+reach the API at https://api.D[:PORT]/ and sandboxes at https://PORT-ID.D[:PORT]/ (point *.D at the \
+server), and `Sandbox.get_host(port)` URLs work in browsers too. If the server issued \
 its own certificate, its CA is written to --ca-dir and named in SSL_CERT_FILE (a bundle of the \
 system's roots and it: the Python SDKs' TLS reads it) and NODE_EXTRA_CA_CERTS (the CA alone: \
 Node adds it to its roots). --no-domain keeps the header routing.
@@ -102,10 +103,14 @@ fn shell_quote(v: &str) -> String {
 /// E2B_SANDBOX_URL, and the CA files when the server issued its certificate.
 fn env_lines(url: &str, key: &str, domain: Option<&str>, ca: Option<&CaFiles>) -> String {
     let base = url.trim_end_matches('/');
-    let mut vars = vec![("E2B_API_URL", format!("{base}/e2b"))];
+    // With a domain the SDKs find everything by name, the API at `https://api.{domain}` as E2B's.
+    let mut vars = Vec::new();
     match domain {
         Some(d) => vars.push(("E2B_DOMAIN", d.to_string())),
-        None => vars.push(("E2B_SANDBOX_URL", base.to_string())),
+        None => {
+            vars.push(("E2B_API_URL", format!("{base}/e2b")));
+            vars.push(("E2B_SANDBOX_URL", base.to_string()));
+        }
     }
     vars.push(("E2B_API_KEY", sandlot_api::e2b::e2b_api_key(key)));
     if let Some(ca) = ca {
@@ -114,8 +119,9 @@ fn env_lines(url: &str, key: &str, domain: Option<&str>, ca: Option<&CaFiles>) -
     }
     let mut out = String::new();
     if domain.is_some() {
-        // The SDKs read E2B_SANDBOX_URL first: one left over from header routing would win.
-        out.push_str("unset E2B_SANDBOX_URL\n");
+        // The SDKs read E2B_SANDBOX_URL and E2B_API_URL first: ones left over from header routing
+        // would win.
+        out.push_str("unset E2B_SANDBOX_URL E2B_API_URL\n");
     }
     out.extend(vars.iter().map(|(k, v)| format!("export {k}={}\n", shell_quote(v))));
     out
@@ -167,8 +173,9 @@ mod tests {
         let bundle = std::fs::read_to_string(&ca.bundle).unwrap();
         assert!(bundle.ends_with("-----BEGIN CERTIFICATE-----\nX\n-----END CERTIFICATE-----\n"), "{bundle}");
         let out = env_lines("http://h:1", "k", Some("e2b.test:8443"), Some(&ca));
-        assert!(out.starts_with("unset E2B_SANDBOX_URL\n"), "{out}");
+        assert!(out.starts_with("unset E2B_SANDBOX_URL E2B_API_URL\n"), "{out}");
         assert!(out.contains("export E2B_DOMAIN='e2b.test:8443'\n") && !out.contains("E2B_SANDBOX_URL="), "{out}");
+        assert!(!out.contains("E2B_API_URL="), "{out}");
         assert!(out.contains(&format!("export SSL_CERT_FILE='{}'\n", ca.bundle.display())), "{out}");
         assert!(out.contains(&format!("export NODE_EXTRA_CA_CERTS='{}'\n", ca.ca.display())), "{out}");
     }

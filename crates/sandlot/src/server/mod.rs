@@ -757,6 +757,9 @@ fn parse_resolve(pairs: &[String]) -> anyhow::Result<std::collections::HashMap<S
 }
 
 /// Creates the bootstrap admin key on first start and writes it where the operator can find it.
+/// Most bytes of a request body read whole (JSON): uploads stream past it.
+pub(crate) const MAX_JSON_BODY: usize = 16 << 20;
+
 fn write_admin_key(store: &Store, state_dir: &Path) -> anyhow::Result<()> {
     let path = state_dir.join("admin.key");
     if let Some(key) = store.ensure_admin_key()? {
@@ -842,10 +845,10 @@ fn router(app: AppState) -> Router {
         .route_layer(axum::middleware::from_fn(metrics::matched_route))
         .fallback(|| async { ApiError::not_found("route") })
         .method_not_allowed_fallback(|| async { error::method_not_allowed() })
-        .layer(DefaultBodyLimit::max(16 << 20))
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), ports::by_host))
         // Outermost: a request naming an E2B sandbox never reaches the native routes.
-        .layer(axum::middleware::from_fn_with_state((Arc::clone(&app), e2b::envd_router(&app)), e2b::by_sandbox))
+        .layer(axum::middleware::from_fn_with_state(e2b::Routers::new(&app), e2b::by_sandbox))
         // Outside even that: every request's latency, by the route template the inner layer found.
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&app.http_metrics), metrics::observe))
         .with_state(app)

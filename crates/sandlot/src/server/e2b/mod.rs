@@ -108,6 +108,15 @@ impl E2bSettings {
         }
     }
 
+    /// Whether `host` is `api.{domain}[:port]`, where E2B serves its control plane at the root (the
+    /// SDKs' default API URL when E2B_API_URL is unset: `https://api.{E2B_DOMAIN}`).
+    fn is_api_host(&self, host: &str) -> bool {
+        let Some(domain) = self.domain.as_deref().filter(|_| self.domain_for_envd) else { return false };
+        let host =
+            host.rsplit_once(':').filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())).map_or(host, |(h, _)| h);
+        host.trim_end_matches('.').to_ascii_lowercase().strip_prefix("api.") == Some(domain)
+    }
+
     /// The sandbox and port a `Host` of `{port}-{id}.{domain}[:listener port]` names.
     fn host_target(&self, host: &str) -> Option<(String, u16)> {
         let domain = self.domain.as_deref()?;
@@ -162,12 +171,20 @@ pub fn control_plane() -> Router<AppState> {
 /// Sends a request that names a sandbox (`E2b-Sandbox-Id`) to its envd or port; every other request
 /// goes on to the API's routes.
 pub async fn by_sandbox(
-    State((app, envd)): State<(AppState, Router)>,
+    State(Routers { app, envd, control_plane }): State<Routers>,
     req: Request,
     next: axum::middleware::Next,
 ) -> Response {
     let Some(id) = req.headers().get(SANDBOX_ID_HEADER) else {
         let host = req.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok());
+        // `api.{domain}` is E2B's control plane at its root, and nothing else of sandlot's API.
+        if host.is_some_and(|h| app.e2b.is_api_host(h)) {
+            use tower::ServiceExt;
+            return match control_plane.oneshot(req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            };
+        }
         return match host.and_then(|h| app.e2b.host_target(h)) {
             Some((id, port)) if port == ENVD_PORT => to_envd(&app, envd, id, req).await,
             Some((id, port)) => sandbox_port(&app, id, port, req).await,
@@ -248,6 +265,8 @@ async fn sandbox_port(app: &AppState, id: String, port: u16, req: Request) -> Re
         Ok(c) => c,
         // E2B's proxy answers a port request without its traffic token 403, which is what clients
         // of a non-public sandbox test for; every sandlot sandbox's ports are non-public.
+        // A gone sandbox is E2B's 502 to any caller, as its proxy answers before any credential.
+        Err(_) if app.control.sandbox_gone(&id).unwrap_or(false) => return envd::not_running(&id, "deleted"),
         Err(e) if e.status == axum::http::StatusCode::UNAUTHORIZED => {
             return envd::ConnectError::new("permission_denied", axum::http::StatusCode::FORBIDDEN, e.message)
                 .into_response()
@@ -273,9 +292,26 @@ async fn sandbox_port(app: &AppState, id: String, port: u16, req: Request) -> Re
     }
 }
 
-/// envd's routes, with the app's state applied (the middleware calls them directly).
-pub fn envd_router(app: &AppState) -> Router {
-    envd::routes().with_state(Arc::clone(app))
+/// What [`by_sandbox`] hands requests to: envd's routes, and the control plane's for `api.{domain}`,
+/// each with the app's state applied (the middleware calls them directly).
+#[derive(Clone)]
+pub struct Routers {
+    app: AppState,
+    envd: Router,
+    control_plane: Router,
+}
+
+impl Routers {
+    pub fn new(app: &AppState) -> Self {
+        Routers {
+            app: Arc::clone(app),
+            envd: envd::routes().with_state(Arc::clone(app)),
+            // The same body bound as under `/e2b` on the main router.
+            control_plane: control_plane()
+                .layer(axum::extract::DefaultBodyLimit::max(super::MAX_JSON_BODY))
+                .with_state(Arc::clone(app)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -313,6 +349,19 @@ mod tests {
             assert!(E2bSettings::new(&[bad.into()], None).is_err(), "{bad}");
         }
         assert!(E2bSettings::new(&[], Some("bad_domain!")).is_err());
+    }
+
+    #[test]
+    fn the_api_host_is_the_e2b_domain_s_own() {
+        let s = E2bSettings::new(&[], Some("e2b.example.test")).unwrap();
+        assert!(s.is_api_host("api.e2b.example.test"));
+        assert!(s.is_api_host("API.e2b.example.test:8443"));
+        for other in ["api.example.test", "xapi.e2b.example.test", "api.e2b.example.test.evil", "e2b.example.test"] {
+            assert!(!s.is_api_host(other), "{other}");
+        }
+        let mut s = E2bSettings::new(&[], None).unwrap();
+        s.use_preview_domain("localhost", 8080);
+        assert!(!s.is_api_host("api.localhost:8080"));
     }
 
     #[test]

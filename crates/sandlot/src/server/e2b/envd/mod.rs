@@ -66,6 +66,7 @@ pub fn routes() -> Router<AppState> {
 /// answers for a sandbox whose envd is not up (the SDKs' `is_running()` reads 502 as "not running").
 async fn health(State(app): State<AppState>, Extension(t): Extension<Target>) -> Response {
     match app.control.get(&t.caller, &t.id) {
+        Ok(_) if app.control.being_removed(&t.id) => not_running(&t.id, "deleted"),
         Ok(info) if info.state == sandlot_api::SandboxState::Running => StatusCode::NO_CONTENT.into_response(),
         Ok(info) => not_running(&t.id, info.state.as_str()),
         Err(e) => ConnectError::from(e).into_response(),
@@ -80,7 +81,8 @@ pub fn not_running(id: &str, state: &str) -> Response {
         "paused" | "stopped" => {
             format!("The sandbox {e2b_id} is {state}: resume it with Sandbox.connect() (or create it with auto-resume)")
         }
-        _ => format!("The sandbox {e2b_id} was not found: it was killed or its timeout ended"),
+        // E2B's words exactly: clients compare them.
+        _ => "The sandbox was not found".to_string(),
     };
     (StatusCode::BAD_GATEWAY, Json(serde_json::json!({"code": 502, "message": message, "sandboxId": e2b_id})))
         .into_response()
