@@ -237,4 +237,10 @@ export SANDLOT_API_KEY
 echo "sandlot: running a command in a fresh sandbox"
 "$bin" run -- python3 -c 'import os, socket; print("hello from", socket.gethostname(), "as uid", os.getuid())'
 echo
-echo "Next: export SANDLOT_API_KEY=\$(sudo cat $state/admin.key) and try \`sandlot run -- sh -c 'ls /; id'\`"
+# The key file is root's: print the way to read it that works for whoever runs the next line.
+if [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
+    read_key="sudo cat $state/admin.key"
+else
+    read_key="cat $state/admin.key"
+fi
+echo "Next: export SANDLOT_API_KEY=\$($read_key) and try \`sandlot run -- sh -c 'ls /; id'\`"

@@ -54,8 +54,12 @@ impl From<Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
+        // A 500 is ours; a 502/503/504 is a sandbox's server not answering, a full host or a
+        // client's timeout: worth a warning, not an error.
+        if self.status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(code = self.code, "{}", self.message);
+        } else if self.status.is_server_error() {
+            tracing::warn!(code = self.code, "{}", self.message);
         }
         let body = ErrorBody {
             error: ErrorDetail { code: self.code.into(), message: self.message, retryable: self.retryable },

@@ -247,7 +247,12 @@ async fn guard(State(o): State<Arc<Owners>>, req: Request, next: Next) -> Respon
         reserved = Some(place);
     }
     let closing = req.method() == Method::DELETE;
-    let resp = next.run(req).await;
+    let mut resp = next.run(req).await;
+    // rmcp answers a session's DELETE 202, which the official clients take for a failure ("Session
+    // termination failed: 202"): the session is gone at once, so 204.
+    if closing && resp.status() == StatusCode::ACCEPTED {
+        *resp.status_mut() = StatusCode::NO_CONTENT;
+    }
     match &session {
         None => {
             if let Some(new) = resp.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {

@@ -265,8 +265,9 @@ pub struct ServeArgs {
     /// key, for a Prometheus scraper: `Authorization: Bearer <token>`. Keep it readable by root only.
     #[arg(long, value_name = "PATH")]
     pub metrics_token_file: Option<PathBuf>,
-    /// TESTING ONLY: the network proxy refuses to dial anything outside loopback (and logs it as a bug).
-    #[arg(long, hide = true)]
+    /// The network proxy refuses to dial anything outside loopback (and logs it as a bug), for test
+    /// suites on machines that must send nothing to other hosts. Never in production.
+    #[arg(long, help_heading = "Testing only")]
     pub test_loopback_only: bool,
     /// TESTING ONLY (with --test-loopback-only): a connection the policy allowed to FROM is dialled to
     /// TO (a loopback address; same port), so a suite can stand local servers in for internet
@@ -404,6 +405,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SANDLOT_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Colour only for a terminal: a log file or journal gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if !host::running_as_root() {
         bail!(

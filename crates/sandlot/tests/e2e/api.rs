@@ -514,3 +514,18 @@ fn sandbox_names_are_unique_per_tenant() {
     reborn.delete().unwrap();
     bobs.delete().unwrap();
 }
+
+/// The server's log, written to a file rather than a terminal, has no colour codes; `serve --help`
+/// shows `--test-loopback-only` under a heading of its own.
+#[test]
+fn the_log_file_is_plain_text_and_help_names_the_testing_flag() {
+    let server = Server::start();
+    server.sandbox().delete().unwrap();
+    let log = server.log_text();
+    assert!(log.contains("sandlot listening"), "{log}");
+    assert!(!log.contains('\x1b'), "{log}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandlot")).args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let section = help.split("Testing only:").nth(1).unwrap_or_else(|| panic!("{help}"));
+    assert!(section.contains("--test-loopback-only"), "{help}");
+}
