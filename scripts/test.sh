@@ -56,7 +56,7 @@ cargo build --locked -p sandlot
 SANDLOT_BIN=$PWD/target/debug/sandlot "$e2b_venv/bin/pytest" -q tests/e2b
 # E2B's own SDK and code-interpreter test suites, vendored unchanged in tests/e2b-upstream, against a real
 # server with a TLS listener and a wildcard DNS stand-in; each test's expected outcome is in the suite's
-# outcomes.txt (docs/TESTING.md, "E2B's own suites"). About three and a half minutes.
+# outcomes.txt (docs/TESTING.md, "E2B's own suites"): the Python and the JavaScript ones. About eleven minutes.
 "$(scripts/e2b-upstream-venv.sh)/bin/python" tests/e2b-upstream/run.py --suite all
 # The `e2b` npm package's main calls, pinned in tests/e2b-node/package-lock.json.
 (cd tests/e2b-node && npm ci --no-audit --no-fund --silent && SANDLOT_BIN=$PWD/../../target/debug/sandlot node --test)

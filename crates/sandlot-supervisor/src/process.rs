@@ -45,6 +45,8 @@ struct Proc {
     /// A process group a finished command left (`pid` is its group id), tracked until it has no
     /// member ([`Table::adopt`]); with how its last reaped member ended.
     group: Option<Option<Termination>>,
+    /// Whether the daemon sent it a signal.
+    signalled: bool,
 }
 
 /// Standard input waiting for a process, between the control loop and the process's writer thread;
@@ -150,34 +152,49 @@ fn group_alive(pgid: i32) -> bool {
     unsafe { libc::kill(-pgid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
 }
 
-/// The process group of `pid` (its stat's fifth field), read while it is alive or a zombie.
-fn pgid_of(pid: i32) -> Option<i32> {
+/// `(state, pgrp, starttime)` of `pid` from its stat, read while it is alive or a zombie.
+fn stat_of(pid: i32) -> Option<(char, i32, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid pgrp ...`: comm may hold spaces and parentheses, so parse after the last `)`.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(2)?.parse().ok()
+    // `pid (comm) state ppid pgrp ... starttime(22)`: comm may hold spaces and parentheses, so parse
+    // after the last `)`.
+    let mut f = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let pgrp = f.nth(1)?.parse().ok()?;
+    let start = f.nth(16)?.parse().ok()?;
+    Some((state, pgrp, start))
 }
 
-/// The command line of the oldest (lowest-pid) member of group `pgid`, at most
-/// [`MAX_LEFT_ARGV_BYTES`] of it; empty when none is readable.
-fn oldest_member_argv(pgid: i32) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let oldest = dir
+/// The process group of `pid`, read while it is alive or a zombie.
+fn pgid_of(pid: i32) -> Option<i32> {
+    stat_of(pid).map(|(_, pgrp, _)| pgrp)
+}
+
+/// The command line of the oldest member of group `pgid` that is not a zombie, at most
+/// [`MAX_LEFT_ARGV_BYTES`] of it; `None` when every member is a zombie (or gone).
+fn oldest_live_member_argv(pgid: i32) -> Option<Vec<String>> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    let (_, pid) = dir
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| pgid_of(*pid) == Some(pgid))
-        .min();
-    let Some(pid) = oldest else { return Vec::new() };
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        .filter_map(|pid| stat_of(pid).map(|s| (pid, s)))
+        .filter(|(_, (state, pgrp, _))| *pgrp == pgid && !matches!(state, 'Z' | 'X'))
+        .map(|(pid, (_, _, start))| (start, pid))
+        .min()?;
+    let mut raw = Vec::new();
+    if let Ok(f) = std::fs::File::open(format!("/proc/{pid}/cmdline")) {
+        // Bounded: a cmdline runs on into the environment when a process rewrites it.
+        let _ = f.take(MAX_LEFT_ARGV_BYTES as u64).read_to_end(&mut raw);
+    }
     let mut argv = Vec::new();
     let mut used = 0;
     for arg in raw.split(|b| *b == 0).filter(|a| !a.is_empty()) {
-        used += arg.len();
+        let arg = String::from_utf8_lossy(arg).into_owned();
+        used += arg.len() + 1;
         if used > MAX_LEFT_ARGV_BYTES {
             break;
         }
-        argv.push(String::from_utf8_lossy(arg).into_owned());
+        argv.push(arg);
     }
-    argv
+    Some(argv)
 }
 
 /// All processes the daemon asked for, keyed by the daemon's handle.
@@ -188,6 +205,9 @@ pub(crate) struct Table {
     hardening: Arc<Hardening>,
     /// Bytes of standard input queued for all processes.
     stdin_queued: Arc<AtomicUsize>,
+    /// Where output pipes of reported processes go to be drained (a leftover holding them), so that
+    /// no pair of reader threads lives on per leftover: one thread for them all, started on first use.
+    drain: Arc<Mutex<Option<mpsc::Sender<std::fs::File>>>>,
 }
 
 /// Blocks SIGCHLD in the calling thread (and so in every thread created after).
@@ -207,7 +227,13 @@ pub(crate) fn block_sigchld() -> io::Result<()> {
 
 impl Table {
     pub(crate) fn new(out: Outbox, hardening: Hardening) -> Self {
-        Table { inner: Arc::default(), out, hardening: Arc::new(hardening), stdin_queued: Arc::default() }
+        Table {
+            inner: Arc::default(),
+            out,
+            hardening: Arc::new(hardening),
+            stdin_queued: Arc::default(),
+            drain: Arc::default(),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -298,11 +324,15 @@ impl Table {
             if p.group.is_some() {
                 inner.groups.remove(&p.pid);
             } else if p.exit != Some(Termination::Timeout)
+                && !p.signalled
                 && inner.left.len() < MAX_LEFT_UNADOPTED
                 && group_alive(p.pid)
             {
-                inner.left.insert(handle, p.pid);
-                self.out.send(&Event::Left { proc: handle, argv: oldest_member_argv(p.pid) }, &[]);
+                // Members that are only zombies (a group killed whole, reaped one by one) left nothing.
+                if let Some(argv) = oldest_live_member_argv(p.pid) {
+                    inner.left.insert(handle, p.pid);
+                    self.out.send(&Event::Left { proc: handle, argv }, &[]);
+                }
             }
         }
     }
@@ -333,6 +363,7 @@ impl Table {
                 timed_out: false,
                 timer: None,
                 group: Some(None),
+                signalled: false,
             },
         );
         self.out.send(&Event::Started { proc: handle, pid: pgid }, &[]);
@@ -500,7 +531,18 @@ impl Table {
         inner.by_pid.insert(pid, handle);
         inner.by_handle.insert(
             handle,
-            Proc { pid, stdin, pty, reported, exit: None, open_pipes, timed_out: false, timer, group: None },
+            Proc {
+                pid,
+                stdin,
+                pty,
+                reported,
+                exit: None,
+                open_pipes,
+                timed_out: false,
+                timer,
+                group: None,
+                signalled: false,
+            },
         );
         // Started goes out before any output: the pipe readers wait for the lock held until after it.
         self.out.send(&Event::Started { proc: handle, pid }, &[]);
@@ -508,8 +550,9 @@ impl Table {
         // `child` is dropped without waiting: the reaper owns waitpid.
     }
 
-    fn start_reader(&self, handle: u64, fd: u8, mut pipe: impl Read + Send + 'static) -> Result<(), ThreadError> {
+    fn start_reader(&self, handle: u64, fd: u8, pipe: impl Into<OwnedFd>) -> Result<(), ThreadError> {
         let table = self.clone();
+        let mut pipe = std::fs::File::from(pipe.into());
         spawn_thread("output", move || {
             let mut buf = vec![0u8; MAX_PAYLOAD];
             loop {
@@ -519,10 +562,18 @@ impl Table {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => break,
                 };
-                // Output of a handle already reported as exited (grace passed) is dropped.
+                // Output of a handle already reported as exited (grace passed) is dropped: what
+                // still holds the pipe (a leftover) is drained by the one drain thread from now on.
                 let inner = table.lock();
                 if !inner.by_handle.contains_key(&handle) {
-                    continue;
+                    drop(inner);
+                    match table.hand_to_drain(pipe) {
+                        Ok(()) => return,
+                        Err(back) => {
+                            pipe = back;
+                            continue;
+                        }
+                    }
                 }
                 table.out.send(&Event::Output { proc: handle, fd }, &buf[..n]);
                 drop(inner);
@@ -533,6 +584,20 @@ impl Table {
             }
             table.finish_locked(&mut inner, handle);
         })
+    }
+
+    /// Gives `pipe` to the drain thread (started on first use), which reads and drops what comes until
+    /// its writers close it; back when there is no thread for it (then the caller drains it itself).
+    fn hand_to_drain(&self, pipe: std::fs::File) -> Result<(), std::fs::File> {
+        let mut drain = lock(&self.drain);
+        if drain.is_none() {
+            let (tx, rx) = mpsc::channel::<std::fs::File>();
+            if spawn_thread("drain", move || drain_pipes(&rx)).is_err() {
+                return Err(pipe);
+            }
+            *drain = Some(tx);
+        }
+        drain.as_ref().expect("set above").send(pipe).map_err(|e| e.0)
     }
 
     /// Relays a pty master as the process's stdout. Polls rather than blocking in `read`, so it can stop
@@ -584,19 +649,21 @@ impl Table {
         spawn_thread("timeout", move || {
             match rx.recv_timeout(after) {
                 Err(mpsc::RecvTimeoutError::Timeout) => {
+                    // Under the lock, and only while the command runs: a command that ended at the
+                    // deadline left its group (perhaps reported as left already), which lives on.
                     let mut inner = table.lock();
                     if let Some(p) = inner.by_handle.get_mut(&handle) {
                         if p.exit.is_none() {
                             p.timed_out = true;
+                            // SAFETY: plain syscall; a negative pid addresses the command's process group.
+                            unsafe { libc::kill(-pid, libc::SIGKILL) };
                         }
                     }
                 }
                 // The command ended in time. What it left in its process group lives on, as under
                 // `docker exec`, bounded by the sandbox's limits and lifetime ([`Event::Left`]).
-                Err(mpsc::RecvTimeoutError::Disconnected) | Ok(()) => return,
+                Err(mpsc::RecvTimeoutError::Disconnected) | Ok(()) => {}
             }
-            // SAFETY: plain syscall; a negative pid addresses the command's process group.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
         })?;
         Ok(tx)
     }
@@ -637,9 +704,13 @@ impl Table {
     }
 
     pub(crate) fn signal(&self, handle: u64, signal: i32) {
-        let inner = self.lock();
-        if let Some(p) = inner.by_handle.get(&handle) {
-            if p.exit.is_none() {
+        let mut inner = self.lock();
+        if let Some(p) = inner.by_handle.get_mut(&handle) {
+            // Also between the leader's exit and its report (the pipe grace): the daemon still lists
+            // it running, and the group's id cannot be reused while the group has members.
+            if p.exit.is_none() || group_alive(p.pid) {
+                // A group the daemon signalled is not reported as left: it was asked to end.
+                p.signalled = true;
                 // SAFETY: plain syscall; the group id equals the leader's pid (process_group(0)).
                 unsafe { libc::kill(-p.pid, signal) };
             }
@@ -698,6 +769,44 @@ fn peek_exited() -> Option<i32> {
         let rc = libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
         let pid = info.si_pid();
         (rc == 0 && pid > 0).then_some(pid)
+    }
+}
+
+/// Reads and drops what comes on every pipe received from `rx` until its writers close it (the
+/// drain thread of [`Table::hand_to_drain`]).
+fn drain_pipes(rx: &mpsc::Receiver<std::fs::File>) {
+    use std::os::fd::AsRawFd;
+    let mut pipes: Vec<std::fs::File> = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        if pipes.is_empty() {
+            match rx.recv() {
+                Ok(p) => pipes.push(p),
+                Err(_) => return,
+            }
+        }
+        pipes.extend(rx.try_iter());
+        let mut polled: Vec<libc::pollfd> =
+            pipes.iter().map(|p| libc::pollfd { fd: p.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+        // SAFETY: `polled` is a valid array of `polled.len()` pollfds for the call's duration. The
+        // timeout lets pipes handed over meanwhile join.
+        let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, 500) };
+        if n <= 0 {
+            continue;
+        }
+        for i in (0..polled.len()).rev() {
+            if polled[i].revents == 0 {
+                continue;
+            }
+            // Readable (or hung up): this read does not block. 0 or an error is the end.
+            match pipes[i].read(&mut buf) {
+                Ok(n) if n > 0 => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                _ => {
+                    pipes.swap_remove(i);
+                }
+            }
+        }
     }
 }
 

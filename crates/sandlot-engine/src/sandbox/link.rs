@@ -341,7 +341,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
             Event::Left { proc, argv } => {
                 // At most once per command of ours: the supervisor is the untrusted side.
                 if let Some((p, _)) = link.proc(proc) {
-                    if p.mark_left() {
+                    // Its Exited came first: a Left for a command still running is not one.
+                    if p.finished() && p.mark_left() {
                         link.adopt_left(&p, argv);
                     }
                 }

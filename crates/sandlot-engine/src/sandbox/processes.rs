@@ -185,7 +185,7 @@ impl LinkState {
         // The supervisor bounds the command line; a supervisor that does not is cut here.
         let mut used = 0;
         argv.retain(|a| {
-            used += a.len();
+            used += a.len() + 1;
             used <= MAX_LEFT_ARGV_BYTES
         });
         let Ok(reservation) = Reservation::take(&self.output_pools, 0) else { return };

@@ -78,9 +78,15 @@ pub async fn build(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let req = options(pairs)?;
+    let req = match options(pairs) {
+        Ok(r) => r,
+        Err(e) => return Err(super::files::refused(body, e).await),
+    };
     // Admitted (one of the tenant's builds, its quota, the server's spool budget) before a byte is read.
-    let mut upload = app.control.begin_build(&caller, &req.name, req.public)?;
+    let mut upload = match app.control.begin_build(&caller, &req.name, req.public) {
+        Ok(u) => u,
+        Err(e) => return Err(super::files::refused(body, e).await),
+    };
     let context = spool(&app, body, &mut upload).await?;
     let control = std::sync::Arc::clone(&app.control);
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();

@@ -59,6 +59,13 @@ pub(crate) async fn drain(reader: &mut (impl tokio::io::AsyncRead + Unpin)) {
         tokio::time::timeout(std::time::Duration::from_secs(30), tokio::io::copy(reader, &mut tokio::io::sink())).await;
 }
 
+/// `e`, once the request's body is drained ([`drain`]): for a refusal before a byte of an upload
+/// is read, so a client still sending reads the error instead of a broken pipe.
+pub(crate) async fn refused(body: Body, e: impl Into<ApiError>) -> ApiError {
+    drain(&mut body_reader(body)).await;
+    e.into()
+}
+
 pub async fn write(
     State(app): State<AppState>,
     Auth(caller): Auth,

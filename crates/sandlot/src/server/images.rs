@@ -119,7 +119,10 @@ pub async fn import(
     body: Body,
 ) -> Result<Response, ApiError> {
     // Admitted (the tenant's turn, its quota, the server's spool budget) before a byte is read.
-    let mut upload = app.control.begin_import(&caller, q.name.as_deref(), q.public).await?;
+    let mut upload = match app.control.begin_import(&caller, q.name.as_deref(), q.public).await {
+        Ok(u) => u,
+        Err(e) => return Err(super::files::refused(body, e).await),
+    };
     let spool = spool(&app, body, &mut upload).await?;
     let control = std::sync::Arc::clone(&app.control);
     let ndjson = wants_ndjson(&headers);
