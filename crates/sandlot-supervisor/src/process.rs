@@ -647,22 +647,20 @@ impl Table {
         let (tx, rx) = mpsc::channel::<()>();
         let table = self.clone();
         spawn_thread("timeout", move || {
-            match rx.recv_timeout(after) {
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    // Under the lock, and only while the command runs: a command that ended at the
-                    // deadline left its group (perhaps reported as left already), which lives on.
-                    let mut inner = table.lock();
-                    if let Some(p) = inner.by_handle.get_mut(&handle) {
-                        if p.exit.is_none() {
-                            p.timed_out = true;
-                            // SAFETY: plain syscall; a negative pid addresses the command's process group.
-                            unsafe { libc::kill(-pid, libc::SIGKILL) };
-                        }
+            // Woken early (the sender dropped): the command ended in time, and what it left in its
+            // process group lives on, as under `docker exec`, bounded by the sandbox's limits and
+            // lifetime ([`Event::Left`]).
+            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(after) {
+                // Under the lock, and only while the command runs: a command that ended at the
+                // deadline left its group (perhaps reported as left already), which lives on.
+                let mut inner = table.lock();
+                if let Some(p) = inner.by_handle.get_mut(&handle) {
+                    if p.exit.is_none() {
+                        p.timed_out = true;
+                        // SAFETY: plain syscall; a negative pid addresses the command's process group.
+                        unsafe { libc::kill(-pid, libc::SIGKILL) };
                     }
                 }
-                // The command ended in time. What it left in its process group lives on, as under
-                // `docker exec`, bounded by the sandbox's limits and lifetime ([`Event::Left`]).
-                Err(mpsc::RecvTimeoutError::Disconnected) | Ok(()) => {}
             }
         })?;
         Ok(tx)

@@ -160,7 +160,7 @@ impl Sandbox {
             output_pools: [Budget::new(SANDBOX_OUTPUT_BYTES), daemon_output],
             out: out.clone(),
             next_id: AtomicU64::new(1),
-            sandbox_end: reaped.clone(),
+            sandbox_end: reaped,
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let log_buf = Arc::new(Mutex::new(Vec::new()));
@@ -170,7 +170,7 @@ impl Sandbox {
         let reader_link = Arc::clone(&link);
         let reader_log = Arc::clone(&log_buf);
         let reader_id = id.clone();
-        let mut reader_reaped = reaped.clone();
+        let mut reader_reaped = link.sandbox_end.clone();
         tokio::spawn(async move {
             let mut ready = Some(ready_tx);
             let end = read_loop(&mut rd, &reader_link, &mut ready).await;
@@ -210,7 +210,6 @@ impl Sandbox {
             out,
             link,
             ready: Mutex::new(Some(ready_rx)),
-            reaped,
             net: Mutex::new(None),
         })
     }

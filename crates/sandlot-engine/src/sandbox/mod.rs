@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use sandlot_protocol::{encode, Request};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::driver::{Instance, Resources};
 use crate::{lock, EngineError};
@@ -47,7 +47,6 @@ pub struct Sandbox {
     out: mpsc::Sender<Vec<u8>>,
     link: Arc<LinkState>,
     ready: Mutex<Option<oneshot::Receiver<Result<(), String>>>>,
-    reaped: watch::Receiver<Option<String>>,
     /// The sandbox's network (created on first use of a policy that allows anything).
     net: Mutex<Option<(Arc<sandlot_netproxy::egress::SandboxNet>, tokio::task::JoinHandle<()>)>>,
 }
@@ -133,11 +132,11 @@ impl Sandbox {
         }
         // Once pid 1 is reaped its pid may belong to another host process: signal it only before.
         // (What remains in the cgroup, teardown kills by the cgroup's own list.)
-        if self.reaped.borrow().is_none() {
+        if self.link.sandbox_end.borrow().is_none() {
             let instance = self.instance();
             let _ = tokio::task::spawn_blocking(move || instance.kill()).await;
         }
-        let mut reaped = self.reaped.clone();
+        let mut reaped = self.link.sandbox_end.clone();
         let _ = reaped.wait_for(|r| r.is_some()).await;
         let instance = self.instance();
         let _ = tokio::task::spawn_blocking(move || instance.teardown(remove_layer)).await;

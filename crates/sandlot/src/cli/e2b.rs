@@ -1,5 +1,6 @@
 //! `sandlot e2b env`: the environment that points the official E2B SDKs at this sandlot server.
 
+use super::output::shell_quote;
 use super::Conn;
 
 /// `sandlot e2b ...`.
@@ -92,11 +93,6 @@ fn write_ca(dir: &std::path::Path, domain: &str, pem: &str) -> anyhow::Result<Ca
     all.push_str(pem);
     std::fs::write(&bundle, all).with_context(|| format!("writing {}", bundle.display()))?;
     Ok(CaFiles { ca, bundle })
-}
-
-/// A value quoted for a POSIX shell.
-fn shell_quote(v: &str) -> String {
-    format!("'{}'", v.replace('\'', r"'\''"))
 }
 
 /// The `export` lines for server `url` and sandlot key `key`; with `domain`, host routing instead of

@@ -8,7 +8,7 @@ use sandlot_client::ErrorKind;
 use super::cp::{self, CpArgs};
 use super::metrics::{metrics, MetricsArgs, METRICS_LONG};
 use super::network::{network, NetworkArgs, NetworkCmdArgs, NETWORK_LONG};
-use super::output::{now_ms, print_json, print_table, sanitize, short_duration, utc_time};
+use super::output::{now_ms, print_json, print_table, sanitize, shell_quote, short_duration, utc_time};
 use super::run::{self, CommandArgs, LimitArgs};
 use super::shell;
 use super::{client_error_kind, parse_key_value, Conn, Doing};
@@ -632,7 +632,7 @@ fn shell_words(argv: &[String]) -> String {
             if !a.is_empty() && a.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b)) {
                 a.clone()
             } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
+                shell_quote(a)
             }
         })
         .collect::<Vec<_>>()

@@ -759,10 +759,10 @@ fn parse_resolve(pairs: &[String]) -> anyhow::Result<std::collections::HashMap<S
     Ok(map)
 }
 
-/// Creates the bootstrap admin key on first start and writes it where the operator can find it.
 /// Most bytes of a request body read whole (JSON): uploads stream past it.
 pub(crate) const MAX_JSON_BODY: usize = 16 << 20;
 
+/// Creates the bootstrap admin key on first start and writes it where the operator can find it.
 fn write_admin_key(store: &Store, state_dir: &Path) -> anyhow::Result<()> {
     let path = state_dir.join("admin.key");
     if let Some(key) = store.ensure_admin_key()? {

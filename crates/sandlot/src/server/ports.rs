@@ -126,13 +126,17 @@ pub async fn by_host(State(app): State<AppState>, req: Request, next: axum::midd
     }
 }
 
-/// `(id, port)` of a preview host `{port}-{id}.{domain}[:port]`.
-fn preview_target(host: &str, domain: &str) -> Option<(String, u16)> {
-    let name = match host.rsplit_once(':') {
+/// A `Host` header's name, without the `:port` it may end with.
+pub(super) fn without_port(host: &str) -> &str {
+    match host.rsplit_once(':') {
         Some((name, p)) if p.bytes().all(|b| b.is_ascii_digit()) => name,
         _ => host,
-    };
-    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    }
+}
+
+/// `(id, port)` of a preview host `{port}-{id}.{domain}[:port]`.
+fn preview_target(host: &str, domain: &str) -> Option<(String, u16)> {
+    let name = without_port(host).trim_end_matches('.').to_ascii_lowercase();
     let label = name.strip_suffix(domain)?.strip_suffix('.')?;
     let (port, id) = label.split_once('-')?;
     let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;

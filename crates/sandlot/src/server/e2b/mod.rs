@@ -112,17 +112,15 @@ impl E2bSettings {
     /// SDKs' default API URL when E2B_API_URL is unset: `https://api.{E2B_DOMAIN}`).
     fn is_api_host(&self, host: &str) -> bool {
         let Some(domain) = self.domain.as_deref().filter(|_| self.domain_for_envd) else { return false };
-        let host =
-            host.rsplit_once(':').filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())).map_or(host, |(h, _)| h);
+        let host = super::ports::without_port(host);
         host.trim_end_matches('.').to_ascii_lowercase().strip_prefix("api.") == Some(domain)
     }
 
     /// The sandbox and port a `Host` of `{port}-{id}.{domain}[:listener port]` names.
     fn host_target(&self, host: &str) -> Option<(String, u16)> {
         let domain = self.domain.as_deref()?;
-        let host =
-            host.rsplit_once(':').filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())).map_or(host, |(h, _)| h);
-        let label = host.to_ascii_lowercase().strip_suffix(domain)?.strip_suffix('.')?.to_string();
+        let label =
+            super::ports::without_port(host).to_ascii_lowercase().strip_suffix(domain)?.strip_suffix('.')?.to_string();
         let (port, id) = label.split_once('-')?;
         let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
         // One label only: `a.{port}-{id}.{domain}` is nobody's.
@@ -179,11 +177,7 @@ pub async fn by_sandbox(
         let host = req.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok());
         // `api.{domain}` is E2B's control plane at its root, and nothing else of sandlot's API.
         if host.is_some_and(|h| app.e2b.is_api_host(h)) {
-            use tower::ServiceExt;
-            return match control_plane.oneshot(req).await {
-                Ok(r) => r,
-                Err(never) => match never {},
-            };
+            return answer_with(control_plane, req).await;
         }
         return match host.and_then(|h| app.e2b.host_target(h)) {
             Some((id, port)) if port == ENVD_PORT => to_envd(&app, envd, id, req).await,
@@ -228,8 +222,13 @@ async fn to_envd(app: &AppState, envd: Router, id: String, req: Request) -> Resp
     };
     let mut req = req;
     req.extensions_mut().insert(envd::Target { id, caller, signed });
+    answer_with(envd, req).await
+}
+
+/// `router`'s answer to `req` (a router's service never fails).
+async fn answer_with(router: Router, req: Request) -> Response {
     use tower::ServiceExt;
-    match envd.oneshot(req).await {
+    match router.oneshot(req).await {
         Ok(r) => r,
         Err(never) => match never {},
     }
@@ -263,10 +262,10 @@ const PORT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 async fn sandbox_port(app: &AppState, id: String, port: u16, req: Request) -> Response {
     let caller = match auth::port_caller(app, &id, req.headers()) {
         Ok(c) => c,
-        // E2B's proxy answers a port request without its traffic token 403, which is what clients
-        // of a non-public sandbox test for; every sandlot sandbox's ports are non-public.
         // A gone sandbox is E2B's 502 to any caller, as its proxy answers before any credential.
         Err(_) if app.control.sandbox_gone(&id).unwrap_or(false) => return envd::not_running(&id, "deleted"),
+        // E2B's proxy answers a port request without its traffic token 403, which is what clients
+        // of a non-public sandbox test for; every sandlot sandbox's ports are non-public.
         Err(e) if e.status == axum::http::StatusCode::UNAUTHORIZED => {
             return envd::ConnectError::new("permission_denied", axum::http::StatusCode::FORBIDDEN, e.message)
                 .into_response()
