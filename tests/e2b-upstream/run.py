@@ -201,8 +201,8 @@ class Internet:
         self.httpd.server_close()
 
 
-def sdk_env(server: Server, tls_port: int, ca_dir: str) -> dict:
-    """What `sandlot e2b env` prints for the server, as a dict, with the control plane over TLS too."""
+def sdk_env(server: Server, ca_dir: str) -> dict:
+    """What `sandlot e2b env` prints for the server, as a dict: its TLS domain, key and CA."""
     out = subprocess.run(
         [server_binary(), "e2b", "env", "--url", server.url, "--api-key", server.admin_key, "--ca-dir", ca_dir],
         check=True, capture_output=True, text=True, timeout=60,
@@ -355,7 +355,7 @@ def main() -> int:
     ok = True
     try:
         with tempfile.TemporaryDirectory(prefix="sandlot-e2b-ca-") as ca_dir:
-            env = sdk_env(server, tls_port, ca_dir)
+            env = sdk_env(server, ca_dir)
             suites = list(SUITES) if args.suite == "all" else [args.suite]
             if any(SUITES[name][4] for name in suites):
                 prepare_images(server, env)
