@@ -56,9 +56,10 @@ fn fork_bomb_is_contained() {
     // The host is fine, and so is the daemon.
     server.client().health().unwrap();
     // The bomb must be over: the sandbox's process count falls back and a new command runs.
-    let pids_dir = server.cgroup_dir(sb.id(), "pids").unwrap();
+    // The command leaf (`work`) holds the limit; the sandbox's own cgroup adds pid 1's threads on top.
+    let work = server.cgroup_dir(sb.id(), "pids").unwrap().join("work");
     let current = || {
-        std::fs::read_to_string(pids_dir.join("pids.current"))
+        std::fs::read_to_string(work.join("pids.current"))
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
             .unwrap_or(u64::MAX)
