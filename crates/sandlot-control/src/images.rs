@@ -524,9 +524,8 @@ impl Control {
     /// The tenant's image quota less what its stored images take (the image `name` replaces is not
     /// counted).
     fn image_room(&self, tenant: &str, name: &str) -> Result<u64> {
-        let (_, held) = self.store.image_usage(tenant)?;
-        let replaced = self.store.get_image(tenant, name)?.map_or(0, |r| r.bytes);
-        Ok(self.cfg.image_quota_bytes.saturating_sub(held.saturating_sub(replaced)))
+        let (_, held) = self.store.image_usage_without(tenant, Some(name))?;
+        Ok(self.cfg.image_quota_bytes.saturating_sub(held))
     }
 
     /// Admits an import before its archive is read: waits for the tenant's turn, then charges every
@@ -659,8 +658,16 @@ impl Control {
         charge: &mut Charge,
     ) -> Result<ImageRow> {
         let images = self.images()?;
-        let blob_bytes =
-            image.layers.iter().map(|l| l.size).sum::<u64>() + images.blobs().size(&image.config_digest).unwrap_or(0);
+        let blobs: Vec<(String, u64)> = image
+            .layers
+            .iter()
+            .map(|l| (l.digest.to_string(), l.size))
+            .chain(std::iter::once((
+                image.config_digest.to_string(),
+                images.blobs().size(&image.config_digest).unwrap_or(0),
+            )))
+            .collect();
+        let blob_bytes = blobs.iter().map(|b| b.1).sum::<u64>();
         let owner = image_owner(caller, public).to_string();
         // Checked, unpacked and recorded under the owner's lock: two images of one tenant cannot both
         // pass the check against the same room.
@@ -675,11 +682,14 @@ impl Control {
         let others = images.charges.held(&owner).saturating_sub(charge.bytes());
         let free = self.image_room(&owner, name)?.saturating_sub(others);
         let held = quota - free;
-        if !public && blob_bytes > free {
+        // A blob another of the owner's images holds is charged once: only the new ones count here.
+        let shared = self.store.image_blobs(&owner, Some(name))?;
+        let new_blob_bytes = blobs.iter().filter(|b| !shared.contains(&b.0)).map(|b| b.1).sum::<u64>();
+        if !public && new_blob_bytes > free {
             return Err(Error::limit(format!(
-                "image {name:?} is {} MiB; tenant {}'s images already take {} MiB of {} MiB (--image-quota-mb): \
+                "image {name:?} adds {} MiB of blobs; tenant {}'s images already take {} MiB of {} MiB (--image-quota-mb): \
                  delete images (sandlot image rm) and retry",
-                blob_bytes.div_ceil(1 << 20),
+                new_blob_bytes.div_ceil(1 << 20),
                 caller.tenant,
                 held.div_ceil(1 << 20),
                 quota >> 20
@@ -688,7 +698,7 @@ impl Control {
         let key = image.config_digest.to_string();
         // What the layers unpack to is charged too (a small compressed layer can be a big tree on the
         // layers volume), so the unpacking may write at most the rest of the quota.
-        let unpack_budget = if public { u64::MAX } else { free - blob_bytes };
+        let unpack_budget = if public { u64::MAX } else { free - new_blob_bytes };
         let events = events.clone();
         let prepared = self
             .prepare_root(images, &owner, &key, &image.layers, unpack_budget, move |e| {
@@ -730,6 +740,7 @@ impl Control {
             image: image_json,
             bytes,
             created_ms: now_ms(),
+            blobs,
         };
         self.store.put_image(&row)?;
         charge.recorded();

@@ -25,14 +25,18 @@ pub struct ImageRow {
     pub image_key: String,
     /// The control layer's JSON of the image.
     pub image: String,
-    /// What it is charged: its blobs (compressed layers and config), what its layers added to the
-    /// layers volume, and its rows here.
+    /// Its size: its blobs (compressed layers and config), what its layers added to the layers
+    /// volume, and its rows here. A tenant is charged this less the blobs another of its images
+    /// already holds ([`Store::image_usage`]).
     pub bytes: u64,
+    /// The blobs it names (layers and config) and their sizes, bytes: what is charged once however
+    /// many of the owner's images share them (a common base image).
+    pub blobs: Vec<(String, u64)>,
     /// When it was stored.
     pub created_ms: i64,
 }
 
-const COLUMNS: &str = "SELECT tenant, name, reference, digest, image_key, image, bytes, created_ms FROM images";
+const COLUMNS: &str = "SELECT tenant, name, reference, digest, image_key, image, bytes, created_ms, blobs FROM images";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ImageRow> {
     Ok(ImageRow {
@@ -44,6 +48,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ImageRow> {
         image: r.get(5)?,
         bytes: r.get::<_, i64>(6)? as u64,
         created_ms: r.get(7)?,
+        blobs: serde_json::from_str(&r.get::<_, String>(8)?).unwrap_or_default(),
     })
 }
 
@@ -51,8 +56,8 @@ impl Store {
     /// Stores `image`, replacing the owner's image of the same name (a tag pulled again).
     pub fn put_image(&self, image: &ImageRow) -> Result<()> {
         self.conn().execute(
-            "INSERT OR REPLACE INTO images(tenant, name, reference, digest, image_key, image, bytes, created_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT OR REPLACE INTO images(tenant, name, reference, digest, image_key, image, bytes, created_ms, blobs)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 image.tenant,
                 image.name,
@@ -61,7 +66,8 @@ impl Store {
                 image.image_key,
                 image.image,
                 image.bytes as i64,
-                image.created_ms
+                image.created_ms,
+                serde_json::to_string(&image.blobs).expect("serialisable"),
             ],
         )?;
         Ok(())
@@ -100,15 +106,35 @@ impl Store {
         Ok(self.conn().execute("DELETE FROM images WHERE tenant = ?1 AND name = ?2", params![owner, name])? > 0)
     }
 
-    /// How many images `tenant` owns, and the bytes it is charged for images: those it owns, plus the
-    /// roots its sandboxes and snapshots keep that none of its own or the public images name (an image
-    /// deleted while a snapshot pins its files still takes their room).
+    /// How many images `tenant` owns, and the bytes it is charged for images: those it owns, with a
+    /// blob several of them share (a base image's layers) counted once, plus the roots its sandboxes
+    /// and snapshots keep that none of its own or the public images name (an image deleted while a
+    /// snapshot pins its files still takes their room).
     pub fn image_usage(&self, tenant: &str) -> Result<(u64, u64)> {
+        self.image_usage_without(tenant, None)
+    }
+
+    /// [`Store::image_usage`] as if `tenant`'s image `without` were gone (the image a new one of that
+    /// name replaces).
+    pub fn image_usage_without(&self, tenant: &str, without: Option<&str>) -> Result<(u64, u64)> {
+        // Each image's own share (its size less its blobs), then each distinct blob once.
         let (n, bytes): (i64, i64) = self.conn().query_row(
-            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM images WHERE tenant = ?1",
-            params![tenant],
+            "SELECT COUNT(*), COALESCE(SUM(bytes - (SELECT COALESCE(SUM(json_extract(b.value, '$[1]')), 0)
+                                                    FROM json_each(images.blobs) AS b)), 0)
+               FROM images WHERE tenant = ?1 AND name IS NOT ?2",
+            params![tenant, without],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
+        let blobs: i64 = self.conn().query_row(
+            "SELECT COALESCE(SUM(size), 0) FROM (
+                 SELECT json_extract(b.value, '$[0]') AS blob, MAX(json_extract(b.value, '$[1]')) AS size
+                   FROM images, json_each(images.blobs) AS b
+                  WHERE images.tenant = ?1 AND images.name IS NOT ?2
+                  GROUP BY blob)",
+            params![tenant, without],
+            |r| r.get(0),
+        )?;
+        let bytes = bytes + blobs;
         let pinned: i64 = self.conn().query_row(
             "SELECT COALESCE(SUM(bytes), 0) FROM image_roots WHERE image_key IN (
                  SELECT image_key FROM sandboxes WHERE tenant = ?1 AND state != 'deleted' AND image_key IS NOT NULL
@@ -118,6 +144,18 @@ impl Store {
             |r| r.get(0),
         )?;
         Ok((n as u64, (bytes + pinned) as u64))
+    }
+
+    /// The blobs `tenant`'s images name, but for image `without`: what a new image of the tenant's
+    /// sharing them is not charged again.
+    pub fn image_blobs(&self, tenant: &str, without: Option<&str>) -> Result<HashSet<String>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT DISTINCT json_extract(b.value, '$[0]') FROM images, json_each(images.blobs) AS b
+              WHERE images.tenant = ?1 AND images.name IS NOT ?2",
+        )?;
+        let rows = stmt.query_map(params![tenant, without], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<rusqlite::Result<HashSet<_>>>()?)
     }
 
     /// Records how image root `key` runs (its config, the control layer's JSON) and the image it
@@ -224,7 +262,32 @@ mod tests {
             image: "{}".into(),
             bytes: 10,
             created_ms: 1,
+            blobs: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_blob_several_of_a_tenants_images_share_is_charged_once() {
+        let store = Store::open_in_memory().unwrap();
+        let with = |name: &str, blobs: &[(&str, u64)]| ImageRow {
+            bytes: 100 + blobs.iter().map(|b| b.1).sum::<u64>(),
+            blobs: blobs.iter().map(|(d, s)| (d.to_string(), *s)).collect(),
+            ..image("a", name, name)
+        };
+        // Two images on one 1000-byte base layer, each with a layer of its own and 100 bytes unpacked.
+        store.put_image(&with("one", &[("base", 1000), ("l1", 10)])).unwrap();
+        store.put_image(&with("two", &[("base", 1000), ("l2", 20)])).unwrap();
+        assert_eq!(store.image_usage("a").unwrap(), (2, 100 + 100 + 1000 + 10 + 20));
+        assert_eq!(store.get_image("a", "two").unwrap().unwrap().bytes, 1120, "an image's own size is whole");
+        // Replacing `two` frees only what is its alone.
+        assert_eq!(store.image_usage_without("a", Some("two")).unwrap(), (1, 1110));
+        let held = store.image_blobs("a", Some("two")).unwrap();
+        assert_eq!(held, HashSet::from(["base".to_string(), "l1".to_string()]));
+        // Another tenant's image on the same base is charged to it in full.
+        store.put_image(&ImageRow { tenant: "b".into(), ..with("three", &[("base", 1000)]) }).unwrap();
+        assert_eq!(store.image_usage("b").unwrap(), (1, 1100));
+        store.delete_image("a", "one").unwrap();
+        assert_eq!(store.image_usage("a").unwrap(), (1, 1120));
     }
 
     #[test]

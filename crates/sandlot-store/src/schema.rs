@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS images (
     image       TEXT NOT NULL,
     bytes       INTEGER NOT NULL,
     created_ms  INTEGER NOT NULL,
+    blobs       TEXT NOT NULL DEFAULT '[]',
     PRIMARY KEY (tenant, name)
 );
 CREATE TABLE IF NOT EXISTS image_roots (
@@ -157,6 +158,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("api_keys", "expires_ms", "INTEGER"),
     ("api_keys", "revoked_ms", "INTEGER"),
     ("api_keys", "last_used_ms", "INTEGER"),
+    ("images", "blobs", "TEXT NOT NULL DEFAULT '[]'"),
 ];
 
 fn migrate(conn: &Connection) -> Result<()> {

@@ -213,6 +213,18 @@ fn shared_layers_public_images_and_the_default_image() {
     expect_error(alice.pull_image(&req), 403, "forbidden");
     expect_error(alice.delete_image(&default), 404, "not_found");
     sb.delete().unwrap();
+
+    // A layer two of a tenant's images share is charged to it once, as the disk holds it once.
+    pull(&alice, "shared/one:1", false);
+    pull(&alice, "shared/two:1", false);
+    let one = alice.image(&format!("{host}/shared/one:1")).unwrap();
+    let two = alice.image(&format!("{host}/shared/two:1")).unwrap();
+    assert_eq!(one.layers[0].digest, two.layers[0].digest);
+    let usage = alice.usage().unwrap();
+    assert_eq!(usage.images, 2, "{usage:?}");
+    assert_eq!(usage.image_bytes, one.size_bytes + two.size_bytes - one.layers[0].size_bytes, "{usage:?}");
+    alice.delete_image(&format!("{host}/shared/one:1")).unwrap();
+    assert_eq!(alice.usage().unwrap().image_bytes, two.size_bytes, "the survivor pays for the shared layer");
 }
 
 /// A daemon killed in the middle of a pull loses nothing it had acknowledged and keeps no half-made
