@@ -10,6 +10,10 @@ if [ "${SANDLOT_DEPS:-all}" != runtime ]; then
     # and a static busybox to build test images from.
     command -v docker-registry >/dev/null || need+=(docker-registry)
     command -v skopeo >/dev/null || need+=(skopeo)
+    # The reference suite: Debian's buildah builds the Dockerfile corpus sandlot's builds are compared
+    # with; umoci unpacks the images sandlot's pulls are compared with.
+    command -v buildah >/dev/null || need+=(buildah)
+    command -v umoci >/dev/null || need+=(umoci)
     # The terminal tests: `sandlot sandbox shell` driven under a real terminal.
     command -v tmux >/dev/null || need+=(tmux)
     [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && ldd /bin/busybox 2>&1 | grep -q "not a dynamic" || need+=(busybox-static)

@@ -54,6 +54,10 @@ scripts/fuzz.sh 20
 e2b_venv=$(scripts/e2b-venv.sh)
 cargo build --locked -p sandlot
 SANDLOT_BIN=$PWD/target/debug/sandlot "$e2b_venv/bin/pytest" -q tests/e2b
+# The reference suite (docs/IMAGES.md, docs/TESTING.md): Dockerfile builds compared file by file with
+# Debian's buildah, pulls with skopeo + umoci, shell background jobs with bwrap's. About two and a half
+# minutes.
+SANDLOT_BIN=$PWD/target/debug/sandlot "$e2b_venv/bin/pytest" -q -p no:asyncio tests/reference
 # E2B's own SDK and code-interpreter test suites, vendored unchanged in tests/e2b-upstream, against a real
 # server with a TLS listener and a wildcard DNS stand-in; each test's expected outcome is in the suite's
 # outcomes.txt (docs/TESTING.md, "E2B's own suites"): the Python and the JavaScript ones. About eleven minutes.

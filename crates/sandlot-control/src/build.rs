@@ -12,6 +12,12 @@
 //! becomes the step's layer, and the sandbox is deleted whatever happened (a failed command, a
 //! client that went away: the build runs detached from the request).
 //!
+//! Several stages (`FROM … AS name`) are built in order; each starts from its base (an image, or an
+//! earlier stage) and the last is the image stored. `COPY --from` reads an earlier stage's (or an
+//! image's) layers as a context ([`Context::from_layers`]): nothing of a stage is unpacked on the host
+//! for it. Names in `USER` and `--chown` are looked up in the stage's `/etc/passwd` and `/etc/group`,
+//! read from its layers the same way.
+//!
 //! So an unchanged Dockerfile rebuilds without a sandbox: every step is a cache lookup and the final
 //! image's root already exists. The cache is per tenant: a hit would otherwise tell one tenant what
 //! another built, and hand it another tenant's layer.
@@ -25,8 +31,8 @@ use std::sync::Arc;
 use sandlot_api::{BuildEvent, BuildImage, CreateSandbox, ExecEvent, ExitStatus, ImageInfo, NetworkSpec, PullEvent};
 use sandlot_engine::driver::{ExportFrom, PrepareEvent};
 use sandlot_engine::{ExecSpec, LayerSource};
-use sandlot_oci::context::Context;
-use sandlot_oci::dockerfile::{self, Command, Instruction, Vars};
+use sandlot_oci::context::{Context, CopyOptions};
+use sandlot_oci::dockerfile::{self, Chown, Command, Instruction, Owner, Vars};
 use sandlot_oci::manifest::{self, Descriptor, Manifest};
 use sandlot_oci::{BlobStore, Digest, Image, ImageConfig, Layer, Platform};
 use sandlot_store::now_ms;
@@ -90,6 +96,8 @@ impl StepResult {
 struct State {
     image: Image,
     key: String,
+    /// The stage's name (`FROM … AS name`).
+    name: Option<String>,
 }
 
 fn chain(parts: &[&str]) -> String {
@@ -162,23 +170,40 @@ fn set_env(config: &mut ImageConfig, k: &str, v: &str) {
     }
 }
 
-/// The uid a `RUN` runs as: `USER` as a number (`1000`, `1000:1000`) or `root`.
-fn run_uid(line: usize, user: Option<&str>) -> std::result::Result<u32, BuildFailure> {
-    let Some(user) = user.filter(|u| !u.is_empty()) else { return Ok(0) };
-    let name = user.split(':').next().unwrap_or(user);
-    if name == "root" {
-        return Ok(0);
-    }
-    match name.parse::<u32>() {
-        Ok(n) if n < 65536 => Ok(n),
-        _ => Err(at_line(
-            line,
-            Error::invalid(format!(
-                "RUN as USER {user:?}: build steps run as a numeric uid or root; write `USER 1000` (the name stays \
-                 usable by sandboxes of the image)"
-            )),
-        )),
-    }
+/// The most bytes of `/etc/passwd` or `/etc/group` a build reads to resolve a name.
+const MAX_ACCOUNTS_BYTES: u64 = 4 << 20;
+
+/// `/etc/passwd` and `/etc/group` of the image `layers` make (empty when it has none), read from the
+/// layers without unpacking them.
+fn account_files(blobs: &BlobStore, layers: &[Layer]) -> Result<(String, String)> {
+    let wanted = ["etc/passwd".to_string(), "etc/group".to_string()];
+    let (ctx, names) = Context::from_layers(
+        |i| blobs.open_blob(&layers[i].digest),
+        layers.len(),
+        &wanted,
+        blobs.scratch_file().map_err(|e| Error::internal(format!("a scratch file in the blob store: {e}")))?,
+        2 * MAX_ACCOUNTS_BYTES,
+    )
+    .map_err(|e| Error::invalid(format!("reading the image's accounts: {e}")))?;
+    let read = |name: &str| -> Result<String> {
+        let bytes = ctx.read_file(name, MAX_ACCOUNTS_BYTES).map_err(|e| Error::invalid(e.to_string()))?;
+        Ok(String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned())
+    };
+    Ok((read(&names[0])?, read(&names[1])?))
+}
+
+/// The ids `owner` names in the image `layers` make: numbers as they are, names looked up in its
+/// account files (read only when a name needs them).
+async fn resolve_owner(blobs: &Arc<BlobStore>, layers: &[Layer], owner: &Owner, chown: bool) -> Result<Chown> {
+    let (passwd, group) = if owner.names_an_account() {
+        let (blobs, layers) = (Arc::clone(blobs), layers.to_vec());
+        tokio::task::spawn_blocking(move || account_files(&blobs, &layers))
+            .await
+            .map_err(|e| Error::internal(format!("the accounts task: {e}")))??
+    } else {
+        Default::default()
+    };
+    owner.resolve(&passwd, &group, chown).map_err(Error::invalid)
 }
 
 /// The OCI config blob of `image` with `diff_ids`: no timestamps, so an unchanged build has the same
@@ -292,7 +317,7 @@ impl Control {
         self.policy_for(&caller.tenant, &network)?;
         let file = req.file.clone().unwrap_or_else(|| "Dockerfile".into());
         let (context, raws) = tokio::task::spawn_blocking(move || -> Result<_> {
-            let context = Context::open(context).map_err(|e| Error::invalid(e.to_string()))?;
+            let mut context = Context::open(context).map_err(|e| Error::invalid(e.to_string()))?;
             let text = context
                 .read_file(&file, dockerfile::MAX_DOCKERFILE_BYTES as u64)
                 .map_err(|e| Error::invalid(e.to_string()))?
@@ -303,6 +328,7 @@ impl Control {
                 })?;
             let text = String::from_utf8(text).map_err(|_| Error::invalid(format!("{file} is not UTF-8 text")))?;
             let raws = dockerfile::parse(&text).map_err(|e| Error::invalid(e.to_string()))?;
+            context.apply_dockerignore().map_err(|e| Error::invalid(e.to_string()))?;
             Ok((Arc::new(context), raws))
         })
         .await
@@ -338,6 +364,8 @@ impl Control {
         let mut dirs = DirIndex::default();
         let mut cmd_set_here = false;
         let mut sandboxes = 0u32;
+        // The stages before the current one.
+        let mut stages: Vec<State> = Vec::new();
         let allow = serde_json::to_string(&req.allow).expect("serialisable");
         for (index, raw) in raws.iter().enumerate() {
             let line = raw.line;
@@ -347,26 +375,58 @@ impl Control {
             let step = |cached: bool| {
                 let _ = events.send(BuildEvent::Step { index, line, instruction: text.clone(), cached });
             };
-            let Some(st) = state.as_mut() else {
-                // Before FROM (only ARGs, which the parser checked) and FROM itself.
-                if let Instruction::From { image } = &ins {
-                    let (base, key) = self.base_image(caller, image).map_err(|e| at_line(line, e))?;
-                    vars.set_base(&base.config.env, base.config.working_dir.as_deref());
-                    state = Some(State { image: base, key: chain(&[&key]) });
-                }
+            // Before the first FROM only ARGs come (the parser checked). A FROM ends the stage before
+            // it and starts the next from an image or an earlier stage.
+            if let Instruction::From { image, stage } = &ins {
+                stages.extend(state.take());
+                let (base, key) = match stages.iter().rev().find(|s| s.name.as_deref() == Some(image.as_str())) {
+                    Some(earlier) => (earlier.image.clone(), earlier.key.clone()),
+                    None => self.base_image(caller, image).map_err(|e| at_line(line, e))?,
+                };
+                vars.set_base(&base.config.env, base.config.working_dir.as_deref());
+                state = Some(State { image: base, key: chain(&[&key]), name: stage.clone() });
+                dirs = DirIndex::default();
+                cmd_set_here = false;
                 // Nothing to build: "cached" unless the build was asked to take nothing from the cache.
+                step(!req.no_cache);
+                continue;
+            }
+            let Some(st) = state.as_mut() else {
                 step(!req.no_cache);
                 continue;
             };
             st.key = chain(&[&st.key, &normalised]);
             let c = &mut st.image.config;
             match ins {
-                Instruction::From { .. } => unreachable!("the parser refuses a second FROM"),
+                Instruction::From { .. } => unreachable!("FROM is taken above"),
                 Instruction::Arg { .. } => {}
                 Instruction::Env(pairs) => pairs.iter().for_each(|(k, v)| set_env(c, k, v)),
                 Instruction::Workdir(w) => {
-                    dirs.workdirs.push(w.clone());
-                    c.working_dir = Some(w)
+                    c.working_dir = Some(w.clone());
+                    // The directory is made in a layer of its own when the image lacks it, as Docker and
+                    // buildah do: an image whose last WORKDIR was never used by a RUN still starts there.
+                    dirs = dirs
+                        .caught_up(Arc::clone(images.blobs()), &st.image.layers)
+                        .await
+                        .map_err(|e| at_line(line, e))?;
+                    let missing: Vec<String> = {
+                        let parts: Vec<&str> = w.split('/').filter(|p| !p.is_empty()).collect();
+                        (1..=parts.len()).map(|n| parts[..n].join("/")).filter(|p| !dirs.known.is_dir(p)).collect()
+                    };
+                    if !missing.is_empty() {
+                        let blobs = Arc::clone(images.blobs());
+                        let layer = tokio::task::spawn_blocking(move || {
+                            put_layer(&blobs, 1 << 20, move |w| {
+                                sandlot_oci::context::directories_layer(&missing, w).map_err(|e| e.to_string())
+                            })
+                        })
+                        .await
+                        .map_err(|e| Error::internal(format!("the workdir task: {e}")))?
+                        .map_err(|e| at_line(line, e))?;
+                        charge(&mut upload, layer.size, line)?;
+                        st.key = chain(&[&st.key, layer.digest.as_str()]);
+                        st.image.layers.push(layer);
+                    }
                 }
                 Instruction::User(u) => c.user = Some(u),
                 Instruction::Label(pairs) => c.labels.extend(pairs),
@@ -386,25 +446,68 @@ impl Control {
                     c.exposed_ports.sort();
                     c.exposed_ports.dedup();
                 }
-                Instruction::Copy { sources, mut dest, chown, .. } => {
+                Instruction::Copy { sources, mut dest, from, chown, chmod, .. } => {
                     // Docker's rule: an existing directory receives the file inside it, as a
                     // destination ending in `/` does (`WORKDIR /app` + `COPY requirements.txt /app`).
-                    if !dest.ends_with('/') {
-                        dirs = dirs
-                            .caught_up(Arc::clone(images.blobs()), &st.image.layers)
-                            .await
-                            .map_err(|e| at_line(line, e))?;
-                        if dirs.known.is_dir(&dest) {
-                            dest.push('/');
-                        }
+                    dirs = dirs
+                        .caught_up(Arc::clone(images.blobs()), &st.image.layers)
+                        .await
+                        .map_err(|e| at_line(line, e))?;
+                    let dest_exists = dirs.known.is_dir(&dest);
+                    if dest_exists && !dest.ends_with('/') {
+                        dest.push('/');
                     }
+                    let chown = match chown {
+                        Some(owner) => Some(
+                            resolve_owner(images.blobs(), &st.image.layers, &owner, true)
+                                .await
+                                .map_err(|e| at_line(line, e))?,
+                        ),
+                        None => None,
+                    };
+                    let opts = CopyOptions { chown, chmod, make_dest: !dest_exists };
+                    // `--from`: an earlier stage by name or index, else an image of the tenant's.
+                    let from_layers = match from {
+                        None => None,
+                        Some(f) => Some(match stages.iter().position(|s| s.name.as_deref() == Some(f.as_str())) {
+                            Some(i) => stages[i].image.layers.clone(),
+                            None => match f.parse::<usize>() {
+                                Ok(i) if i < stages.len() => stages[i].image.layers.clone(),
+                                Ok(i) => {
+                                    return Err(at_line(
+                                        line,
+                                        Error::invalid(format!(
+                                            "COPY --from={i}: there are {} stages before this one (counted from 0)",
+                                            stages.len()
+                                        )),
+                                    ))
+                                }
+                                Err(_) => self.base_image(caller, &f).map_err(|e| at_line(line, e))?.0.layers,
+                            },
+                        }),
+                    };
                     let left = upload.room.saturating_sub(images.charges.held(&caller.tenant));
                     let max = self.max_import_bytes().min(left);
                     let (blobs, ctx) = (Arc::clone(images.blobs()), Arc::clone(&context));
                     let layer = tokio::task::spawn_blocking(move || {
+                        // A stage's files are spooled apart from its layers, counted against the same bound.
+                        let staged = match &from_layers {
+                            None => None,
+                            Some(layers) => {
+                                let spool = blobs.scratch_file().map_err(|e| Error::internal(e.to_string()))?;
+                                let open = |i: usize| blobs.open_blob(&layers[i].digest);
+                                let (stage, resolved) = Context::from_layers(open, layers.len(), &sources, spool, max)
+                                    .map_err(|e| Error::invalid(e.to_string()))?;
+                                Some((stage, resolved))
+                            }
+                        };
+                        let (ctx, sources): (&Context, &[String]) = match &staged {
+                            Some((stage, resolved)) => (stage, resolved),
+                            None => (&ctx, &sources),
+                        };
                         put_layer(&blobs, max, move |w| {
                             let mut w = std::io::BufWriter::with_capacity(1 << 20, w);
-                            ctx.copy_layer(&sources, &dest, chown, &mut w).map_err(|e| e.to_string())?;
+                            ctx.copy_layer(sources, &dest, opts, &mut w).map_err(|e| e.to_string())?;
                             w.flush().map_err(|e| e.to_string())
                         })
                     })
@@ -448,10 +551,15 @@ impl Control {
                         continue;
                     }
                     step(false);
-                    let uid = run_uid(line, st.image.config.user.as_deref())?;
+                    let user = match st.image.config.user.as_deref().filter(|u| !u.is_empty()) {
+                        None => Chown { uid: 0, gid: 0 },
+                        Some(u) => resolve_owner(images.blobs(), &st.image.layers, &Owner::parse(u), false)
+                            .await
+                            .map_err(|e| at_line(line, Error::invalid(format!("RUN as USER {u}: {}", e.message))))?,
+                    };
                     sandboxes += 1;
                     let layer = self
-                        .run_step(caller, &req, limits.clone(), &network, st, &cmd, &run_args, uid, line, &events)
+                        .run_step(caller, &req, limits.clone(), &network, st, &cmd, &run_args, user, line, &events)
                         .await?;
                     self.store.put_build_step(
                         &caller.tenant,
@@ -551,7 +659,7 @@ impl Control {
         st: &State,
         cmd: &Command,
         run_args: &BTreeMap<String, String>,
-        uid: u32,
+        user: Chown,
         line: usize,
         events: &UnboundedSender<BuildEvent>,
     ) -> std::result::Result<Option<Layer>, BuildFailure> {
@@ -588,7 +696,7 @@ impl Control {
         let mut row = sandlot_store::audit_argv(&cmd.argv());
         row["build"] = json!(req.name);
         row["line"] = json!(line);
-        row["user"] = json!(uid);
+        row["user"] = json!(user.uid);
         // Detached: a client that goes away mid-step must not leave the build sandbox behind.
         let this = Arc::clone(self);
         let (st_image, cmd, run_args) = (st.image.clone(), cmd.clone(), run_args.clone());
@@ -601,7 +709,7 @@ impl Control {
                 let _ = this.audit(&tenant, Some(&id), "exec", &row);
             }
             let outcome = match started {
-                Ok(_) => this.run_in(&id, &st_image, &cmd, &run_args, uid, timeout_s, line, &events).await,
+                Ok(_) => this.run_in(&id, &st_image, &cmd, &run_args, user, timeout_s, line, &events).await,
                 Err(e) => Err(at_line(line, e)),
             };
             let layer = match outcome {
@@ -629,7 +737,7 @@ impl Control {
         image: &Image,
         cmd: &Command,
         run_args: &BTreeMap<String, String>,
-        uid: u32,
+        user: Chown,
         timeout_s: u64,
         line: usize,
         events: &UnboundedSender<BuildEvent>,
@@ -642,7 +750,7 @@ impl Control {
                 .await
                 .map_err(|e| at_line(line, Error::invalid(format!("WORKDIR {cwd} cannot be made: {e}"))))?;
         }
-        let home = if uid == 0 { "/root" } else { "/" };
+        let home = if user.uid == 0 { "/root" } else { "/" };
         let mut env: BTreeMap<String, String> = [("PATH", DEFAULT_PATH), ("HOME", home)]
             .into_iter()
             .chain(sandlot_engine::linux::tls_env())
@@ -654,8 +762,8 @@ impl Control {
             argv: cmd.argv(),
             env: env.into_iter().collect(),
             cwd,
-            uid,
-            gid: None,
+            uid: user.uid,
+            gid: Some(user.gid),
             timeout_ms: Some(timeout_s * 1000),
             stdin: None,
             keep_stdin: false,
@@ -819,16 +927,6 @@ mod tests {
     }
 
     #[test]
-    fn run_steps_take_numeric_users_or_root() {
-        assert_eq!(run_uid(1, None).unwrap(), 0);
-        assert_eq!(run_uid(1, Some("root")).unwrap(), 0);
-        assert_eq!(run_uid(1, Some("1000:1000")).unwrap(), 1000);
-        let e = run_uid(7, Some("alice")).unwrap_err();
-        assert_eq!(e.line, Some(7));
-        assert!(e.error.message.contains("numeric"), "{}", e.error.message);
-    }
-
-    #[test]
     fn an_unchanged_image_has_the_same_config_blob() {
         let mut image = empty_image();
         image.config.exposed_ports = vec!["80/tcp".into()];
@@ -841,18 +939,15 @@ mod tests {
     }
 }
 
-/// The directories of an image being built (`LayerDirs`), with how many of its layers are applied
-/// and the `WORKDIR`s set so far (made when a step first needs them, so in no layer yet).
+/// The directories of an image being built (`LayerDirs`), with how many of its layers are applied.
 #[derive(Default)]
 struct DirIndex {
     known: sandlot_oci::layer_dirs::LayerDirs,
     applied: usize,
-    workdirs: Vec<String>,
 }
 
 impl DirIndex {
-    /// The index with every layer of `layers` applied (reading only those it had not seen) and the
-    /// `WORKDIR`s on top.
+    /// The index with every layer of `layers` applied (reading only those it had not seen).
     async fn caught_up(
         mut self,
         blobs: Arc<sandlot_oci::BlobStore>,
@@ -866,9 +961,6 @@ impl DirIndex {
                     .apply(blob)
                     .map_err(|e| Error::invalid(format!("layer {digest} is not a tar this build can read: {e}")))?;
                 self.applied += 1;
-            }
-            for w in &self.workdirs {
-                self.known.add_dir(w);
             }
             Ok(self)
         })

@@ -68,6 +68,7 @@ impl Control {
             preferred_slot: (source == LayerSource::Existing).then_some(rec.slot),
             source,
             network: Some(policy),
+            build_step: rec.info.metadata.contains_key("build"),
         };
         let sb = self.engine.start(&rec.info.id, spec).await?;
         self.store.set_slot(&rec.info.id, sb.slot())?;

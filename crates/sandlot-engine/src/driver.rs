@@ -61,6 +61,8 @@ pub struct LaunchSpec<'a> {
     pub preferred_slot: Option<u32>,
     /// Where its writable layer comes from.
     pub source: &'a LayerSource,
+    /// A build step's sandbox ([`crate::StartSpec::build_step`]).
+    pub build_step: bool,
 }
 
 /// A launched sandbox: its pid 1, the daemon's end of the control socket, and the driver's handle.

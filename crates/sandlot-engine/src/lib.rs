@@ -52,6 +52,10 @@ pub struct StartSpec {
     pub source: LayerSource,
     /// Egress policy; `None` (or mode deny) leaves the sandbox with loopback only.
     pub network: Option<Policy>,
+    /// A build step's sandbox, whose writable layer becomes an image layer: `/tmp` is the image's
+    /// directory, not a tmpfs (`COPY x /tmp/` then `RUN sh /tmp/x`, as in Docker), and nothing of a
+    /// sandbox's own (`/home/user`, `/run`, …) is added to the tree.
+    pub build_step: bool,
 }
 
 /// Origin of a sandbox's writable layer.
@@ -302,6 +306,7 @@ impl Engine {
                 resources: spec.resources,
                 preferred_slot: spec.preferred_slot,
                 source: &spec.source,
+                build_step: spec.build_step,
             })
         })
         .await??;

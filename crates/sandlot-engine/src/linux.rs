@@ -190,7 +190,13 @@ impl Driver for LinuxDriver {
             }
         };
         match spec.source {
-            LayerSource::Fresh => layer.create(ids, &hostname(id), disk, image_root.is_none())?,
+            LayerSource::Fresh => {
+                let base = match &image_root {
+                    None => sandlot_linux::layers::Base::Host,
+                    Some(root) => sandlot_linux::layers::Base::Image { root, build_step: spec.build_step },
+                };
+                layer.create(ids, &hostname(id), disk, base)?
+            }
             LayerSource::Existing => {
                 if !layer.upper.is_dir() {
                     return Err(EngineError::LayerMissing(id.to_string()));
@@ -245,6 +251,7 @@ impl Driver for LinuxDriver {
             // Half the memory limit: filling /tmp (whose pages count as memory) then ends in ENOSPC,
             // not in the OOM killer.
             tmp_mb: (r.memory_bytes >> 21).max(8),
+            build_step: spec.build_step,
             layers: self.cfg.layers,
             work_cgroup_fds: cgroup.work_procs().len() as u32,
             max_file_bytes: disk.unwrap_or(0),

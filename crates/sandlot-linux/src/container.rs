@@ -90,18 +90,20 @@ pub fn enter(spec: &ContainerSpec) -> Result<(), SetupError> {
         .map_err(errno),
     )?;
     setup_dev(root, spec.tmp_mb)?;
-    let tmp_opts = format!("mode=1777,size={}m", spec.tmp_mb);
-    step(
-        "mount /tmp",
-        mount(
-            Some("tmpfs"),
-            &mount_point(root, Path::new("tmp"))?,
-            Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some(tmp_opts.as_str()),
-        )
-        .map_err(errno),
-    )?;
+    if !spec.build_step {
+        let tmp_opts = format!("mode=1777,size={}m", spec.tmp_mb);
+        step(
+            "mount /tmp",
+            mount(
+                Some("tmpfs"),
+                &mount_point(root, Path::new("tmp"))?,
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some(tmp_opts.as_str()),
+            )
+            .map_err(errno),
+        )?;
+    }
 
     // pivot_root(".", ".") stacks the old root under the new one; detaching it leaves no path back.
     step("chdir to new root", chdir(root.as_path()).map_err(errno))?;

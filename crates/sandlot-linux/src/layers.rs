@@ -7,11 +7,27 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{chown, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::{tree, IdRange};
+
+/// What a sandbox's layer lies over.
+#[derive(Debug, Clone, Copy)]
+pub enum Base<'a> {
+    /// The `host` image: a bare skeleton and the host's /usr. The layer gets sandlot's own accounts
+    /// (passwd, group, shadow) and the directories a system has.
+    Host,
+    /// An OCI image's root (unpacked, image ids on disk): it keeps its own accounts and directories.
+    Image {
+        /// The image's root directory on the host (read without following links).
+        root: &'a Path,
+        /// A build step's sandbox: nothing but mount points is added to the tree (its layer becomes
+        /// the image's).
+        build_step: bool,
+    },
+}
 
 /// Paths of one sandbox's layer on the host.
 #[derive(Debug, Clone)]
@@ -33,11 +49,9 @@ impl Layer {
         Layer { upper: dir.join("upper"), work: dir.join("work"), root: dir.join("root"), dir }
     }
 
-    /// Creates the layer with the sandbox-owned skeleton and generated /etc files. With `disk_bytes`,
-    /// the layer is a btrfs subvolume capped at that many bytes. `accounts` writes sandlot's own
-    /// passwd, group and shadow (the `host` image); an OCI image keeps its own, which the image store
-    /// completed with sandlot's accounts.
-    pub fn create(&self, ids: IdRange, hostname: &str, disk_bytes: Option<u64>, accounts: bool) -> io::Result<()> {
+    /// Creates the layer with the generated /etc files and, over `base`, the directories a sandbox
+    /// needs. With `disk_bytes`, the layer is a btrfs subvolume capped at that many bytes.
+    pub fn create(&self, ids: IdRange, hostname: &str, disk_bytes: Option<u64>, base: Base<'_>) -> io::Result<()> {
         if let Some(parent) = self.dir.parent() {
             fs::create_dir_all(parent)?;
         }
@@ -56,19 +70,87 @@ impl Layer {
             chown(&p, Some(owner), Some(owner))?;
             fs::set_permissions(&p, fs::Permissions::from_mode(mode))
         };
-        dir("", root, 0o755)?;
-        for d in ["etc", "home", "var", "opt", "mnt", "srv", "run"] {
-            dir(d, root, 0o755)?;
-        }
-        dir("root", root, 0o700)?;
-        dir("home/user", user, 0o755)?;
-        dir("var/tmp", root, 0o1777)?;
-        if !accounts {
-            // Mount points the sandbox's setup needs, which a minimal image may lack.
-            for d in ["proc", "dev", "sys"] {
-                dir(d, root, 0o755)?;
+        match base {
+            Base::Host => {
+                // The host image's lower layer is a bare skeleton: the sandbox owns these.
+                dir("", root, 0o755)?;
+                for d in ["etc", "home", "var", "opt", "mnt", "srv", "run"] {
+                    dir(d, root, 0o755)?;
+                }
+                dir("root", root, 0o700)?;
+                dir("home/user", user, 0o755)?;
+                dir("var/tmp", root, 0o1777)?;
+                for d in ["proc", "dev", "sys"] {
+                    dir(d, root, 0o755)?;
+                }
+                dir("tmp", root, 0o1777)?;
             }
-            dir("tmp", root, 0o1777)?;
+            Base::Image { root: image, build_step } => {
+                // An image's tree is seen through an idmapped mount, its owners already the sandbox's:
+                // an upper directory would hide the image's own mode and owner (overlayfs shows the
+                // upper one's), so only what the image lacks is made, and `/` and `/etc` (which the
+                // generated files need) take the image's mode and owner.
+                let image_fd = tree::open_root(image)?;
+                let image_dir = |rel: &str| -> Option<nix::sys::stat::FileStat> {
+                    let fd = match rel {
+                        "" => None,
+                        rel => Some(tree::open_dir_beneath(image_fd.as_fd(), Path::new(rel)).ok()?),
+                    };
+                    let raw = fd.as_ref().map_or(image_fd.as_raw_fd(), |f| f.as_raw_fd());
+                    nix::sys::stat::fstat(raw).ok()
+                };
+                // `rel` in the upper layer: the image's mode and owner when the image has it (an upper
+                // directory must not change what the image's looks like), else `owner` and `mode`. Its
+                // parents the same way, so no directory of the image is hidden by one of root's.
+                let made = |rel: &str, owner: u32, mode: u32| -> io::Result<()> {
+                    let mut path = String::new();
+                    let parts: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+                    for i in 0..=parts.len() {
+                        if i > 0 {
+                            path = parts[..i].join("/");
+                        }
+                        if i < parts.len() && self.upper.join(&path).is_dir() {
+                            continue;
+                        }
+                        // The image's files are stored owned by the image id range (see `idmap`).
+                        let image_id =
+                            |id: u32| id.checked_sub(crate::unpack::IMAGE_IDS_BASE).filter(|n| *n < crate::UID_RANGE);
+                        let stored = image_dir(&path)
+                            .and_then(|st| Some((image_id(st.st_uid)?, image_id(st.st_gid)?, st.st_mode)));
+                        match stored {
+                            Some((uid, gid, st_mode)) => {
+                                let p = self.upper.join(&path);
+                                fs::create_dir_all(&p)?;
+                                chown(&p, Some(ids.host(uid)), Some(ids.host(gid)))?;
+                                fs::set_permissions(&p, fs::Permissions::from_mode(st_mode & 0o7777))?;
+                            }
+                            _ if i == parts.len() => dir(&path, owner, mode)?,
+                            _ => dir(&path, root, 0o755)?,
+                        }
+                    }
+                    Ok(())
+                };
+                let lacks = |rel: &str| image_dir(rel).is_none();
+                made("etc", root, 0o755)?;
+                // Mount points of the sandbox's setup, which a minimal image may lack.
+                for (d, mode) in [("proc", 0o555), ("dev", 0o755), ("sys", 0o555), ("tmp", 0o1777)] {
+                    if lacks(d) {
+                        made(d, root, mode)?;
+                    }
+                }
+                if !build_step {
+                    // What programs in a sandbox expect, and the homes of its two users (root's is a
+                    // command's default working directory; `user` is E2B's).
+                    for (d, mode) in [("run", 0o755), ("var/tmp", 0o1777), ("root", 0o700)] {
+                        if lacks(d) {
+                            made(d, root, mode)?;
+                        }
+                    }
+                    if lacks("home/user") {
+                        made("home/user", user, 0o755)?;
+                    }
+                }
+            }
         }
         fs::create_dir_all(&self.work)?;
         chown(&self.work, Some(root), Some(root))?;
@@ -82,12 +164,12 @@ impl Layer {
         };
         file("etc/hostname", &format!("{hostname}\n"), 0o644)?;
         file("etc/hosts", &hosts(hostname), 0o644)?;
-        if accounts {
+        if matches!(base, Base::Host) {
             file(
-            "etc/passwd",
-            "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:sandbox user:/home/user:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-            0o644,
-        )?;
+                "etc/passwd",
+                "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:sandbox user:/home/user:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+                0o644,
+            )?;
             file("etc/group", "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n", 0o644)?;
             // The sandbox's own shadow file: a symlink planted to /etc/shadow reads this, never the host's.
             file("etc/shadow", "root:*:19000:0:99999:7:::\nuser:*:19000:0:99999:7:::\n", 0o640)?;

@@ -52,6 +52,9 @@ pub struct ContainerSpec {
     pub hostname: String,
     /// Size cap of the /tmp and /dev/shm tmpfs, in MiB (also charged to the memory cgroup).
     pub tmp_mb: u64,
+    /// No tmpfs on /tmp: it stays the root's own directory (a build step's, whose /tmp the image keeps).
+    #[serde(default)]
+    pub build_step: bool,
     /// Which defence layers are on. All are, outside the escape suite's layer-by-layer tests.
     pub layers: DefenceLayers,
     /// How many `cgroup.procs` files of the command leaf are open at fds 4, 5, … (written by each command

@@ -8,7 +8,7 @@
 //! names that are not UTF-8. Owners in the context are ignored: what is copied belongs to root, or to
 //! `--chown`. Devices, FIFOs and sockets in the context are left out of copies (they are not files).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
@@ -51,6 +51,18 @@ enum Kind {
     Other,
 }
 
+impl Kind {
+    fn of(t: tar::EntryType) -> Kind {
+        match t {
+            tar::EntryType::Regular | tar::EntryType::Continuous => Kind::File,
+            tar::EntryType::Directory => Kind::Dir,
+            tar::EntryType::Symlink => Kind::Symlink,
+            tar::EntryType::Link => Kind::HardLink,
+            _ => Kind::Other,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
     kind: Kind,
@@ -61,12 +73,29 @@ struct Entry {
     /// A symlink's target as written, or a hard link's target (normalised).
     link: Option<String>,
     mtime: u64,
+    uid: u64,
+    gid: u64,
 }
 
 /// An indexed build context.
 pub struct Context {
     file: File,
     entries: BTreeMap<String, Entry>,
+    /// Whether a copy keeps each entry's owner (a stage of the build, for `COPY --from`) or gives it
+    /// to root (an uploaded context, whose owners are the client machine's).
+    keep_owners: bool,
+}
+
+/// How `COPY` writes what it copies: `--chown` and `--chmod`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CopyOptions {
+    /// The owner of everything copied (else root, or the stage's owners for `--from`).
+    pub chown: Option<Chown>,
+    /// The permission bits of every file and directory copied (links keep theirs).
+    pub chmod: Option<u32>,
+    /// The destination is not a directory of the image yet: a directory source makes it (owned by
+    /// `--chown`'s owner, mode 0755), as Docker does, so an empty one is copied too.
+    pub make_dest: bool,
 }
 
 /// What a copy wrote.
@@ -132,15 +161,11 @@ impl Context {
                     )));
                 }
                 let h = e.header();
-                let kind = match h.entry_type() {
-                    tar::EntryType::Regular | tar::EntryType::Continuous => Kind::File,
-                    tar::EntryType::Directory => Kind::Dir,
-                    tar::EntryType::Symlink => Kind::Symlink,
-                    tar::EntryType::Link => Kind::HardLink,
-                    // PAX and GNU long-name records are consumed by the tar reader itself.
-                    tar::EntryType::XGlobalHeader => continue,
-                    _ => Kind::Other,
-                };
+                // PAX and GNU long-name records are consumed by the tar reader itself.
+                if h.entry_type() == tar::EntryType::XGlobalHeader {
+                    continue;
+                }
+                let kind = Kind::of(h.entry_type());
                 let link = match kind {
                     Kind::Symlink | Kind::HardLink => {
                         let l = e
@@ -174,6 +199,8 @@ impl Context {
                     offset: e.raw_file_position(),
                     link,
                     mtime: h.mtime().unwrap_or(0),
+                    uid: h.uid().unwrap_or(0),
+                    gid: h.gid().unwrap_or(0),
                 };
                 if key.is_empty() && kind != Kind::Dir {
                     return Err(ContextError::Invalid(format!("entry {name:?} names the context's root")));
@@ -191,7 +218,19 @@ impl Context {
                 }
             }
         }
-        Ok(Context { file, entries })
+        Ok(Context { file, entries, keep_owners: false })
+    }
+
+    /// Leaves out of every later copy what the context's `.dockerignore` names (read here; after the
+    /// Dockerfile was read, which Docker sends whatever the file says). Answers how many entries went.
+    pub fn apply_dockerignore(&mut self) -> Result<usize, ContextError> {
+        let Some(text) = self.read_file(".dockerignore", crate::dockerignore::MAX_DOCKERIGNORE_BYTES)? else {
+            return Ok(0);
+        };
+        let patterns = crate::dockerignore::Patterns::parse(&String::from_utf8_lossy(&text));
+        let before = self.entries.len();
+        self.entries.retain(|k, _| !patterns.ignores(k));
+        Ok(before - self.entries.len())
     }
 
     /// The regular file `path` of the context (at most `max` bytes), or `None` if there is none.
@@ -234,69 +273,160 @@ impl Context {
         }
     }
 
-    /// Writes a layer tar to `out` holding `sources` (context paths) copied to `dest` (absolute; a
-    /// trailing `/` means "into this directory") as `COPY` does: a file goes to `dest`, or into it;
-    /// a directory's contents go into `dest`. Owners are `chown`'s, or root.
+    /// Writes a layer tar to `out` holding `sources` (context paths, wildcards allowed) copied to
+    /// `dest` (absolute; a trailing `/` means "into this directory") as `COPY` does: a file goes to
+    /// `dest`, or into it; a directory's contents go into `dest`. Owners are `--chown`'s, else root's
+    /// (an uploaded context) or the entries' own (a stage); modes are `--chmod`'s or the entries'.
     pub fn copy_layer(
         &self,
         sources: &[String],
         dest: &str,
-        chown: Option<Chown>,
+        opts: CopyOptions,
         out: impl Write,
     ) -> Result<Copied, ContextError> {
-        let mut tar = tar::Builder::new(out);
-        tar.mode(tar::HeaderMode::Complete);
-        let mut copied = Copied::default();
-        let owner = chown.unwrap_or(Chown { uid: 0, gid: 0 });
-        let dest_dir = dest.trim_end_matches('/');
+        let mut picked = Vec::new();
         for src in sources {
             let key = normalise(src)
                 .ok_or_else(|| ContextError::Invalid(format!("source {src:?} climbs out of the context")))?;
+            if !has_wildcard(&key) {
+                picked.push((src.clone(), key));
+                continue;
+            }
+            let matched = self.matching(&key);
+            if matched.is_empty() {
+                return Err(ContextError::Missing(src.clone()));
+            }
+            picked.extend(matched.into_iter().map(|k| (src.clone(), k)));
+        }
+        if picked.len() > 1 && !dest.ends_with('/') {
+            return Err(ContextError::Invalid(format!(
+                "{} sources (wildcards expanded) go to {dest:?}: write the destination as a directory, ending in `/`",
+                picked.len()
+            )));
+        }
+        let mut tar = tar::Builder::new(out);
+        tar.mode(tar::HeaderMode::Complete);
+        let mut copied = Copied::default();
+        let mut written = HashMap::new();
+        let dest_dir = dest.trim_end_matches('/');
+        for (src, key) in picked {
+            // A source that is a link is copied as what it points to (within the context), under its
+            // own name: Docker's and buildah's rule for the paths COPY names.
+            let base = key.rsplit('/').next().unwrap_or(&key).to_string();
+            let key = self.follow(&key);
             if self.is_dir(&key) {
                 let prefix = if key.is_empty() { String::new() } else { format!("{key}/") };
                 let under: Vec<(&String, &Entry)> =
                     self.entries.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).collect();
+                let path = dest_dir.trim_start_matches('/');
+                if opts.make_dest && !path.is_empty() {
+                    let mut h = tar::Header::new_gnu();
+                    let owner = opts.chown.unwrap_or(Chown { uid: 0, gid: 0 });
+                    h.set_entry_type(tar::EntryType::Directory);
+                    h.set_uid(owner.uid.into());
+                    h.set_gid(owner.gid.into());
+                    h.set_mode(0o755);
+                    h.set_size(0);
+                    h.set_mtime(self.entries.get(&key).map_or(0, |e| e.mtime));
+                    tar.append_data(&mut h, format!("{path}/"), io::empty())?;
+                    copied.entries += 1;
+                }
                 for (k, e) in under {
                     if k.is_empty() {
                         continue;
                     }
                     let target = format!("{dest_dir}/{}", &k[prefix.len()..]);
-                    self.append(&mut tar, k, e, &target, owner, &mut copied)?;
+                    self.append(&mut tar, k, e, &target, opts, &mut written, &mut copied)?;
                 }
                 continue;
             }
             let Some(e) = self.entries.get(&key) else {
-                return Err(ContextError::Missing(src.clone()));
+                return Err(ContextError::Missing(src));
             };
-            let base = key.rsplit('/').next().unwrap_or(&key);
             let target = if dest.ends_with('/') { format!("{dest_dir}/{base}") } else { dest.to_string() };
-            self.append(&mut tar, &key, e, &target, owner, &mut copied)?;
+            self.append(&mut tar, &key, e, &target, opts, &mut written, &mut copied)?;
         }
         tar.into_inner()?.flush()?;
         Ok(copied)
     }
 
+    /// The entries a wildcard source names: each component matched as Go's `filepath.Match` (what
+    /// Docker and buildah use), in name order.
+    fn matching(&self, pattern: &str) -> Vec<String> {
+        let parts: Vec<&str> = pattern.split('/').collect();
+        // Only names as deep as the pattern can match; the literal prefix narrows the range.
+        let literal: Vec<&str> = parts.iter().take_while(|p| !has_wildcard(p)).copied().collect();
+        let prefix = if literal.is_empty() { String::new() } else { format!("{}/", literal.join("/")) };
+        let mut out = Vec::new();
+        let mut implied = std::collections::BTreeSet::new();
+        for (k, _) in self.entries.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)) {
+            let names: Vec<&str> = k.split('/').collect();
+            // A directory with files but no entry of its own matches as well.
+            if names.len() > parts.len() {
+                let dir = names[..parts.len()].join("/");
+                if !self.entries.contains_key(&dir) && component_match(&parts, &names[..parts.len()]) {
+                    implied.insert(dir);
+                }
+                continue;
+            }
+            if names.len() == parts.len() && component_match(&parts, &names) {
+                out.push(k.clone());
+            }
+        }
+        out.extend(implied);
+        out.sort();
+        out
+    }
+
+    /// `key` with the links among its last component followed inside the context (a relative target
+    /// from the link's directory, an absolute one from the context's root), at most MAX_LINKS; a link
+    /// that leads out or nowhere is left as it is.
+    fn follow(&self, key: &str) -> String {
+        let mut key = key.to_string();
+        for _ in 0..MAX_LINKS {
+            let Some(e) = self.entries.get(&key).filter(|e| e.kind == Kind::Symlink) else { break };
+            let target = e.link.as_deref().unwrap_or_default();
+            let joined = match (target.starts_with('/'), key.rsplit_once('/')) {
+                (false, Some((dir, _))) => format!("{dir}/{target}"),
+                _ => target.to_string(),
+            };
+            match normalise(&joined) {
+                Some(next) if self.entries.contains_key(&next) || self.is_dir(&next) => key = next,
+                _ => break,
+            }
+        }
+        key
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn append<W: Write>(
         &self,
         tar: &mut tar::Builder<W>,
         key: &str,
         e: &Entry,
         target: &str,
-        owner: Chown,
+        opts: CopyOptions,
+        written: &mut HashMap<u64, String>,
         copied: &mut Copied,
     ) -> Result<(), ContextError> {
         let path = target.trim_start_matches('/');
         if path.is_empty() {
             return Ok(());
         }
+        let owner = |e: &Entry| match (opts.chown, self.keep_owners) {
+            (Some(c), _) => (c.uid.into(), c.gid.into()),
+            (None, true) => (e.uid, e.gid),
+            (None, false) => (0, 0),
+        };
         let mut h = tar::Header::new_gnu();
-        h.set_uid(owner.uid.into());
-        h.set_gid(owner.gid.into());
+        let (uid, gid) = owner(e);
+        h.set_uid(uid);
+        h.set_gid(gid);
         h.set_mtime(e.mtime);
         match e.kind {
             Kind::Dir => {
                 h.set_entry_type(tar::EntryType::Directory);
-                h.set_mode(e.mode);
+                h.set_mode(opts.chmod.unwrap_or(e.mode));
                 h.set_size(0);
                 tar.append_data(&mut h, format!("{path}/"), io::empty())?;
             }
@@ -308,8 +438,21 @@ impl Context {
             }
             Kind::File | Kind::HardLink => {
                 let data = self.resolve_file(key)?.expect("a file or a link to one");
+                let (uid, gid) = owner(data);
+                h.set_uid(uid);
+                h.set_gid(gid);
+                // Names of one file (hard links) copied together stay one file, as buildah keeps them.
+                if let Some(first) = written.get(&data.offset).filter(|_| data.size > 0) {
+                    h.set_entry_type(tar::EntryType::Link);
+                    h.set_mode(opts.chmod.unwrap_or(data.mode));
+                    h.set_size(0);
+                    tar.append_link(&mut h, path, first)?;
+                    copied.entries += 1;
+                    return Ok(());
+                }
+                written.insert(data.offset, path.to_string());
                 h.set_entry_type(tar::EntryType::Regular);
-                h.set_mode(data.mode);
+                h.set_mode(opts.chmod.unwrap_or(data.mode));
                 h.set_size(data.size);
                 let reader = At { file: &self.file, pos: data.offset, end: data.offset + data.size };
                 tar.append_data(&mut h, path, reader)?;
@@ -321,6 +464,294 @@ impl Context {
         }
         copied.entries += 1;
         Ok(())
+    }
+}
+
+/// A layer of directories `paths` (relative, parents first), owned by root with mode 0755: what
+/// `WORKDIR` makes when the image lacks its directory.
+pub fn directories_layer(paths: &[String], out: impl Write) -> io::Result<()> {
+    let mut tar = tar::Builder::new(out);
+    for p in paths {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(0o755);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_size(0);
+        tar.append_data(&mut h, format!("{}/", p.trim_matches('/')), io::empty())?;
+    }
+    tar.into_inner()?.flush()
+}
+
+/// Most symbolic links followed while resolving one source of a stage (as the kernel's 40).
+const MAX_LINKS: usize = 40;
+
+impl Context {
+    /// The files of an image's layers, applied in order (whiteouts and opaque directories included),
+    /// as a context: what `COPY --from` copies from an earlier stage or another image. Like an
+    /// uploaded context it is never unpacked on the host: every layer's headers are indexed, then the
+    /// data of the regular files beneath `sources` is spooled into `spool` (at most `max_bytes`).
+    /// `open(i)` reads layer `i` (plain, gzip or zstd). Answers the context and `sources` with the
+    /// image's own symbolic links resolved in their directories (`/lib/x` of a merged-/usr image is
+    /// `usr/lib/x`), as a copy from them must name them. Owners are the layers'.
+    pub fn from_layers<R: Read>(
+        mut open: impl FnMut(usize) -> io::Result<R>,
+        layers: usize,
+        sources: &[String],
+        spool: File,
+        max_bytes: u64,
+    ) -> Result<(Context, Vec<String>), ContextError> {
+        let mut entries: BTreeMap<String, (usize, Entry)> = BTreeMap::new();
+        let mut index_bytes = 0usize;
+        for layer in 0..layers {
+            each_member(open(layer)?, |path, e| {
+                let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+                let under = |d: &str| if d.is_empty() { String::new() } else { format!("{d}/") };
+                if name == ".wh..wh..opq" {
+                    let prefix = under(parent);
+                    entries.retain(|k, (l, _)| !(k.starts_with(&prefix) && k.len() > prefix.len() && *l < layer));
+                    return Ok(());
+                }
+                if let Some(gone) = name.strip_prefix(".wh.") {
+                    let gone = if parent.is_empty() { gone.to_string() } else { format!("{parent}/{gone}") };
+                    remove_tree(&mut entries, &gone);
+                    return Ok(());
+                }
+                let entry = index_entry(path, e)?;
+                let replaces_dir = entries.get(path).is_some_and(|(_, old)| old.kind == Kind::Dir);
+                if entry.kind != Kind::Dir || !replaces_dir {
+                    remove_tree(&mut entries, path);
+                }
+                index_bytes += ENTRY_COST + path.len() + entry.link.as_ref().map_or(0, String::len);
+                if index_bytes > MAX_CONTEXT_INDEX_BYTES || entries.len() >= MAX_CONTEXT_ENTRIES {
+                    return Err(ContextError::Invalid(format!(
+                        "the stage holds more than {MAX_CONTEXT_ENTRIES} entries or {} MiB of names",
+                        MAX_CONTEXT_INDEX_BYTES >> 20
+                    )));
+                }
+                entries.insert(path.to_string(), (layer, entry));
+                Ok(())
+            })?;
+        }
+        let resolved: Vec<String> = sources
+            .iter()
+            .map(|src| {
+                let key = normalise(src)
+                    .ok_or_else(|| ContextError::Invalid(format!("source {src:?} climbs out of the image")))?;
+                Ok(resolve_parents(&entries, &key))
+            })
+            .collect::<Result<_, ContextError>>()?;
+        // The files whose data a copy of `resolved` reads, by the layer that holds their last version.
+        let wanted: Vec<String> = resolved
+            .iter()
+            .map(|k| k.split('/').take_while(|c| !has_wildcard(c)).collect::<Vec<_>>().join("/"))
+            .collect();
+        let inside = |k: &str| wanted.iter().any(|w| w.is_empty() || k == w || k.starts_with(&format!("{w}/")));
+        let mut needed: BTreeMap<String, usize> = BTreeMap::new();
+        for (k, (layer, e)) in &entries {
+            if !inside(k) {
+                continue;
+            }
+            match e.kind {
+                Kind::File => {
+                    needed.insert(k.clone(), *layer);
+                }
+                Kind::HardLink => {
+                    if let Some((l, t)) = e.link.as_ref().and_then(|t| entries.get(t).map(|(l, _)| (*l, t))) {
+                        needed.insert(t.clone(), l);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut out = io::BufWriter::new(&spool);
+        let mut written = 0u64;
+        for layer in 0..layers {
+            if !needed.values().any(|l| *l == layer) {
+                continue;
+            }
+            each_member(open(layer)?, |path, e| {
+                if needed.get(path) != Some(&layer) || !e.header().entry_type().is_file() {
+                    return Ok(());
+                }
+                let size = e.size();
+                if written.saturating_add(size) > max_bytes {
+                    return Err(ContextError::Invalid(format!(
+                        "the files copied from the stage are more than {} MiB",
+                        max_bytes >> 20
+                    )));
+                }
+                let n = io::copy(&mut e.take(size), &mut out)?;
+                if n != size {
+                    return Err(ContextError::Invalid(format!("layer {layer} ends inside {path:?}")));
+                }
+                if let Some((_, entry)) = entries.get_mut(path) {
+                    entry.offset = written;
+                    entry.size = size;
+                }
+                written += size;
+                Ok(())
+            })?;
+        }
+        out.flush()?;
+        drop(out);
+        let entries = entries.into_iter().map(|(k, (_, e))| (k, e)).collect();
+        Ok((Context { file: spool, entries, keep_owners: true }, resolved))
+    }
+}
+
+/// Calls `f` with each member of a layer (its name normalised; members with `..` or no name left
+/// out, as an unpack leaves them out).
+fn each_member<R: Read>(
+    layer: R,
+    mut f: impl FnMut(&str, &mut tar::Entry<'_, &mut dyn Read>) -> Result<(), ContextError>,
+) -> Result<(), ContextError> {
+    let reader = crate::archive::decompressing(layer).map_err(|e| ContextError::Invalid(format!("a layer: {e}")))?;
+    let mut guarded = crate::archive::HeaderGuard::new(reader);
+    let mut archive = tar::Archive::new(&mut guarded as &mut dyn Read);
+    let invalid = |e: io::Error| ContextError::Invalid(format!("a layer is not a tar: {e}"));
+    for e in archive.entries().map_err(invalid)? {
+        let mut e = e.map_err(invalid)?;
+        let raw = e.path_bytes().into_owned();
+        let Ok(name) = std::str::from_utf8(&raw) else { continue };
+        let Some(key) = normalise(name).filter(|k| !k.is_empty() && k.len() <= MAX_CONTEXT_NAME) else { continue };
+        if e.header().entry_type() == tar::EntryType::XGlobalHeader {
+            continue;
+        }
+        f(&key, &mut e)?;
+    }
+    Ok(())
+}
+
+/// The index entry of a layer member (its data not read yet).
+fn index_entry<R: Read>(path: &str, e: &tar::Entry<'_, R>) -> Result<Entry, ContextError> {
+    let h = e.header();
+    let kind = Kind::of(h.entry_type());
+    let link = match kind {
+        Kind::Symlink | Kind::HardLink => {
+            let l = e.link_name_bytes().ok_or_else(|| ContextError::Invalid(format!("link {path:?} has no target")))?;
+            let l = String::from_utf8_lossy(&l).into_owned();
+            if l.len() > MAX_CONTEXT_NAME {
+                return Err(ContextError::Invalid(format!(
+                    "link {path:?} has a target longer than {MAX_CONTEXT_NAME}"
+                )));
+            }
+            match kind {
+                Kind::HardLink => Some(normalise(&l).unwrap_or_default()),
+                _ => Some(l),
+            }
+        }
+        _ => None,
+    };
+    Ok(Entry {
+        kind,
+        mode: h.mode().unwrap_or(0o644) & 0o7777,
+        size: 0,
+        offset: 0,
+        link,
+        mtime: h.mtime().unwrap_or(0),
+        uid: h.uid().unwrap_or(0),
+        gid: h.gid().unwrap_or(0),
+    })
+}
+
+/// Removes `path` and everything beneath it.
+fn remove_tree<V>(entries: &mut BTreeMap<String, V>, path: &str) {
+    entries.remove(path);
+    let prefix = format!("{path}/");
+    let below: Vec<String> =
+        entries.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).map(|(k, _)| k.clone()).collect();
+    for k in below {
+        entries.remove(&k);
+    }
+}
+
+/// `key` with the symbolic links among its directories replaced by what they point to, inside the
+/// image (an absolute target starts again at its root; `..` stops there), at most MAX_LINKS of them.
+fn resolve_parents(entries: &BTreeMap<String, (usize, Entry)>, key: &str) -> String {
+    let mut parts: Vec<String> = key.split('/').filter(|c| !c.is_empty()).map(str::to_string).collect();
+    let mut hops = 0;
+    let mut i = 0;
+    while i + 1 < parts.len() {
+        let here = parts[..=i].join("/");
+        match entries.get(&here) {
+            Some((_, e)) if e.kind == Kind::Symlink && hops < MAX_LINKS && !has_wildcard(&here) => {
+                hops += 1;
+                let target = e.link.as_deref().unwrap_or_default();
+                let base: Vec<String> = if target.starts_with('/') { Vec::new() } else { parts[..i].to_vec() };
+                let mut next = base;
+                for c in target.split('/') {
+                    match c {
+                        "" | "." => {}
+                        ".." => {
+                            next.pop();
+                        }
+                        c => next.push(c.to_string()),
+                    }
+                }
+                let rest = parts[i + 1..].to_vec();
+                i = 0;
+                parts = next;
+                parts.extend(rest);
+            }
+            _ => i += 1,
+        }
+    }
+    parts.join("/")
+}
+
+/// Whether a path (or one component) has a wildcard of Go's `filepath.Match`.
+fn has_wildcard(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+fn component_match(patterns: &[&str], names: &[&str]) -> bool {
+    patterns.iter().zip(names).all(|(p, n)| wildcard_match(p.as_bytes(), n.as_bytes()))
+}
+
+/// One path component against one pattern component: `*` any run of bytes, `?` one byte, `[...]` a
+/// class (`^` negates; ranges `a-z`), `\\` escapes. A malformed class matches nothing.
+pub(crate) fn wildcard_match(p: &[u8], n: &[u8]) -> bool {
+    match p.first() {
+        None => n.is_empty(),
+        Some(b'*') => (0..=n.len()).any(|i| wildcard_match(&p[1..], &n[i..])),
+        Some(b'?') => !n.is_empty() && wildcard_match(&p[1..], &n[1..]),
+        Some(b'[') => {
+            let Some((&c, rest)) = n.split_first() else { return false };
+            match class_match(&p[1..], c) {
+                Some((true, after)) => wildcard_match(after, rest),
+                _ => false,
+            }
+        }
+        Some(b'\\') if p.len() > 1 => n.first() == Some(&p[1]) && wildcard_match(&p[2..], &n[1..]),
+        Some(&b) => n.first() == Some(&b) && wildcard_match(&p[1..], &n[1..]),
+    }
+}
+
+/// Whether `c` is in the class that starts at `p` (just after `[`), and the pattern after the class.
+fn class_match(p: &[u8], c: u8) -> Option<(bool, &[u8])> {
+    let (negate, mut p) = match p.first() {
+        Some(b'^') => (true, &p[1..]),
+        _ => (false, p),
+    };
+    let mut hit = false;
+    let mut first = true;
+    loop {
+        let (&lo, rest) = p.split_first()?;
+        if lo == b']' && !first {
+            return Some((hit != negate, rest));
+        }
+        first = false;
+        let (lo, rest) = if lo == b'\\' { (*rest.first()?, &rest[1..]) } else { (lo, rest) };
+        p = rest;
+        if p.first() == Some(&b'-') && p.get(1).is_some_and(|&b| b != b']') {
+            let hi = p[1];
+            p = &p[2..];
+            hit |= lo <= c && c <= hi;
+        } else {
+            hit |= lo == c;
+        }
     }
 }
 
@@ -429,11 +860,11 @@ mod tests {
         use tar::EntryType::*;
         let c = context(&[("./a.txt", Regular, b"A", None), ("b", Regular, b"B", None)]);
         let mut out = Vec::new();
-        c.copy_layer(&["a.txt".into()], "/opt/x", None, &mut out).unwrap();
+        c.copy_layer(&["a.txt".into()], "/opt/x", CopyOptions::default(), &mut out).unwrap();
         assert_eq!(listing(&out), [("opt/x".into(), Regular, 0, 0o640, "A".into())]);
         let mut out = Vec::new();
-        let chown = Some(Chown { uid: 1000, gid: 1000 });
-        c.copy_layer(&["a.txt".into(), "b".into()], "/d/", chown, &mut out).unwrap();
+        let opts = CopyOptions { chown: Some(Chown { uid: 1000, gid: 1000 }), ..Default::default() };
+        c.copy_layer(&["a.txt".into(), "b".into()], "/d/", opts, &mut out).unwrap();
         assert_eq!(
             listing(&out),
             [("d/a.txt".into(), Regular, 1000, 0o640, "A".into()), ("d/b".into(), Regular, 1000, 0o640, "B".into())]
@@ -453,7 +884,7 @@ mod tests {
             ("other", Regular, b"no", None),
         ]);
         let mut out = Vec::new();
-        let copied = c.copy_layer(&["src".into()], "/app", None, &mut out).unwrap();
+        let copied = c.copy_layer(&["src".into()], "/app", CopyOptions::default(), &mut out).unwrap();
         assert_eq!(copied.skipped, ["src/p"]);
         let got: Vec<(String, tar::EntryType, String)> =
             listing(&out).into_iter().map(|(p, k, _, _, s)| (p, k, s)).collect();
@@ -461,14 +892,15 @@ mod tests {
             got,
             [
                 ("app/f".into(), Regular, "data".into()),
-                ("app/h".into(), Regular, "data".into()),
+                // One file with two names stays one: the second name links to the first copied.
+                ("app/h".into(), Link, "app/f".into()),
                 ("app/l".into(), Symlink, "f".into()),
                 ("app/sub/g".into(), Regular, "g".into()),
             ]
         );
         // `.` is the whole context.
         let mut out = Vec::new();
-        c.copy_layer(&[".".into()], "/", None, &mut out).unwrap();
+        c.copy_layer(&[".".into()], "/", CopyOptions::default(), &mut out).unwrap();
         assert!(listing(&out).iter().any(|e| e.0 == "other"));
     }
 
@@ -476,9 +908,9 @@ mod tests {
     fn missing_sources_and_escaping_names_are_refused() {
         use tar::EntryType::*;
         let c = context(&[("a", Regular, b"A", None)]);
-        let e = c.copy_layer(&["nope".into()], "/x", None, Vec::new()).unwrap_err();
+        let e = c.copy_layer(&["nope".into()], "/x", CopyOptions::default(), Vec::new()).unwrap_err();
         assert!(e.to_string().contains("\"nope\" is not in the build context"), "{e}");
-        assert!(c.copy_layer(&["../etc/passwd".into()], "/x", None, Vec::new()).is_err());
+        assert!(c.copy_layer(&["../etc/passwd".into()], "/x", CopyOptions::default(), Vec::new()).is_err());
         assert_eq!(c.read_file("a", 10).unwrap().unwrap(), b"A");
         assert!(c.read_file("a", 0).is_err());
         assert!(c.read_file("b", 10).unwrap().is_none());
@@ -496,5 +928,148 @@ mod tests {
         }
         let e = Context::open(f).err().unwrap();
         assert!(e.to_string().contains("climbs out"), "{e}");
+    }
+
+    #[test]
+    fn wildcards_match_each_component_as_go_filepath_match_does() {
+        for (p, n, want) in [
+            ("*.txt", "a.txt", true),
+            ("*.txt", "a.md", false),
+            ("file?.cfg", "file1.cfg", true),
+            ("file?.cfg", "file10.cfg", false),
+            ("[ab].txt", "b.txt", true),
+            ("[ab].txt", "c.txt", false),
+            ("[^ab].txt", "c.txt", true),
+            ("[a-c]x", "bx", true),
+            ("[a-c]x", "dx", false),
+            ("\\*", "*", true),
+            ("\\*", "a", false),
+            ("[", "[", false),
+            ("*", "", true),
+        ] {
+            assert_eq!(wildcard_match(p.as_bytes(), n.as_bytes()), want, "{p} against {n}");
+        }
+        use tar::EntryType::*;
+        let c = context(&[
+            ("a.txt", Regular, b"A", None),
+            ("b.txt", Regular, b"B", None),
+            ("c.md", Regular, b"C", None),
+            ("src/x.py", Regular, b"X", None),
+            ("src/deep/y.py", Regular, b"Y", None),
+        ]);
+        let mut out = Vec::new();
+        c.copy_layer(&["*.txt".into(), "src/*.py".into()], "/d/", CopyOptions::default(), &mut out).unwrap();
+        let names: Vec<String> = listing(&out).into_iter().map(|e| e.0).collect();
+        assert_eq!(names, ["d/a.txt", "d/b.txt", "d/x.py"]);
+        // A directory matched by a wildcard (here one with no entry of its own) copies its contents.
+        let mut out = Vec::new();
+        c.copy_layer(&["s*".into()], "/d/", CopyOptions::default(), &mut out).unwrap();
+        let names: Vec<String> = listing(&out).into_iter().map(|e| e.0).collect();
+        assert_eq!(names, ["d/deep/y.py", "d/x.py"]);
+        let e = c.copy_layer(&["*.rs".into()], "/d/", CopyOptions::default(), Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("\"*.rs\" is not in the build context"), "{e}");
+        let e = c.copy_layer(&["*.txt".into()], "/file", CopyOptions::default(), Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("ending in `/`"), "{e}");
+    }
+
+    #[test]
+    fn chmod_sets_files_and_directories_but_not_links() {
+        use tar::EntryType::*;
+        let c =
+            context(&[("d/", Directory, b"", None), ("d/f", Regular, b"F", None), ("d/l", Symlink, b"", Some("f"))]);
+        let mut out = Vec::new();
+        let opts = CopyOptions { chmod: Some(0o700), ..Default::default() };
+        c.copy_layer(&["d".into()], "/t", opts, &mut out).unwrap();
+        let modes: Vec<(String, u32)> = listing(&out).into_iter().map(|e| (e.0, e.3)).collect();
+        assert_eq!(modes, [("t/f".into(), 0o700), ("t/l".into(), 0o777)]);
+    }
+
+    /// `(name, kind, data, link target, owner)` of a layer member.
+    type Member<'a> = (&'a str, tar::EntryType, &'a [u8], Option<&'a str>, u64);
+
+    fn layer_tar(entries: &[Member<'_>]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, data, link, uid) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(*kind);
+            h.set_mode(0o640);
+            h.set_uid(*uid);
+            h.set_gid(*uid);
+            h.set_size(data.len() as u64);
+            match link {
+                Some(l) => b.append_link(&mut h, name, l).unwrap(),
+                None => b.append_data(&mut h, name, *data).unwrap(),
+            }
+        }
+        b.into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_stage_is_its_layers_applied_in_order_with_whiteouts_owners_and_links() {
+        use tar::EntryType::*;
+        let layers = [
+            layer_tar(&[
+                ("usr/lib/", Directory, b"", None, 0),
+                ("usr/lib/libx.so", Regular, b"lower", None, 0),
+                ("lib", Symlink, b"", Some("usr/lib"), 0),
+                ("out/", Directory, b"", None, 0),
+                ("out/gone", Regular, b"gone", None, 0),
+                ("out/old/", Directory, b"", None, 0),
+                ("out/old/a", Regular, b"a", None, 0),
+            ]),
+            layer_tar(&[
+                ("out/.wh.gone", Regular, b"", None, 0),
+                ("out/old/.wh..wh..opq", Regular, b"", None, 0),
+                ("out/old/b", Regular, b"b", None, 1000),
+                ("out/keep", Regular, b"kept", None, 1000),
+                ("out/hard", Link, b"", Some("out/keep"), 1000),
+                ("usr/lib/libx.so", Regular, b"upper", None, 7),
+            ]),
+        ];
+        let spool = tempfile::tempfile().unwrap();
+        let sources = ["/out".to_string(), "lib/libx.so".to_string()];
+        let (c, resolved) =
+            Context::from_layers(|i| Ok(&layers[i][..]), layers.len(), &sources, spool, 1 << 20).unwrap();
+        assert_eq!(resolved, ["out", "usr/lib/libx.so"]);
+        let mut out = Vec::new();
+        c.copy_layer(&resolved[..1], "/o", CopyOptions::default(), &mut out).unwrap();
+        let got: Vec<(String, u64, String)> = listing(&out).into_iter().map(|e| (e.0, e.2, e.4)).collect();
+        assert_eq!(
+            got,
+            [
+                ("o/hard".into(), 1000, "kept".into()),
+                ("o/keep".into(), 1000, "o/hard".into()),
+                ("o/old/".into(), 0, "".into()),
+                ("o/old/b".into(), 1000, "b".into()),
+            ]
+        );
+        let mut out = Vec::new();
+        c.copy_layer(&resolved[1..], "/l", CopyOptions::default(), &mut out).unwrap();
+        assert_eq!(listing(&out), [("l".into(), Regular, 7, 0o640, "upper".into())]);
+        // What a copy may read is bounded.
+        let spool = tempfile::tempfile().unwrap();
+        let e = Context::from_layers(|i| Ok(&layers[i][..]), layers.len(), &sources, spool, 3).err().unwrap();
+        assert!(e.to_string().contains("more than"), "{e}");
+    }
+
+    #[test]
+    fn a_linked_source_copies_what_it_points_to_and_a_new_destination_directory_is_made() {
+        use tar::EntryType::*;
+        let c = context(&[
+            ("target.txt", Regular, b"T", None),
+            ("link", Symlink, b"", Some("target.txt")),
+            ("empty/", Directory, b"", None),
+        ]);
+        let mut out = Vec::new();
+        c.copy_layer(&["link".into()], "/d/", CopyOptions::default(), &mut out).unwrap();
+        assert_eq!(listing(&out), [("d/link".into(), Regular, 0, 0o640, "T".into())]);
+        // An empty directory copied to a path the image lacks makes it, owned by --chown's owner.
+        let mut out = Vec::new();
+        let opts = CopyOptions { chown: Some(Chown { uid: 7, gid: 7 }), make_dest: true, ..Default::default() };
+        c.copy_layer(&["empty".into()], "/e", opts, &mut out).unwrap();
+        assert_eq!(listing(&out), [("e/".into(), Directory, 7, 0o755, "".into())]);
+        let mut out = Vec::new();
+        c.copy_layer(&["empty".into()], "/e", CopyOptions::default(), &mut out).unwrap();
+        assert!(listing(&out).is_empty(), "an existing destination keeps its own mode and owner");
     }
 }

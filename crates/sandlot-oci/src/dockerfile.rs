@@ -7,10 +7,11 @@
 //! Docker substitutes (`ADD COPY ENV EXPOSE FROM LABEL USER WORKDIR`, and an `ARG`'s default), never
 //! in `RUN`, `CMD` or `ENTRYPOINT`, whose shell does its own.
 //!
-//! Supported: `FROM` (one stage: a second `FROM` is refused), `RUN`, `COPY`, `ADD` (local files only:
-//! the daemon fetches nothing; a local archive is copied as the file it is, not extracted), `ENV`,
-//! `ARG`, `WORKDIR`, `USER`, `LABEL`, `CMD`, `ENTRYPOINT`, `EXPOSE`. `--chown` takes numeric ids or
-//! `root`: names would have to be looked up in the image's `/etc/passwd`, which a COPY never reads.
+//! Supported: `FROM` (several stages, `FROM IMAGE AS NAME`; each `FROM` starts afresh with only the
+//! global `ARG`s), `RUN`, `COPY` and `ADD` (local files or `--from` a stage or image; globs;
+//! `--chown` by id or name, looked up by the builder in the image's `/etc/passwd` and `/etc/group`;
+//! `--chmod` in octal; the daemon fetches nothing, and a local archive is copied as the file it is,
+//! not extracted), `ENV`, `ARG`, `WORKDIR`, `USER`, `LABEL`, `CMD`, `ENTRYPOINT`, `EXPOSE`.
 
 use std::collections::BTreeMap;
 
@@ -49,8 +50,7 @@ const KNOWN: &[&str] =
     &["FROM", "RUN", "COPY", "ADD", "ENV", "ARG", "WORKDIR", "USER", "LABEL", "CMD", "ENTRYPOINT", "EXPOSE"];
 const UNSUPPORTED: &[&str] = &["VOLUME", "STOPSIGNAL", "HEALTHCHECK", "SHELL", "ONBUILD", "MAINTAINER"];
 
-/// Splits `text` into instructions. Only `ARG` may come before the `FROM`; there must be exactly one
-/// `FROM`.
+/// Splits `text` into instructions. Only `ARG` may come before the first `FROM`; there must be one.
 pub fn parse(text: &str) -> Result<Vec<Raw>, DockerfileError> {
     if text.len() > MAX_DOCKERFILE_BYTES {
         return Err(err(0, format!("the Dockerfile is {} bytes; the limit is {MAX_DOCKERFILE_BYTES}", text.len())));
@@ -94,13 +94,7 @@ pub fn parse(text: &str) -> Result<Vec<Raw>, DockerfileError> {
     let mut from = None;
     for r in &out {
         match (r.keyword.as_str(), from) {
-            ("FROM", None) => from = Some(r.line),
-            ("FROM", Some(first)) => {
-                return Err(err(
-                    r.line,
-                    format!("a second FROM (the first is on line {first}): multi-stage builds are not supported"),
-                ))
-            }
+            ("FROM", _) => from = Some(r.line),
             ("ARG", _) => {}
             (k, None) => return Err(err(r.line, format!("{k} before FROM: only ARG may come before FROM"))),
             _ => {}
@@ -152,7 +146,85 @@ impl Command {
     }
 }
 
-/// What `--chown` asked for.
+/// A user and group as `USER` and `--chown` write them (`1000`, `app`, `app:staff`, `0:0`), before
+/// the builder looks names up in the image's `/etc/passwd` and `/etc/group`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Owner {
+    /// The user: a name or a numeric id.
+    pub user: String,
+    /// The group, when one was written.
+    pub group: Option<String>,
+}
+
+impl Owner {
+    /// `USER`'s or `--chown`'s value.
+    pub fn parse(spec: &str) -> Owner {
+        match spec.split_once(':') {
+            Some((u, g)) => Owner { user: u.to_string(), group: Some(g.to_string()) },
+            None => Owner { user: spec.to_string(), group: None },
+        }
+    }
+
+    /// Whether resolving needs the image's account files (a name other than `root`).
+    pub fn names_an_account(&self) -> bool {
+        let named = |s: &str| s != "root" && s.parse::<u32>().is_err();
+        named(&self.user) || self.group.as_deref().is_some_and(named)
+    }
+
+    /// The ids, with names looked up in `passwd` and `group` (the image's files, empty if it has
+    /// none). Without a group: the user's primary group from `passwd`; for an id `passwd` does not
+    /// list, that id again for `--chown` (`chown`) and group 0 for a process (`USER`), as Docker and
+    /// buildah do.
+    pub fn resolve(&self, passwd: &str, group: &str, chown: bool) -> Result<Chown, String> {
+        let users = accounts(passwd);
+        let groups = accounts(group);
+        let (uid, primary) = match self.user.parse::<u32>() {
+            Ok(uid) => (uid, users.iter().find(|a| a.1 == uid).map(|a| a.2)),
+            Err(_) if self.user == "root" => (0, Some(0)),
+            Err(_) => match users.iter().find(|a| a.0 == self.user) {
+                Some(a) => (a.1, Some(a.2)),
+                None => return Err(format!("there is no user {:?} in the image's /etc/passwd", self.user)),
+            },
+        };
+        let gid = match self.group.as_deref() {
+            None => primary.unwrap_or(if chown { uid } else { 0 }),
+            Some(g) => match g.parse::<u32>() {
+                Ok(gid) => gid,
+                Err(_) if g == "root" => 0,
+                Err(_) => match groups.iter().find(|a| a.0 == g) {
+                    Some(a) => a.1,
+                    None => return Err(format!("there is no group {g:?} in the image's /etc/group")),
+                },
+            },
+        };
+        if uid >= 1 << 16 || gid >= 1 << 16 {
+            return Err(format!("{}: ids must be below 65536", self.spec()));
+        }
+        Ok(Chown { uid, gid })
+    }
+
+    fn spec(&self) -> String {
+        match &self.group {
+            Some(g) => format!("{}:{g}", self.user),
+            None => self.user.clone(),
+        }
+    }
+}
+
+/// `(name, id, primary group id)` of each line of a passwd or group file (the group file's third
+/// field is its id again); lines that do not parse are left out.
+fn accounts(text: &str) -> Vec<(&str, u32, u32)> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            let id = f.get(2)?.parse().ok()?;
+            let primary = f.get(3).and_then(|g| g.parse().ok()).unwrap_or(id);
+            Some((*f.first()?, id, primary))
+        })
+        .collect()
+}
+
+/// The ids `--chown` (or `USER`) came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Chown {
     /// Owner id inside the image.
@@ -164,21 +236,27 @@ pub struct Chown {
 /// One resolved instruction: variables substituted, forms decided.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub enum Instruction {
-    /// `FROM`: an image name, or `scratch` for none.
+    /// `FROM`: an image name, an earlier stage's name, or `scratch` for none.
     From {
         /// The image name as written (after substitution).
         image: String,
+        /// The stage's name (`AS NAME`), lower case.
+        stage: Option<String>,
     },
     /// `RUN`.
     Run(Command),
-    /// `COPY` or `ADD` of files from the build context.
+    /// `COPY` or `ADD` of files from the build context, or from a stage or image (`--from`).
     Copy {
-        /// Paths in the context, relative to its root.
+        /// Paths in the context, relative to its root (or in the `--from` image), wildcards allowed.
         sources: Vec<String>,
         /// Where they go in the image (absolute: joined with the WORKDIR).
         dest: String,
-        /// Owner of what is copied (root when absent).
-        chown: Option<Chown>,
+        /// `--from`: an earlier stage (name or index) or an image the sources are read from.
+        from: Option<String>,
+        /// Owner of what is copied (root when absent; the stage's owners with `--from`).
+        chown: Option<Owner>,
+        /// `--chmod`: the permission bits of what is copied.
+        chmod: Option<u32>,
         /// Written as `ADD` (which copies local files as `COPY` does).
         add: bool,
     },
@@ -276,17 +354,31 @@ impl Vars {
         let args = raw.args.as_str();
         let ins = match raw.keyword.as_str() {
             "FROM" => {
+                // Only the global ARGs reach FROM (this stage's ARGs and ENVs are not in effect yet).
+                self.after_from = false;
                 let words = self.words(line, args)?;
-                let image = match words.as_slice() {
-                    [image] => image.clone(),
-                    [image, as_, _name] if as_.eq_ignore_ascii_case("as") => image.clone(),
+                let (image, stage) = match words.as_slice() {
+                    [image] => (image.clone(), None),
+                    [image, as_, name] if as_.eq_ignore_ascii_case("as") => {
+                        let name = name.to_ascii_lowercase();
+                        let ok = name.starts_with(|c: char| c.is_ascii_alphabetic())
+                            && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+                        if !ok {
+                            return Err(err(line, format!("FROM … AS {name:?}: a stage name is letters, digits, `_`, `.` and `-`, starting with a letter")));
+                        }
+                        (image.clone(), Some(name))
+                    }
                     [flag, ..] if flag.starts_with("--") => {
                         return Err(err(line, format!("FROM {flag} is not supported")));
                     }
                     _ => return Err(err(line, "write FROM as `FROM IMAGE` (or `FROM IMAGE AS NAME`)")),
                 };
+                // A stage starts afresh: its own ARGs, the base's ENV and WORKDIR (set_base).
                 self.after_from = true;
-                Instruction::From { image }
+                self.args.clear();
+                self.env.clear();
+                self.workdir = "/".into();
+                Instruction::From { image, stage }
             }
             "RUN" => Instruction::Run(command(line, args)?),
             "CMD" => Instruction::Cmd(command(line, args)?),
@@ -364,14 +456,50 @@ impl Vars {
     fn copy(&mut self, line: usize, add: bool, args: &str) -> Result<Instruction, DockerfileError> {
         let what = if add { "ADD" } else { "COPY" };
         let mut rest = args.trim();
-        let mut chown = None;
+        let (mut chown, mut chmod, mut from) = (None, None, None);
         while let Some(flag) = rest.strip_prefix("--") {
             let end = flag.find(char::is_whitespace).unwrap_or(flag.len());
             let (f, after) = flag.split_at(end);
             rest = after.trim_start();
             match f.split_once('=') {
-                Some(("chown", v)) => chown = Some(parse_chown(line, &self.expand(line, v)?)?),
-                _ => return Err(err(line, format!("{what} --{f} is not supported (only --chown=UID[:GID])"))),
+                Some(("chown", v)) => {
+                    let v = self.expand(line, v)?;
+                    if v.is_empty() || v.starts_with(':') || v.ends_with(':') {
+                        return Err(err(line, format!("{what} --chown={v}: write USER[:GROUP], names or ids")));
+                    }
+                    chown = Some(Owner::parse(&v));
+                }
+                Some(("chmod", v)) => {
+                    let v = self.expand(line, v)?;
+                    chmod = match u32::from_str_radix(&v, 8) {
+                        Ok(m) if m <= 0o7777 && !v.is_empty() => Some(m),
+                        _ => {
+                            return Err(err(
+                                line,
+                                format!("{what} --chmod={v}: write the mode in octal (--chmod=0755)"),
+                            ))
+                        }
+                    };
+                }
+                Some(("from", v)) if !add => {
+                    let v = self.expand(line, v)?;
+                    if v.is_empty() {
+                        return Err(err(line, "COPY --from= needs a stage name, a stage index or an image"));
+                    }
+                    from = Some(v.to_ascii_lowercase());
+                }
+                // Docker's `--link` changes how a layer is cached, not what it holds.
+                None if f == "link" => {}
+                Some(("link", "true" | "false")) => {}
+                _ => {
+                    return Err(err(
+                        line,
+                        format!(
+                            "{what} --{f} is not supported (--chown=USER[:GROUP], --chmod=OCTAL{})",
+                            if add { "" } else { ", --from=STAGE" }
+                        ),
+                    ))
+                }
             }
         }
         let words = match json_array(rest) {
@@ -389,19 +517,13 @@ impl Vars {
                     format!("ADD {s}: the builder fetches nothing from the network; download it in a RUN step (with --allow for its host) or put it in the context"),
                 ));
             }
-            if s.contains(['*', '?', '[']) {
-                return Err(err(
-                    line,
-                    format!("{what} {s}: wildcards are not supported; name the files or their directory"),
-                ));
-            }
         }
         let dest_abs = self.absolute(dest);
         // Several sources go into a directory, which Docker wants written with a trailing slash.
         if sources.len() > 1 && !dest_abs.ends_with('/') {
             return Err(err(line, format!("{what} with several sources needs a directory destination ending in `/`")));
         }
-        Ok(Instruction::Copy { sources: sources.to_vec(), dest: dest_abs, chown, add })
+        Ok(Instruction::Copy { sources: sources.to_vec(), dest: dest_abs, from, chown, chmod, add })
     }
 
     fn single(&self, line: usize, what: &str, args: &str) -> Result<String, DockerfileError> {
@@ -467,24 +589,6 @@ fn check_var_name(line: usize, what: &str, k: &str) -> Result<(), DockerfileErro
         return Err(err(line, format!("{what}: {k:?} is not a variable name (letters, digits, _)")));
     }
     Ok(())
-}
-
-fn parse_chown(line: usize, v: &str) -> Result<Chown, DockerfileError> {
-    let id = |s: &str| -> Result<u32, DockerfileError> {
-        if s == "root" {
-            return Ok(0);
-        }
-        match s.parse::<u32>() {
-            Ok(n) if n < 65536 => Ok(n),
-            Ok(_) => Err(err(line, format!("--chown={v}: ids must be below 65536"))),
-            Err(_) => Err(err(
-                line,
-                format!("--chown={v}: user and group names other than root are not supported; write numeric ids (--chown=1000:1000)"),
-            )),
-        }
-    };
-    let (u, g) = v.split_once(':').unwrap_or((v, v));
-    Ok(Chown { uid: id(u)?, gid: id(g)? })
 }
 
 /// The exec form if `args` is a JSON array of strings, else `None`.
@@ -684,14 +788,21 @@ mod tests {
     fn args_take_defaults_build_arg_overrides_and_substitute_where_docker_does() {
         let text = "ARG BASE=busybox\nFROM $BASE\nARG V=1\nARG W\nARG BASE\nWORKDIR /opt/${V}\nCOPY a ${W:-dflt}/\nRUN echo $V\nLABEL v=$V\n";
         let got = resolve_all(text, &[("V", "2")]).unwrap();
-        assert_eq!(got[1].1, Instruction::From { image: "busybox".into() });
+        assert_eq!(got[1].1, Instruction::From { image: "busybox".into(), stage: None });
         assert_eq!(got[2].1, Instruction::Arg { name: "V".into(), value: Some("2".into()) });
         assert_eq!(got[3].1, Instruction::Arg { name: "W".into(), value: None });
         assert_eq!(got[4].1, Instruction::Arg { name: "BASE".into(), value: Some("busybox".into()) });
         assert_eq!(got[5].1, Instruction::Workdir("/opt/2".into()));
         assert_eq!(
             got[6].1,
-            Instruction::Copy { sources: vec!["a".into()], dest: "/opt/2/dflt/".into(), chown: None, add: false }
+            Instruction::Copy {
+                sources: vec!["a".into()],
+                dest: "/opt/2/dflt/".into(),
+                from: None,
+                chown: None,
+                chmod: None,
+                add: false
+            }
         );
         // RUN is left to its shell, which sees the ARG in its environment.
         assert_eq!(got[7].1, Instruction::Run(Command::Shell("echo $V".into())));
@@ -705,31 +816,71 @@ mod tests {
     }
 
     #[test]
-    fn copy_takes_chown_numeric_or_root_and_refuses_names() {
-        let got = resolve_all("FROM scratch\nCOPY --chown=1000:100 a b /dst/\nADD --chown=root f /f\n", &[]).unwrap();
+    fn copy_takes_chown_chmod_from_and_wildcards() {
+        let text = "FROM scratch AS Build\nFROM scratch\nCOPY --chown=1000:100 --chmod=750 a* b /dst/\n\
+                    ADD --chown=app f /f\nCOPY --from=build --link /out /out\n";
+        let got = resolve_all(text, &[]).unwrap();
+        assert_eq!(got[0].1, Instruction::From { image: "scratch".into(), stage: Some("build".into()) });
         assert_eq!(
-            got[1].1,
+            got[2].1,
             Instruction::Copy {
-                sources: vec!["a".into(), "b".into()],
+                sources: vec!["a*".into(), "b".into()],
                 dest: "/dst/".into(),
-                chown: Some(Chown { uid: 1000, gid: 100 }),
+                from: None,
+                chown: Some(Owner { user: "1000".into(), group: Some("100".into()) }),
+                chmod: Some(0o750),
                 add: false
             }
         );
         assert_eq!(
-            got[2].1,
+            got[3].1,
             Instruction::Copy {
                 sources: vec!["f".into()],
                 dest: "/f".into(),
-                chown: Some(Chown { uid: 0, gid: 0 }),
+                from: None,
+                chown: Some(Owner { user: "app".into(), group: None }),
+                chmod: None,
                 add: true
             }
         );
-        let e = resolve_all("FROM scratch\nCOPY --chown=alice a /a\n", &[]).unwrap_err();
-        assert_eq!(e.line, 2);
-        assert!(e.message.contains("numeric"), "{e}");
+        assert!(matches!(&got[4].1, Instruction::Copy { from: Some(f), .. } if f == "build"));
+        for bad in ["COPY --chmod=u+x a /a", "COPY --chmod=99 a /a", "COPY --chown= a /a", "ADD --from=x a /a"] {
+            let e = resolve_all(&format!("FROM scratch\n{bad}\n"), &[]).unwrap_err();
+            assert_eq!(e.line, 2, "{bad}: {e}");
+        }
         let e = resolve_all("FROM scratch\nCOPY a b /notadir\n", &[]).unwrap_err();
         assert!(e.message.contains("ending in `/`"), "{e}");
+    }
+
+    #[test]
+    fn owners_resolve_names_through_passwd_and_group_as_docker_does() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\napp:x:1501:1500::/home/app:/bin/sh\n";
+        let group = "root:x:0:\ncrew:x:1500:\nstaff:x:50:\n";
+        let r = |spec: &str, chown: bool| Owner::parse(spec).resolve(passwd, group, chown);
+        assert_eq!(r("app", true), Ok(Chown { uid: 1501, gid: 1500 }));
+        assert_eq!(r("app:staff", true), Ok(Chown { uid: 1501, gid: 50 }));
+        assert_eq!(r("1501", false), Ok(Chown { uid: 1501, gid: 1500 }));
+        // An id passwd does not list: its own number as the group for --chown, group 0 for USER.
+        assert_eq!(r("1234", true), Ok(Chown { uid: 1234, gid: 1234 }));
+        assert_eq!(r("1234", false), Ok(Chown { uid: 1234, gid: 0 }));
+        assert_eq!(r("root:crew", true), Ok(Chown { uid: 0, gid: 1500 }));
+        assert!(r("nobody", true).unwrap_err().contains("no user \"nobody\""));
+        assert!(r("app:nogroup", true).unwrap_err().contains("no group"));
+        assert!(r("70000", true).unwrap_err().contains("below 65536"));
+        assert!(Owner::parse("app").names_an_account());
+        assert!(!Owner::parse("0:root").names_an_account());
+    }
+
+    #[test]
+    fn each_from_starts_a_stage_with_only_the_global_args() {
+        let text =
+            "ARG V=1\nFROM scratch AS a\nARG V\nENV E=x\nWORKDIR /w\nFROM a\nCOPY f ${E:-none}/\nARG V\nLABEL v=$V\n";
+        let got = resolve_all(text, &[]).unwrap();
+        assert_eq!(got[5].1, Instruction::From { image: "a".into(), stage: None });
+        // The second stage does not see the first's ENV (its base's would come from set_base).
+        assert!(matches!(&got[6].1, Instruction::Copy { dest, .. } if dest == "/none/"), "{:?}", got[6].1);
+        assert_eq!(got[8].1, Instruction::Label(vec![("v".into(), "1".into())]));
+        assert!(resolve_all("FROM scratch AS 1x\n", &[]).unwrap_err().message.contains("stage name"));
     }
 
     #[test]
@@ -755,9 +906,7 @@ mod tests {
         assert_eq!((e.line, e.to_string().starts_with("Dockerfile line 2: unknown instruction")), (2, true), "{e}");
         let e = parse("FROM scratch\nVOLUME /data\n").unwrap_err();
         assert!(e.message.contains("not supported"), "{e}");
-        let e = parse("FROM a\nRUN true\nFROM b\n").unwrap_err();
-        assert_eq!(e.line, 3);
-        assert!(e.message.contains("multi-stage builds are not supported"), "{e}");
+        assert_eq!(parse("FROM a\nRUN true\nFROM b\n").unwrap().len(), 3);
         let e = parse("RUN true\nFROM a\n").unwrap_err();
         assert_eq!(e.line, 1);
         assert!(parse("# nothing\n").unwrap_err().message.contains("no FROM"));

@@ -28,6 +28,7 @@ pub mod archive;
 pub mod context;
 pub mod digest;
 pub mod dockerfile;
+pub mod dockerignore;
 pub mod image;
 pub mod layer_dirs;
 pub mod manifest;

@@ -160,6 +160,16 @@ impl BlobStore {
         Ok(v)
     }
 
+    /// A new temporary file in the store, already unlinked (it goes when closed): where a build
+    /// spools the files it copies from a stage.
+    pub fn scratch_file(&self) -> io::Result<File> {
+        let n = self.next_temp.fetch_add(1, Ordering::Relaxed);
+        let temp = self.blobs.join(format!("{TEMP_PREFIX}{}-{n}", std::process::id()));
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&temp)?;
+        fs::remove_file(&temp)?;
+        Ok(file)
+    }
+
     /// The size in bytes of the blob `d`.
     pub fn size(&self, d: &Digest) -> io::Result<u64> {
         Ok(fs::metadata(self.path(d))?.len())

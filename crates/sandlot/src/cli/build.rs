@@ -1,9 +1,10 @@
 //! `sandlot image build` (a Dockerfile and its context sent to the server, steps and `RUN` output
 //! shown as they come) and `sandlot image from-snapshot`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{self, Seek, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail};
@@ -13,12 +14,14 @@ use super::{Conn, Doing};
 
 pub(super) const BUILD_LONG: &str = "\
 Build an image from a Dockerfile on the server and store it under NAME. The context directory is sent \
-as a tar (without `.git`, and without what `.dockerignore` lists: names, directory prefixes and `*` \
-wildcards within one path component). Supported: FROM (an image you can boot, or scratch; one \
-stage), RUN (shell or exec form; in a build sandbox with your limits, network denied unless \
---allow names hosts), COPY and ADD of local files (--chown=UID[:GID] or root; ADD copies an \
-archive as the file it is and fetches no URL), ENV, ARG (--build-arg), WORKDIR, USER, LABEL, CMD, \
-ENTRYPOINT, EXPOSE.
+as a tar (without `.git`, and without what `.dockerignore` names, with Docker's rules: `*`, `**`, \
+`!` exceptions; the server applies the file again). Supported: FROM (an image you can boot, an \
+earlier stage, or scratch; `FROM IMAGE AS NAME` for several stages), RUN (shell or exec form; in a \
+build sandbox with your limits, network denied unless --allow names hosts), COPY and ADD of local \
+files, wildcards allowed (--chown=USER[:GROUP] by id or name, --chmod=OCTAL; COPY --from=STAGE; ADD \
+copies an archive as the file it is and fetches no URL), ENV, ARG (--build-arg), WORKDIR, USER (an \
+id or a name of the image's /etc/passwd), LABEL, CMD, ENTRYPOINT, EXPOSE. docs/IMAGES.md lists where \
+the result differs from buildah's.
 
 Each step is cached by a chain hash of the base image, the instructions so far and the files they \
 copied, so an unchanged Dockerfile rebuilds without running anything. --no-cache runs every step \
@@ -94,62 +97,30 @@ pub struct FromSnapshotArgs {
     pub(super) conn: Conn,
 }
 
-/// Patterns of a `.dockerignore`: `#` comments and blank lines skipped; `!` exceptions are not
-/// supported (such a line is reported and ignored).
+/// What the context leaves out of the upload: `.git`, and what `.dockerignore` names (Docker's
+/// rules; the server applies the same file again, so a context sent by any client copies alike).
 struct Ignore {
-    patterns: Vec<String>,
+    patterns: sandlot_oci::dockerignore::Patterns,
 }
 
 impl Ignore {
     fn read(context: &Path) -> Ignore {
         let text = fs::read_to_string(context.join(".dockerignore")).unwrap_or_default();
-        let mut patterns = Vec::new();
-        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-            if line.starts_with('!') {
-                eprintln!("sandlot: .dockerignore: exceptions ({line}) are not supported; the line is ignored");
-                continue;
-            }
-            let p = line.trim_start_matches("./").trim_start_matches('/').trim_end_matches('/');
-            if !p.is_empty() {
-                patterns.push(p.to_string());
-            }
-        }
-        Ignore { patterns }
+        Ignore { patterns: sandlot_oci::dockerignore::Patterns::parse(&text) }
     }
 
-    /// Whether `rel` (a path in the context, `/`-separated) or a directory above it is ignored.
-    fn ignores(&self, rel: &str) -> bool {
+    /// Whether `rel` (a path in the context, `/`-separated) is left out. With `!` exceptions an
+    /// ignored directory is still walked (what it holds may be re-included), so only files go; the
+    /// Dockerfile and .dockerignore are always sent, as Docker sends them.
+    fn ignores(&self, rel: &str, is_dir: bool) -> bool {
         if rel == ".git" || rel.starts_with(".git/") {
             return true;
         }
-        self.patterns.iter().any(|p| {
-            let (pp, rp): (Vec<&str>, Vec<&str>) = (p.split('/').collect(), rel.split('/').collect());
-            pp.len() <= rp.len() && pp.iter().zip(&rp).all(|(a, b)| glob(a, b))
-        })
-    }
-}
-
-/// `*` matches any run of characters and `?` one, within one path component.
-fn glob(pattern: &str, name: &str) -> bool {
-    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
-    let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
-    while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
-            pi += 1;
-            ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ni;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ni = mark;
-        } else {
+        if is_dir && self.patterns.has_exceptions() {
             return false;
         }
+        rel != ".dockerignore" && rel != "Dockerfile" && self.patterns.ignores(rel)
     }
-    p[pi..].iter().all(|&c| c == '*')
 }
 
 /// Writes the context directory as a tar to a temporary file (links kept as links, never followed).
@@ -159,6 +130,7 @@ fn tar_context(context: &Path, extra_dockerfile: Option<&Path>) -> anyhow::Resul
     let mut tar = tar::Builder::new(io::BufWriter::new(file));
     tar.follow_symlinks(false);
     let mut stack = vec![PathBuf::new()];
+    let mut linked: HashMap<(u64, u64), PathBuf> = HashMap::new();
     while let Some(rel) = stack.pop() {
         let dir = context.join(&rel);
         let mut entries: Vec<_> = fs::read_dir(&dir)
@@ -169,12 +141,28 @@ fn tar_context(context: &Path, extra_dockerfile: Option<&Path>) -> anyhow::Resul
         for ent in entries {
             let child = rel.join(ent.file_name());
             let shown = child.to_string_lossy().replace('\\', "/");
-            if ignore.ignores(&shown) {
+            let ty = ent.file_type().map_err(|e| anyhow!("reading {}: {e}", ent.path().display()))?;
+            if ignore.ignores(&shown, ty.is_dir()) {
                 continue;
             }
-            let ty = ent.file_type().map_err(|e| anyhow!("reading {}: {e}", ent.path().display()))?;
             if !(ty.is_dir() || ty.is_file() || ty.is_symlink()) {
                 continue;
+            }
+            // A file with several names in the context goes once, its other names as hard links to
+            // it (Docker keeps them one file in the image).
+            if ty.is_file() {
+                let meta = ent.metadata().map_err(|e| anyhow!("reading {shown}: {e}"))?;
+                if meta.nlink() > 1 {
+                    if let Some(first) = linked.get(&(meta.dev(), meta.ino())) {
+                        let mut h = tar::Header::new_gnu();
+                        h.set_entry_type(tar::EntryType::Link);
+                        h.set_mode(meta.mode() & 0o7777);
+                        h.set_size(0);
+                        tar.append_link(&mut h, &child, first).map_err(|e| anyhow!("adding {shown}: {e}"))?;
+                        continue;
+                    }
+                    linked.insert((meta.dev(), meta.ino()), child.clone());
+                }
             }
             tar.append_path_with_name(ent.path(), &child).map_err(|e| anyhow!("adding {shown}: {e}"))?;
             if ty.is_dir() {
@@ -289,16 +277,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dockerignore_patterns_match_names_prefixes_and_wildcards() {
-        let ignore = Ignore { patterns: vec!["target".into(), "*.log".into(), "docs/*.md".into()] };
-        assert!(ignore.ignores("target"));
-        assert!(ignore.ignores("target/debug/x"));
-        assert!(ignore.ignores("build.log"));
-        assert!(ignore.ignores("docs/a.md"));
-        assert!(!ignore.ignores("docs/a.txt"));
-        assert!(!ignore.ignores("src/main.rs"));
-        assert!(!ignore.ignores("sub/build.log"), "a pattern without a slash matches at the top only, as Docker's");
-        assert!(ignore.ignores(".git/config"));
-        assert!(glob("a*c", "abbbc") && glob("?b", "ab") && !glob("a*d", "abc"));
+    fn the_upload_leaves_out_git_and_what_dockerignore_names_but_walks_into_excepted_directories() {
+        let ignore = Ignore { patterns: sandlot_oci::dockerignore::Patterns::parse("target\n*.log\nDockerfile\n") };
+        assert!(ignore.ignores("target", true) && ignore.ignores("build.log", false));
+        assert!(!ignore.ignores("sub/build.log", false), "a pattern without a slash matches at the top only");
+        assert!(ignore.ignores(".git/config", false));
+        assert!(!ignore.ignores("Dockerfile", false), "the Dockerfile is sent whatever the file says");
+        let ignore = Ignore { patterns: sandlot_oci::dockerignore::Patterns::parse("docs\n!docs/keep.md\n") };
+        assert!(!ignore.ignores("docs", true));
+        assert!(ignore.ignores("docs/other.md", false) && !ignore.ignores("docs/keep.md", false));
     }
 }
