@@ -379,7 +379,9 @@ impl Control {
             // it and starts the next from an image or an earlier stage.
             if let Instruction::From { image, stage } = &ins {
                 stages.extend(state.take());
-                let (base, key) = match stages.iter().rev().find(|s| s.name.as_deref() == Some(image.as_str())) {
+                // Stage names are case-insensitive (kept lower case); image names are not.
+                let as_stage = image.to_ascii_lowercase();
+                let (base, key) = match stages.iter().rev().find(|s| s.name.as_deref() == Some(as_stage.as_str())) {
                     Some(earlier) => (earlier.image.clone(), earlier.key.clone()),
                     None => self.base_image(caller, image).map_err(|e| at_line(line, e))?,
                 };
@@ -469,22 +471,25 @@ impl Control {
                     // `--from`: an earlier stage by name or index, else an image of the tenant's.
                     let from_layers = match from {
                         None => None,
-                        Some(f) => Some(match stages.iter().position(|s| s.name.as_deref() == Some(f.as_str())) {
-                            Some(i) => stages[i].image.layers.clone(),
-                            None => match f.parse::<usize>() {
-                                Ok(i) if i < stages.len() => stages[i].image.layers.clone(),
-                                Ok(i) => {
-                                    return Err(at_line(
-                                        line,
-                                        Error::invalid(format!(
-                                            "COPY --from={i}: there are {} stages before this one (counted from 0)",
-                                            stages.len()
-                                        )),
-                                    ))
-                                }
-                                Err(_) => self.base_image(caller, &f).map_err(|e| at_line(line, e))?.0.layers,
+                        Some(f) => Some(
+                            match stages.iter().position(|s| s.name.as_deref() == Some(f.to_ascii_lowercase().as_str()))
+                            {
+                                Some(i) => stages[i].image.layers.clone(),
+                                None => match f.parse::<usize>() {
+                                    Ok(i) if i < stages.len() => stages[i].image.layers.clone(),
+                                    Ok(i) => {
+                                        return Err(at_line(
+                                            line,
+                                            Error::invalid(format!(
+                                                "COPY --from={i}: there are {} stages before this one (counted from 0)",
+                                                stages.len()
+                                            )),
+                                        ))
+                                    }
+                                    Err(_) => self.base_image(caller, &f).map_err(|e| at_line(line, e))?.0.layers,
+                                },
                             },
-                        }),
+                        ),
                     };
                     let left = upload.room.saturating_sub(images.charges.held(&caller.tenant));
                     let max = self.max_import_bytes().min(left);

@@ -144,6 +144,10 @@ impl Control {
             for _ in 0..count {
                 let mut copy = new_record(&rec.tenant, &rec.info.image, rec.info.limits.clone(), &rec.env);
                 copy.info.metadata = rec.info.metadata.clone();
+                // A fork of a build step's sandbox is an ordinary sandbox.
+                for key in crate::plan::RESERVED_METADATA {
+                    copy.info.metadata.remove(key);
+                }
                 copy.image_key = rec.image_key.clone();
                 copy.network = rec.network.clone();
                 copy.info.metadata.insert("forked_from".into(), id.clone());

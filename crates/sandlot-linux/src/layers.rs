@@ -130,7 +130,18 @@ impl Layer {
                     }
                     Ok(())
                 };
+                // A mount point is made unless the image has it as a directory; what is only expected
+                // is made where the image has nothing at all (an image's `/home` that is a link stays).
                 let lacks = |rel: &str| image_dir(rel).is_none();
+                let absent = |rel: &str| {
+                    let parts: Vec<&str> = rel.split('/').collect();
+                    (1..=parts.len()).any(|n| {
+                        matches!(
+                            tree::open_dir_beneath(image_fd.as_fd(), Path::new(&parts[..n].join("/"))),
+                            Err(e) if e.raw_os_error() == Some(nix::libc::ENOENT)
+                        )
+                    })
+                };
                 made("etc", root, 0o755)?;
                 // Mount points of the sandbox's setup, which a minimal image may lack.
                 for (d, mode) in [("proc", 0o555), ("dev", 0o755), ("sys", 0o555), ("tmp", 0o1777)] {
@@ -142,11 +153,11 @@ impl Layer {
                     // What programs in a sandbox expect, and the homes of its two users (root's is a
                     // command's default working directory; `user` is E2B's).
                     for (d, mode) in [("run", 0o755), ("var/tmp", 0o1777), ("root", 0o700)] {
-                        if lacks(d) {
+                        if absent(d) {
                             made(d, root, mode)?;
                         }
                     }
-                    if lacks("home/user") {
+                    if absent("home/user") {
                         made("home/user", user, 0o755)?;
                     }
                 }

@@ -472,9 +472,13 @@ fn import_oci_manifest(
         )));
     }
     let parsed = manifest::parse_config(&config)?;
-    let image = manifest::image(digest.clone(), m, parsed.clone())?;
-    for (layer, diff_id) in m.layers.iter().zip(&parsed.diff_ids) {
-        store_layer(src, store, &blob_name(&layer.digest), Some(layer), diff_id, max_bytes)?;
+    let mut image = manifest::image(digest.clone(), m, parsed.clone())?;
+    for (i, (layer, diff_id)) in m.layers.iter().zip(&parsed.diff_ids).enumerate() {
+        let stored = store_layer(src, store, &blob_name(&layer.digest), Some(layer), diff_id, max_bytes)?;
+        // The size the store verified, not the one the manifest claims: it is what quotas charge.
+        if let Some(l) = image.layers.get_mut(i) {
+            l.size = stored.size;
+        }
     }
     store
         .put_verified(&config[..], &m.config.digest, config.len() as u64, &mut |_| {})

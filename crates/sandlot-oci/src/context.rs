@@ -75,6 +75,8 @@ struct Entry {
     mtime: u64,
     uid: u64,
     gid: u64,
+    /// Whether its data is in the file (a stage's files beneath no copied source are indexed only).
+    has_data: bool,
 }
 
 /// An indexed build context.
@@ -201,6 +203,7 @@ impl Context {
                     mtime: h.mtime().unwrap_or(0),
                     uid: h.uid().unwrap_or(0),
                     gid: h.gid().unwrap_or(0),
+                    has_data: true,
                 };
                 if key.is_empty() && kind != Kind::Dir {
                     return Err(ContextError::Invalid(format!("entry {name:?} names the context's root")));
@@ -227,7 +230,8 @@ impl Context {
         let Some(text) = self.read_file(".dockerignore", crate::dockerignore::MAX_DOCKERIGNORE_BYTES)? else {
             return Ok(0);
         };
-        let patterns = crate::dockerignore::Patterns::parse(&String::from_utf8_lossy(&text));
+        let patterns =
+            crate::dockerignore::Patterns::parse(&String::from_utf8_lossy(&text)).map_err(ContextError::Invalid)?;
         let before = self.entries.len();
         self.entries.retain(|k, _| !patterns.ignores(k));
         Ok(before - self.entries.len())
@@ -297,6 +301,13 @@ impl Context {
                 return Err(ContextError::Missing(src.clone()));
             }
             picked.extend(matched.into_iter().map(|k| (src.clone(), k)));
+        }
+        picked.sort();
+        picked.dedup_by(|a, b| a.1 == b.1);
+        if picked.len() > MAX_CONTEXT_ENTRIES {
+            return Err(ContextError::Invalid(format!(
+                "the sources name more than {MAX_CONTEXT_ENTRIES} entries; copy their directory"
+            )));
         }
         if picked.len() > 1 && !dest.ends_with('/') {
             return Err(ContextError::Invalid(format!(
@@ -438,6 +449,9 @@ impl Context {
             }
             Kind::File | Kind::HardLink => {
                 let data = self.resolve_file(key)?.expect("a file or a link to one");
+                if !data.has_data {
+                    return Err(ContextError::Invalid(format!("{key:?} is outside what the copy read")));
+                }
                 let (uid, gid) = owner(data);
                 h.set_uid(uid);
                 h.set_gid(gid);
@@ -504,13 +518,29 @@ impl Context {
     ) -> Result<(Context, Vec<String>), ContextError> {
         let mut entries: BTreeMap<String, (usize, Entry)> = BTreeMap::new();
         let mut index_bytes = 0usize;
+        let mut members = 0u64;
         for layer in 0..layers {
             each_member(open(layer)?, |path, e| {
                 let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
                 let under = |d: &str| if d.is_empty() { String::new() } else { format!("{d}/") };
+                members += 1;
+                if members > MAX_CONTEXT_ENTRIES as u64 * 4 {
+                    return Err(ContextError::Invalid(format!(
+                        "the stage's layers hold more than {} members",
+                        MAX_CONTEXT_ENTRIES * 4
+                    )));
+                }
                 if name == ".wh..wh..opq" {
                     let prefix = under(parent);
-                    entries.retain(|k, (l, _)| !(k.starts_with(&prefix) && k.len() > prefix.len() && *l < layer));
+                    let lower: Vec<String> = entries
+                        .range(prefix.clone()..)
+                        .take_while(|(k, _)| k.starts_with(&prefix))
+                        .filter(|(k, (l, _))| k.len() > prefix.len() && *l < layer)
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for k in lower {
+                        entries.remove(&k);
+                    }
                     return Ok(());
                 }
                 if let Some(gone) = name.strip_prefix(".wh.") {
@@ -539,7 +569,25 @@ impl Context {
             .map(|src| {
                 let key = normalise(src)
                     .ok_or_else(|| ContextError::Invalid(format!("source {src:?} climbs out of the image")))?;
-                Ok(resolve_parents(&entries, &key))
+                let mut key = resolve_parents(&entries, &key)?;
+                // A last component that is a link is copied as what it points to: read that.
+                for _ in 0..MAX_LINKS {
+                    let Some((_, e)) = entries.get(&key).filter(|(_, e)| e.kind == Kind::Symlink) else { break };
+                    let target = e.link.as_deref().unwrap_or_default();
+                    let joined = match (target.starts_with('/'), key.rsplit_once('/')) {
+                        (false, Some((dir, _))) => format!("{dir}/{target}"),
+                        _ => target.to_string(),
+                    };
+                    let next = match lexical(&joined) {
+                        Some(next) => resolve_parents(&entries, &next)?,
+                        None => break,
+                    };
+                    if !entries.contains_key(&next) {
+                        break;
+                    }
+                    key = next;
+                }
+                Ok(key)
             })
             .collect::<Result<_, ContextError>>()?;
         // The files whose data a copy of `resolved` reads, by the layer that holds their last version.
@@ -589,6 +637,7 @@ impl Context {
                 if let Some((_, entry)) = entries.get_mut(path) {
                     entry.offset = written;
                     entry.size = size;
+                    entry.has_data = true;
                 }
                 written += size;
                 Ok(())
@@ -653,6 +702,7 @@ fn index_entry<R: Read>(path: &str, e: &tar::Entry<'_, R>) -> Result<Entry, Cont
         mtime: h.mtime().unwrap_or(0),
         uid: h.uid().unwrap_or(0),
         gid: h.gid().unwrap_or(0),
+        has_data: kind != Kind::File,
     })
 }
 
@@ -668,19 +718,24 @@ fn remove_tree<V>(entries: &mut BTreeMap<String, V>, path: &str) {
 }
 
 /// `key` with the symbolic links among its directories replaced by what they point to, inside the
-/// image (an absolute target starts again at its root; `..` stops there), at most MAX_LINKS of them.
-fn resolve_parents(entries: &BTreeMap<String, (usize, Entry)>, key: &str) -> String {
+/// image (an absolute target starts again at its root; `..` stops there), at most MAX_LINKS of them;
+/// refused when it grows past a path's bounds (a chain of links made to blow it up).
+fn resolve_parents(entries: &BTreeMap<String, (usize, Entry)>, key: &str) -> Result<String, ContextError> {
     let mut parts: Vec<String> = key.split('/').filter(|c| !c.is_empty()).map(str::to_string).collect();
     let mut hops = 0;
+    // `here` is parts[..=i] joined, kept as it grows rather than joined again at each step.
     let mut i = 0;
+    let mut here = String::new();
     while i + 1 < parts.len() {
-        let here = parts[..=i].join("/");
+        if !here.is_empty() {
+            here.push('/');
+        }
+        here.push_str(&parts[i]);
         match entries.get(&here) {
             Some((_, e)) if e.kind == Kind::Symlink && hops < MAX_LINKS && !has_wildcard(&here) => {
                 hops += 1;
                 let target = e.link.as_deref().unwrap_or_default();
-                let base: Vec<String> = if target.starts_with('/') { Vec::new() } else { parts[..i].to_vec() };
-                let mut next = base;
+                let mut next: Vec<String> = if target.starts_with('/') { Vec::new() } else { parts[..i].to_vec() };
                 for c in target.split('/') {
                     match c {
                         "" | "." => {}
@@ -690,15 +745,36 @@ fn resolve_parents(entries: &BTreeMap<String, (usize, Entry)>, key: &str) -> Str
                         c => next.push(c.to_string()),
                     }
                 }
-                let rest = parts[i + 1..].to_vec();
-                i = 0;
+                next.extend_from_slice(&parts[i + 1..]);
+                if next.len() > MAX_CONTEXT_DEPTH || next.iter().map(|c| c.len() + 1).sum::<usize>() > MAX_CONTEXT_NAME
+                {
+                    return Err(ContextError::Invalid(format!(
+                        "{key:?} resolves, through the stage's links, to a path longer than {MAX_CONTEXT_NAME} bytes"
+                    )));
+                }
                 parts = next;
-                parts.extend(rest);
+                i = 0;
+                here.clear();
             }
             _ => i += 1,
         }
     }
-    parts.join("/")
+    Ok(parts.join("/"))
+}
+
+/// `path` without `.` and empty components, `..` taking one off (stopping at the root).
+fn lexical(path: &str) -> Option<String> {
+    let mut out: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    (!out.is_empty()).then(|| out.join("/"))
 }
 
 /// Whether a path (or one component) has a wildcard of Go's `filepath.Match`.
@@ -711,22 +787,44 @@ fn component_match(patterns: &[&str], names: &[&str]) -> bool {
 }
 
 /// One path component against one pattern component: `*` any run of bytes, `?` one byte, `[...]` a
-/// class (`^` negates; ranges `a-z`), `\\` escapes. A malformed class matches nothing.
+/// class (`^` negates; ranges `a-z`), `\\` escapes. A malformed class matches nothing. Iterative,
+/// with one backtrack point for the last `*` (the classic linear-space glob): a hostile pattern of
+/// many stars costs at most pattern × name steps, never a deep recursion.
 pub(crate) fn wildcard_match(p: &[u8], n: &[u8]) -> bool {
-    match p.first() {
-        None => n.is_empty(),
-        Some(b'*') => (0..=n.len()).any(|i| wildcard_match(&p[1..], &n[i..])),
-        Some(b'?') => !n.is_empty() && wildcard_match(&p[1..], &n[1..]),
-        Some(b'[') => {
-            let Some((&c, rest)) = n.split_first() else { return false };
-            match class_match(&p[1..], c) {
-                Some((true, after)) => wildcard_match(after, rest),
-                _ => false,
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        // One pattern element against n[ni]: Some(next pattern index) when it matches.
+        let step = match p.get(pi) {
+            Some(b'*') => {
+                star = Some((pi + 1, ni));
+                pi += 1;
+                continue;
             }
+            Some(b'?') => Some(pi + 1),
+            Some(b'[') => match class_match(&p[pi + 1..], n[ni]) {
+                Some((true, after)) => Some(p.len() - after.len()),
+                _ => None,
+            },
+            Some(b'\\') if pi + 1 < p.len() => (p[pi + 1] == n[ni]).then_some(pi + 2),
+            Some(&b) => (b == n[ni]).then_some(pi + 1),
+            None => None,
+        };
+        match (step, star) {
+            (Some(next), _) => {
+                pi = next;
+                ni += 1;
+            }
+            (None, Some((after_star, from))) => {
+                // Let the last `*` take one more byte and try again from there.
+                pi = after_star;
+                ni = from + 1;
+                star = Some((after_star, from + 1));
+            }
+            (None, None) => return false,
         }
-        Some(b'\\') if p.len() > 1 => n.first() == Some(&p[1]) && wildcard_match(&p[2..], &n[1..]),
-        Some(&b) => n.first() == Some(&b) && wildcard_match(&p[1..], &n[1..]),
     }
+    p[pi..].iter().all(|&c| c == b'*')
 }
 
 /// Whether `c` is in the class that starts at `p` (just after `[`), and the pattern after the class.
@@ -946,9 +1044,17 @@ mod tests {
             ("\\*", "a", false),
             ("[", "[", false),
             ("*", "", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+            ("*x", "abx", true),
         ] {
             assert_eq!(wildcard_match(p.as_bytes(), n.as_bytes()), want, "{p} against {n}");
         }
+        // Hostile patterns: a deep run of stars and a backtracking one end at once (no recursion).
+        let stars = "*".repeat(100_000);
+        assert!(wildcard_match(stars.as_bytes(), b"anything"));
+        let back = format!("{}b", "*a".repeat(20));
+        assert!(!wildcard_match(back.as_bytes(), "a".repeat(4096).as_bytes()));
         use tar::EntryType::*;
         let c = context(&[
             ("a.txt", Regular, b"A", None),
@@ -1024,13 +1130,15 @@ mod tests {
                 ("out/keep", Regular, b"kept", None, 1000),
                 ("out/hard", Link, b"", Some("out/keep"), 1000),
                 ("usr/lib/libx.so", Regular, b"upper", None, 7),
+                ("current", Symlink, b"", Some("lib/libx.so"), 0),
             ]),
         ];
         let spool = tempfile::tempfile().unwrap();
-        let sources = ["/out".to_string(), "lib/libx.so".to_string()];
+        let sources = ["/out".to_string(), "lib/libx.so".to_string(), "/current".to_string()];
         let (c, resolved) =
             Context::from_layers(|i| Ok(&layers[i][..]), layers.len(), &sources, spool, 1 << 20).unwrap();
-        assert_eq!(resolved, ["out", "usr/lib/libx.so"]);
+        // `current` links to a file in another directory: what it points to is read, and copied.
+        assert_eq!(resolved, ["out", "usr/lib/libx.so", "usr/lib/libx.so"]);
         let mut out = Vec::new();
         c.copy_layer(&resolved[..1], "/o", CopyOptions::default(), &mut out).unwrap();
         let got: Vec<(String, u64, String)> = listing(&out).into_iter().map(|e| (e.0, e.2, e.4)).collect();

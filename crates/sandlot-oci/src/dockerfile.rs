@@ -33,6 +33,25 @@ fn err(line: usize, message: impl Into<String>) -> DockerfileError {
 pub const MAX_DOCKERFILE_BYTES: usize = 1 << 20;
 /// Most instructions accepted.
 pub const MAX_INSTRUCTIONS: usize = 1000;
+/// Most sources of one `COPY` or `ADD`.
+pub const MAX_COPY_SOURCES: usize = 1000;
+/// Longest path a `COPY`, `ADD` or `WORKDIR` names, bytes, and most components in it (a context's).
+const MAX_PATH_BYTES: usize = 4096;
+const MAX_PATH_DEPTH: usize = 128;
+
+/// Refuses a path past [`MAX_PATH_BYTES`] or [`MAX_PATH_DEPTH`] (after substitution, which can grow it).
+fn check_path(line: usize, what: &str, path: &str) -> Result<(), DockerfileError> {
+    if path.len() > MAX_PATH_BYTES || path.split('/').filter(|c| !c.is_empty()).count() > MAX_PATH_DEPTH {
+        return Err(err(
+            line,
+            format!(
+                "{what}: a path of {} bytes is longer than {MAX_PATH_BYTES} bytes or {MAX_PATH_DEPTH} components",
+                path.len()
+            ),
+        ));
+    }
+    Ok(())
+}
 
 /// One instruction as written: its keyword (upper case), its arguments with continuations joined,
 /// and the line it starts on.
@@ -419,7 +438,9 @@ impl Vars {
             }
             "WORKDIR" => {
                 let w = self.single(line, "WORKDIR", args)?;
-                self.workdir = self.absolute(&w);
+                let w = self.absolute(&w);
+                check_path(line, "WORKDIR", &w)?;
+                self.workdir = w;
                 Instruction::Workdir(self.workdir.clone())
             }
             "USER" => Instruction::User(self.single(line, "USER", args)?),
@@ -486,7 +507,7 @@ impl Vars {
                     if v.is_empty() {
                         return Err(err(line, "COPY --from= needs a stage name, a stage index or an image"));
                     }
-                    from = Some(v.to_ascii_lowercase());
+                    from = Some(v);
                 }
                 // Docker's `--link` changes how a layer is cached, not what it holds.
                 None if f == "link" => {}
@@ -510,7 +531,11 @@ impl Vars {
             return Err(err(line, format!("{what} needs a source and a destination: `{what} SRC... DEST`")));
         }
         let (dest, sources) = words.split_last().expect("two or more");
+        if sources.len() > MAX_COPY_SOURCES {
+            return Err(err(line, format!("{what} with more than {MAX_COPY_SOURCES} sources: copy their directory")));
+        }
         for s in sources {
+            check_path(line, what, s)?;
             if add && (s.contains("://") || s.starts_with("git@")) {
                 return Err(err(
                     line,
@@ -519,6 +544,7 @@ impl Vars {
             }
         }
         let dest_abs = self.absolute(dest);
+        check_path(line, what, &dest_abs)?;
         // Several sources go into a directory, which Docker wants written with a trailing slash.
         if sources.len() > 1 && !dest_abs.ends_with('/') {
             return Err(err(line, format!("{what} with several sources needs a directory destination ending in `/`")));

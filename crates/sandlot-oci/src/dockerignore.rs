@@ -9,6 +9,11 @@ use crate::context::wildcard_match;
 
 /// Most bytes of a `.dockerignore` read.
 pub const MAX_DOCKERIGNORE_BYTES: u64 = 1 << 20;
+/// Most patterns kept from one `.dockerignore`; the rest are refused.
+pub const MAX_PATTERNS: usize = 1000;
+/// Longest pattern (bytes) and most components in one.
+const MAX_PATTERN_BYTES: usize = 4096;
+const MAX_PATTERN_PARTS: usize = 128;
 
 /// The patterns of one `.dockerignore`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -18,10 +23,17 @@ pub struct Patterns {
 }
 
 impl Patterns {
-    /// The patterns of a `.dockerignore`'s text.
-    pub fn parse(text: &str) -> Patterns {
+    /// The patterns of a `.dockerignore`'s text; refused when it has more than [`MAX_PATTERNS`] or a
+    /// pattern past 4096 bytes or 128 components (matching costs patterns × paths).
+    pub fn parse(text: &str) -> Result<Patterns, String> {
         let mut rules = Vec::new();
         for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            if line.len() > MAX_PATTERN_BYTES || line.split('/').count() > MAX_PATTERN_PARTS {
+                return Err(format!(".dockerignore: a pattern of {} bytes is longer than {MAX_PATTERN_BYTES} bytes or {MAX_PATTERN_PARTS} components", line.len()));
+            }
+            if rules.len() == MAX_PATTERNS {
+                return Err(format!(".dockerignore: more than {MAX_PATTERNS} patterns; name directories instead"));
+            }
             let (exception, pattern) = match line.strip_prefix('!') {
                 Some(p) => (true, p.trim()),
                 None => (false, line),
@@ -32,7 +44,7 @@ impl Patterns {
                 rules.push((exception, parts));
             }
         }
-        Patterns { rules }
+        Ok(Patterns { rules })
     }
 
     /// Whether any line is an exception (`!`): then an ignored directory may still hold paths that
@@ -59,16 +71,24 @@ impl Patterns {
     }
 }
 
-/// Whether the pattern components match the path components whole (`**` spans any number of them).
+/// Whether the pattern components match the path components whole (`**` spans any number of them):
+/// a table of which suffixes match which, parts × names steps (both at most 128), never a search.
 fn matches(parts: &[String], names: &[&str]) -> bool {
-    match parts.split_first() {
-        None => names.is_empty(),
-        Some((p, rest)) if p == "**" => (0..=names.len()).any(|i| matches(rest, &names[i..])),
-        Some((p, rest)) => match names.split_first() {
-            Some((n, after)) => wildcard_match(p.as_bytes(), n.as_bytes()) && matches(rest, after),
-            None => false,
-        },
+    // ok[j] for the current i: parts[i..] matches names[j..].
+    let mut ok = vec![false; names.len() + 1];
+    ok[names.len()] = true;
+    for p in parts.iter().rev() {
+        let mut next = vec![false; names.len() + 1];
+        for j in (0..=names.len()).rev() {
+            next[j] = if p == "**" {
+                ok[j] || (j < names.len() && next[j + 1])
+            } else {
+                j < names.len() && ok[j + 1] && wildcard_match(p.as_bytes(), names[j].as_bytes())
+            };
+        }
+        ok = next;
     }
+    ok[0]
 }
 
 #[cfg(test)]
@@ -77,7 +97,7 @@ mod tests {
 
     #[test]
     fn names_directories_wildcards_and_doublestars_match_from_the_root() {
-        let p = Patterns::parse("# comment\ntarget\n*.log\n/docs/*.md\nsecret/\n**/*.pyc\n");
+        let p = Patterns::parse("# comment\ntarget\n*.log\n/docs/*.md\nsecret/\n**/*.pyc\n").unwrap();
         assert!(p.ignores("target") && p.ignores("target/debug/x"));
         assert!(p.ignores("build.log") && !p.ignores("sub/build.log"));
         assert!(p.ignores("docs/a.md") && !p.ignores("docs/a.txt"));
@@ -89,12 +109,17 @@ mod tests {
 
     #[test]
     fn an_exception_reincludes_and_the_last_matching_line_decides() {
-        let p = Patterns::parse("*.md\n!README.md\n");
+        let p = Patterns::parse("*.md\n!README.md\n").unwrap();
         assert!(p.ignores("NOTES.md") && !p.ignores("README.md"));
         assert!(p.has_exceptions());
-        let p = Patterns::parse("!README.md\n*.md\n");
+        let p = Patterns::parse("!README.md\n*.md\n").unwrap();
         assert!(p.ignores("README.md"));
-        let p = Patterns::parse("docs\n!docs/keep.txt\n");
+        let p = Patterns::parse("docs\n!docs/keep.txt\n").unwrap();
         assert!(p.ignores("docs/other.txt") && !p.ignores("docs/keep.txt"));
+        // Hostile patterns cost patterns × components, and their number is bounded.
+        let stars = format!("{}x", "**/".repeat(120));
+        let p = Patterns::parse(&stars).unwrap();
+        assert!(!p.ignores(&vec!["a"; 128].join("/")));
+        assert!(Patterns::parse(&"a\n".repeat(MAX_PATTERNS + 1)).is_err());
     }
 }

@@ -104,9 +104,9 @@ struct Ignore {
 }
 
 impl Ignore {
-    fn read(context: &Path) -> Ignore {
+    fn read(context: &Path) -> anyhow::Result<Ignore> {
         let text = fs::read_to_string(context.join(".dockerignore")).unwrap_or_default();
-        Ignore { patterns: sandlot_oci::dockerignore::Patterns::parse(&text) }
+        Ok(Ignore { patterns: sandlot_oci::dockerignore::Patterns::parse(&text).map_err(|e| anyhow!(e))? })
     }
 
     /// Whether `rel` (a path in the context, `/`-separated) is left out. With `!` exceptions an
@@ -125,7 +125,7 @@ impl Ignore {
 
 /// Writes the context directory as a tar to a temporary file (links kept as links, never followed).
 fn tar_context(context: &Path, extra_dockerfile: Option<&Path>) -> anyhow::Result<fs::File> {
-    let ignore = Ignore::read(context);
+    let ignore = Ignore::read(context)?;
     let file = tempfile::tempfile().map_err(|e| anyhow!("making a temporary file for the context: {e}"))?;
     let mut tar = tar::Builder::new(io::BufWriter::new(file));
     tar.follow_symlinks(false);
@@ -278,12 +278,13 @@ mod tests {
 
     #[test]
     fn the_upload_leaves_out_git_and_what_dockerignore_names_but_walks_into_excepted_directories() {
-        let ignore = Ignore { patterns: sandlot_oci::dockerignore::Patterns::parse("target\n*.log\nDockerfile\n") };
+        let ignore =
+            Ignore { patterns: sandlot_oci::dockerignore::Patterns::parse("target\n*.log\nDockerfile\n").unwrap() };
         assert!(ignore.ignores("target", true) && ignore.ignores("build.log", false));
         assert!(!ignore.ignores("sub/build.log", false), "a pattern without a slash matches at the top only");
         assert!(ignore.ignores(".git/config", false));
         assert!(!ignore.ignores("Dockerfile", false), "the Dockerfile is sent whatever the file says");
-        let ignore = Ignore { patterns: sandlot_oci::dockerignore::Patterns::parse("docs\n!docs/keep.md\n") };
+        let ignore = Ignore { patterns: sandlot_oci::dockerignore::Patterns::parse("docs\n!docs/keep.md\n").unwrap() };
         assert!(!ignore.ignores("docs", true));
         assert!(ignore.ignores("docs/other.md", false) && !ignore.ignores("docs/keep.md", false));
     }
