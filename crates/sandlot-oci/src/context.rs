@@ -735,16 +735,9 @@ fn resolve_parents(entries: &BTreeMap<String, (usize, Entry)>, key: &str) -> Res
             Some((_, e)) if e.kind == Kind::Symlink && hops < MAX_LINKS && !has_wildcard(&here) => {
                 hops += 1;
                 let target = e.link.as_deref().unwrap_or_default();
-                let mut next: Vec<String> = if target.starts_with('/') { Vec::new() } else { parts[..i].to_vec() };
-                for c in target.split('/') {
-                    match c {
-                        "" | "." => {}
-                        ".." => {
-                            next.pop();
-                        }
-                        c => next.push(c.to_string()),
-                    }
-                }
+                let base = if target.starts_with('/') { String::new() } else { parts[..i].join("/") };
+                let mut next: Vec<String> = lexical(&format!("{base}/{target}"))
+                    .map_or_else(Vec::new, |p| p.split('/').map(str::to_string).collect());
                 next.extend_from_slice(&parts[i + 1..]);
                 if next.len() > MAX_CONTEXT_DEPTH || next.iter().map(|c| c.len() + 1).sum::<usize>() > MAX_CONTEXT_NAME
                 {

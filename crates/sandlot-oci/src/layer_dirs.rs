@@ -64,16 +64,6 @@ impl LayerDirs {
         Ok(())
     }
 
-    /// Records `path` (absolute or not) as a directory: one the build made without a layer yet
-    /// (`WORKDIR`).
-    pub fn add_dir(&mut self, path: &str) {
-        let Some(mut p) = clean(path) else { return };
-        while !p.is_empty() && self.dirs.len() < MAX_ENTRIES {
-            self.dirs.insert(p.clone());
-            p = p.rsplit_once('/').map(|(a, _)| a.to_string()).unwrap_or_default();
-        }
-    }
-
     /// Whether `path` (absolute) names a directory, following symbolic links inside the image
     /// (`/bin` → `usr/bin` on a merged-/usr system) as a copy into it would.
     pub fn is_dir(&self, path: &str) -> bool {
@@ -191,8 +181,6 @@ mod tests {
         assert!(!d.is_dir("/opt/tool") && d.is_dir("/opt"));
         assert!(d.is_dir("/usr") && !d.is_dir("/usr/bin") && !d.is_dir("/bin"), "{d:?}");
         assert!(!d.is_dir("/etc"));
-        d.add_dir("/srv/app");
-        assert!(d.is_dir("/srv/app") && d.is_dir("/srv"));
     }
 
     #[test]
