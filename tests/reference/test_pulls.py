@@ -5,8 +5,9 @@ entries an unpacker gets wrong (whiteouts, opaque directories, hard links, long 
 and owners, links of every kind, a file that becomes a directory and back, xattrs, FIFOs and devices).
 It is pushed to Debian's `docker-registry` on loopback with skopeo, then pulled twice: by a real
 `sandlot serve` (`sandlot image pull`), and by `skopeo copy` + `umoci unpack` as root, the oracle. Both
-roots are walked by the image's own busybox (in a sandbox; chrooted into umoci's bundle) and compared
-entry by entry; what differs must be listed in pull-differences.txt and explained in docs/IMAGES.md.
+roots are walked by the image's own busybox (in a sandbox; chrooted into umoci's bundle), their
+extended attributes read from the host (the sandbox's root through a process of it, /proc/PID/root),
+and compared entry by entry; what differs must be listed in pull-differences.txt and explained in docs/IMAGES.md.
 """
 
 import gzip
@@ -30,7 +31,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "e2b"))
 from conftest import Server  # noqa: E402  (the E2B suite's server harness: one real `sandlot serve`)
 
-from walk import WALK, check, compare, expected_differences, make_base, parse_walk, server_binary  # noqa: E402
+from walk import WALK, check, compare, expected_differences, make_base, parse_walk, server_binary, with_xattrs, xattrs  # noqa: E402
 
 DIFFERENCES = HERE / "pull-differences.txt"
 
@@ -90,7 +91,12 @@ CASES = {
          entry("r", data=b"was a link")],
     ],
     "xattrs": [
-        [entry("x", data=b"x", pax={"SCHILY.xattr.user.note": "hello"})],
+        [entry("x", data=b"x", pax={"SCHILY.xattr.user.note": "hello"}),
+         entry("d", DIR, mode=0o755, pax={"SCHILY.xattr.user.dir": "yes"}),
+         entry("d/two", data=b"2", pax={"SCHILY.xattr.user.a": "1", "SCHILY.xattr.user.b": "2"}),
+         entry("trusted", data=b"t", pax={"SCHILY.xattr.trusted.note": "host-only"})],
+        # A file a later layer replaces takes the new entry's xattrs only.
+        [entry("d/two", data=b"2 again", pax={"SCHILY.xattr.user.c": "3"})],
     ],
     "fifo-and-device": [
         [entry("fifo", tarfile.FIFOTYPE, mode=0o644), entry("null-device", tarfile.CHRTYPE, mode=0o666)],
@@ -183,16 +189,40 @@ def pulled_by_umoci(world, case: str) -> dict:
     subprocess.run(["umoci", "unpack", "--image", f"{oci}:v1", str(bundle)], check=True, capture_output=True)
     r = subprocess.run(["chroot", str(bundle / "rootfs"), "/bin/sh", "-c", WALK], capture_output=True, text=True,
                        check=True)
-    return parse_walk(r.stdout)
+    return with_xattrs(parse_walk(r.stdout), xattrs(str(bundle / "rootfs")))
+
+
+def pid_of(argv: list) -> int:
+    """The host pid of the one process whose command line is `argv`."""
+    want = b"\0".join(a.encode() for a in argv) + b"\0"
+    for _ in range(100):
+        for proc in pathlib.Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and (proc / "cmdline").read_bytes() == want:
+                    return int(proc.name)
+            except OSError:
+                continue
+        time.sleep(0.1)
+    raise AssertionError(f"no process runs {argv}")
 
 
 def pulled_by_sandlot(world, case: str) -> dict:
     ref, env, binary = f"{world['host']}/ref/{case}:v1", world["env"], server_binary()
     r = subprocess.run([binary, "image", "pull", ref], env=env, capture_output=True, text=True)
     assert r.returncode == 0, f"sandlot image pull {ref} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    r = subprocess.run([binary, "run", "--image", ref, "--user", "root", "--shell", "--", WALK], env=env,
-                       capture_output=True, text=True, check=True)
-    return parse_walk(r.stdout)
+    sid = subprocess.run([binary, "sandbox", "create", "--image", ref], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    try:
+        r = subprocess.run([binary, "sandbox", "exec", sid, "--user", "root", "--shell", "--", WALK], env=env,
+                           capture_output=True, text=True, check=True)
+        tree = parse_walk(r.stdout)
+        # A process of the sandbox whose root the host can read its xattrs through (busybox has no
+        # getfattr): its sleep's argument makes its command line unique on this host.
+        holder = ["sleep", f"{4000 + os.getpid() % 1000}.{len(case)}{sum(map(ord, case))}"]
+        subprocess.run([binary, "sandbox", "exec", "-d", sid, "--", *holder], env=env, capture_output=True, check=True)
+        return with_xattrs(tree, xattrs(f"/proc/{pid_of(holder)}/root"))
+    finally:
+        subprocess.run([binary, "sandbox", "rm", sid], env=env, capture_output=True)
 
 
 @pytest.fixture(scope="session")

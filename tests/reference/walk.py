@@ -43,6 +43,40 @@ def parse_walk(text: str) -> dict:
     return tree
 
 
+def xattrs(root: str) -> dict:
+    """{path: "name=value;…"} of every entry under `root` that has extended attributes, read from the
+    host without following a link and without leaving `root`'s file system (as the walk's -xdev)."""
+    out = {}
+    # The root itself is followed: a sandbox's is /proc/PID/root, a link into its mount namespace.
+    dev = os.stat(root).st_dev
+
+    def visit(path: str):
+        inside = path[len(root):] or "/"
+        if inside in ("/proc", "/sys", "/dev") or (inside != "/" and os.lstat(path).st_dev != dev):
+            return
+        try:
+            names = sorted(os.listxattr(path, follow_symlinks=False))
+        except OSError:
+            names = []
+        if names:
+            out[inside] = ";".join(
+                f"{n}={os.getxattr(path, n, follow_symlinks=False).decode(errors='replace')}" for n in names)
+        if inside == "/" or (os.path.isdir(path) and not os.path.islink(path)):
+            for name in sorted(os.listdir(path)):
+                visit(os.path.join(path, name))
+
+    visit(root)
+    return out
+
+
+def with_xattrs(tree: dict, found: dict) -> dict:
+    """The walk's tree with each entry's xattrs (from `xattrs`) as a field of its own."""
+    for path, value in found.items():
+        if path not in RUNTIME:
+            tree.setdefault(path, {})["xattrs"] = value
+    return tree
+
+
 def make_base(path: pathlib.Path):
     """The base image's root filesystem as a tar: Debian's static busybox with its applets linked in
     /usr/bin, /bin /sbin /lib as links into /usr (a merged-/usr system, as Debian's), and the files the

@@ -471,6 +471,16 @@ impl Control {
                     // `--from`: an earlier stage by name or index, else an image of the tenant's.
                     let from_layers = match from {
                         None => None,
+                        // Docker refuses this as a circular dependency; read as an image it would copy
+                        // from some other image of that name.
+                        Some(f) if st.name.as_deref() == Some(f.to_ascii_lowercase().as_str()) => {
+                            return Err(at_line(
+                                line,
+                                Error::invalid(format!(
+                                    "COPY --from={f} names the stage it is in: a stage copies only from stages before it"
+                                )),
+                            ))
+                        }
                         Some(f) => Some(
                             match stages.iter().position(|s| s.name.as_deref() == Some(f.to_ascii_lowercase().as_str()))
                             {

@@ -193,6 +193,12 @@ fn a_failing_run_names_its_line_shows_its_output_and_stores_nothing() {
     let events = build(&alice, context(&[("Dockerfile", "FROM bb\nFROBNICATE x\n")]), &request("bad:1"));
     let Some(BuildEvent::Error { error, .. }) = events.last() else { panic!("{events:?}") };
     assert!(error.message.contains("line 2") && error.message.contains("unknown instruction"), "{error:?}");
+    // A stage that copies from itself is refused as Docker refuses it, even where an image has its name.
+    let dockerfile = "FROM bb AS bb\nCOPY --from=BB /etc/motd /m\n";
+    let events = build(&alice, context(&[("Dockerfile", dockerfile)]), &request("circular:1"));
+    let Some(BuildEvent::Error { error, line, .. }) = events.last() else { panic!("{events:?}") };
+    assert_eq!(*line, Some(2), "{error:?}");
+    assert!(error.message.contains("names the stage it is in"), "{error:?}");
 }
 
 /// A plain HTTP server on 127.0.0.1 answering every request with `body`; returns its port.
