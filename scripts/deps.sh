@@ -14,6 +14,8 @@ if [ "${SANDLOT_DEPS:-all}" != runtime ]; then
     # with; umoci unpacks the images sandlot's pulls are compared with.
     command -v buildah >/dev/null || need+=(buildah)
     command -v umoci >/dev/null || need+=(umoci)
+    # The shell reference cases run each pattern under zsh too (dash, bash and busybox sh are Debian's).
+    command -v zsh >/dev/null || need+=(zsh)
     # The terminal tests: `sandlot sandbox shell` driven under a real terminal.
     command -v tmux >/dev/null || need+=(tmux)
     [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && ldd /bin/busybox 2>&1 | grep -q "not a dynamic" || need+=(busybox-static)

@@ -1,8 +1,8 @@
 """Shell background-job patterns in a sandbox checked against bubblewrap (docs/IMAGES.md's sibling:
 docs/TESTING.md, "The reference suite").
 
-Each pattern runs under dash, bash and busybox sh twice: as a command of a sandlot sandbox of the `host`
-image (its own pid, mount, network and user namespaces, the host's /usr), and under `bwrap` with the
+Each pattern runs under dash, bash, busybox sh and zsh twice: as a command of a sandlot sandbox of the
+`host` image (its own pid, mount, network and user namespaces, the host's /usr), and under `bwrap` with the
 same kinds of namespaces over the same /usr. Both must print the same, end with the same exit code,
 and take about as long: a sandbox may be slower by a fixed bound (its command path), never by a hang
 (dash's `wait` for two jobs once waited out the whole command timeout).
@@ -20,7 +20,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "e2b"))
 from conftest import Server  # noqa: E402  (the E2B suite's server harness: one real `sandlot serve`)
 
-SHELLS = {"dash": ["dash", "-c"], "bash": ["bash", "-c"], "busybox": ["busybox", "sh", "-c"]}
+SHELLS = {"dash": ["dash", "-c"], "bash": ["bash", "-c"], "busybox": ["busybox", "sh", "-c"], "zsh": ["zsh", "-c"]}
 
 # (name, script): each ends on its own; output that background jobs may interleave is sorted.
 PATTERNS = [
