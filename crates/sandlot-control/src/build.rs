@@ -477,8 +477,8 @@ impl Control {
                             return Err(at_line(
                                 line,
                                 Error::invalid(format!(
-                                    "COPY --from={f} names the stage it is in: a stage copies only from stages before it"
-                                )),
+                                "COPY --from={f} names the stage it is in: a stage copies only from stages before it"
+                            )),
                             ))
                         }
                         Some(f) => Some(
@@ -719,7 +719,7 @@ impl Control {
         let timeout_s = limits.timeout_s;
         let tenant = caller.tenant.clone();
         tokio::spawn(async move {
-            let started = this.start_record(Plan { rec, source: LayerSource::Fresh }).await;
+            let started = this.start_record(Plan { rec, source: LayerSource::Fresh, policy: None }).await;
             if started.is_ok() {
                 let _ = this.audit(&tenant, Some(&id), "exec", &row);
             }
@@ -761,7 +761,7 @@ impl Control {
         let cwd = image.config.working_dir.clone().filter(|w| w.starts_with('/')).unwrap_or_else(|| "/".into());
         // WORKDIR makes its directory when a step first needs it, as Docker does.
         if cwd != "/" {
-            sb.mkdir(&cwd, 0, true)
+            sb.mkdir(&cwd, 0, sandlot_engine::MkdirMode::Parents)
                 .await
                 .map_err(|e| at_line(line, Error::invalid(format!("WORKDIR {cwd} cannot be made: {e}"))))?;
         }

@@ -3,7 +3,7 @@
 
 use sandlot_api::{FileList, FileStat, User, WriteResult};
 use sandlot_engine::budget::Budget;
-use sandlot_engine::{FileStream, WatchStream, WriteOptions};
+use sandlot_engine::{FileStream, MkdirMode, WatchStream, WriteOptions};
 use serde_json::json;
 
 use crate::plan::no_nul;
@@ -191,10 +191,10 @@ impl Control {
     }
 
     /// Makes the directory `path` (and its parents, with `parents`); returns what is there then.
-    pub async fn mkdir(&self, caller: &Caller, id: &str, path: &str, user: User, parents: bool) -> Result<FileStat> {
+    pub async fn mkdir(&self, caller: &Caller, id: &str, path: &str, user: User, mode: MkdirMode) -> Result<FileStat> {
         let (rec, sb) = self.ensure_running(caller, id).await?;
         let path = sandbox_path(path, user)?;
-        let r = sb.mkdir(&path, user.uid(), parents).await;
+        let r = sb.mkdir(&path, user.uid(), mode).await;
         self.audit_file(&rec.tenant, id, "file.mkdir", json!({"path": path, "user": user, "ok": r.is_ok()}));
         r?;
         Ok(sb.stat(&path, user.uid()).await?)

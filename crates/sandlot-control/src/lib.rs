@@ -57,7 +57,7 @@ pub use ports::{Ports, Preview};
 pub use recovery::Recovered;
 pub use sampler::{MetricsConfig, MetricsReport};
 pub use sandlot_engine::WriteOptions;
-pub use sandlot_engine::{FileStream, Follow, Process, RawEvent, WatchStream};
+pub use sandlot_engine::{FileStream, Follow, MkdirMode, Process, RawEvent, WatchStream};
 pub use services::Services;
 pub use terminal::{
     TerminalSlot, MAX_TERMINALS, MAX_TERMINALS_PER_SANDBOX, MAX_TERMINALS_PER_TENANT, TERMINAL_SCROLLBACK_BYTES,

@@ -12,6 +12,7 @@ use sandlot_store::{now_ms, SandboxRecord};
 use serde_json::json;
 
 use crate::capacity::Claim;
+use crate::network::CompiledPolicy;
 use crate::plan::{check_name, Plan};
 use crate::transitions::{refusal, step, Step, Transition};
 use crate::{Caller, Control, Error, Kind, Result};
@@ -51,12 +52,21 @@ impl Control {
     }
 
     /// Starts a sandbox's supervisor on a fresh, existing or snapshot layer and records its slot.
-    /// Called under the sandbox's lock with its record stored: the network policy is compiled here,
-    /// with the tenant's exemptions as they are now, so an admin's change to them is either seen here
-    /// or applied to this sandbox after it (`apply_to_running` lists it and waits for its lock).
-    async fn boot(&self, rec: &SandboxRecord, source: LayerSource) -> Result<Arc<Sandbox>> {
+    /// Called under the sandbox's lock with its record stored: the network policy is the tenant's
+    /// exemptions as they are now (`compiled` kept only if they are the ones it was compiled with), so
+    /// an admin's change to them is either seen here or applied to this sandbox after it
+    /// (`apply_to_running` lists it and waits for its lock).
+    async fn boot(
+        &self,
+        rec: &SandboxRecord,
+        source: LayerSource,
+        compiled: Option<CompiledPolicy>,
+    ) -> Result<Arc<Sandbox>> {
         let l = &rec.info.limits;
-        let policy = self.policy_for(&rec.tenant, &rec.network)?;
+        let policy = match compiled {
+            Some(c) => self.current_policy(&rec.tenant, &rec.network, c)?,
+            None => self.policy_for(&rec.tenant, &rec.network)?,
+        };
         let spec = StartSpec {
             image: rec.image_key.clone().unwrap_or_else(|| crate::images::HOST_IMAGE.to_string()),
             resources: Resources {
@@ -123,7 +133,7 @@ impl Control {
 
     /// Inserts the plan's record and starts it; on failure the record ends `failed` with the reason.
     pub(crate) async fn start_record(&self, plan: Plan) -> Result<SandboxInfo> {
-        let Plan { mut rec, source } = plan;
+        let Plan { mut rec, source, policy } = plan;
         let id = rec.info.id.clone();
         // Reserved before the boot is awaited: concurrent creates cannot all pass the check and all boot.
         self.ledger.reserve(&id, claim(&rec))?;
@@ -140,7 +150,7 @@ impl Control {
             return Err(e.into());
         }
         let t0 = std::time::Instant::now();
-        match self.boot(&rec, source).await {
+        match self.boot(&rec, source, policy).await {
             Ok(_) => {
                 self.store.set_state(&id, SandboxState::Running, None)?;
                 rec.info.state = SandboxState::Running;
@@ -231,6 +241,78 @@ impl Control {
         Ok(self.pause(&rec, None).await?.info)
     }
 
+    /// Pauses the caller's sandbox `id` (`keep_memory`: frozen, as [`Self::pause_sandbox`]) or stops
+    /// it (files kept, processes gone), unless it is paused or stopped already: then `None` and
+    /// nothing changes. Decided under the sandbox's lock (E2B's pause, which refuses a second one).
+    pub async fn pause_unless_paused(
+        &self,
+        caller: &Caller,
+        id: &str,
+        keep_memory: bool,
+    ) -> Result<Option<SandboxInfo>> {
+        let rec = self.record(caller, id)?;
+        let _g = self.entries.lock(id).await;
+        let rec = self.fresh(&rec)?;
+        if matches!(rec.info.state, SandboxState::Paused | SandboxState::Stopped) {
+            return Ok(None);
+        }
+        let rec = if keep_memory { self.pause_held(rec, None).await? } else { self.stop_held(rec, None).await? };
+        Ok(Some(rec.info))
+    }
+
+    /// Connects to the caller's sandbox `id`: a paused or stopped one is resumed (`cold`: a paused
+    /// one is stopped first and boots again from its files), a running one is left as it is. With
+    /// `timeout_s`, a resumed sandbox lives that long from now and a running one only ever gains time
+    /// (a connect never cuts short what its owner set). Returns the sandbox and whether it was
+    /// resumed; all of it under the sandbox's lock.
+    pub async fn connect(
+        &self,
+        caller: &Caller,
+        id: &str,
+        cold: bool,
+        timeout_s: Option<u64>,
+    ) -> Result<(SandboxInfo, bool)> {
+        if let Some(t) = timeout_s {
+            self.check_timeout(t)?;
+        }
+        let rec = self.record(caller, id)?;
+        let _g = self.entries.lock(id).await;
+        let mut rec = self.fresh(&rec)?;
+        let resumed = matches!(rec.info.state, SandboxState::Paused | SandboxState::Stopped);
+        if rec.info.state == SandboxState::Paused && cold {
+            rec = self.stop_held(rec, None).await?;
+        }
+        if resumed {
+            rec = self.resume_held(rec, "api").await?;
+        }
+        if let Some(t) = timeout_s {
+            let expires = now_ms() + t as i64 * 1000;
+            if resumed || rec.info.expires_at_ms < expires {
+                self.store.set_expiry(id, expires)?;
+                self.audit(&rec.tenant, Some(id), "sandbox.timeout", &json!({"timeout_s": t}))?;
+                rec.info.expires_at_ms = expires;
+            }
+        }
+        Ok((rec.info, resumed))
+    }
+
+    /// Extends the caller's sandbox `id` to end no sooner than `timeout_s` from now; one that ends
+    /// later already keeps its end (E2B's refresh). Under the sandbox's lock, so a concurrent resume
+    /// or timeout change is not undone.
+    pub async fn extend_timeout(&self, caller: &Caller, id: &str, timeout_s: u64) -> Result<SandboxInfo> {
+        self.check_timeout(timeout_s)?;
+        let rec = self.record(caller, id)?;
+        let _g = self.entries.lock(id).await;
+        let mut rec = self.fresh(&rec)?;
+        let expires = now_ms() + timeout_s as i64 * 1000;
+        if rec.info.expires_at_ms < expires {
+            self.store.set_expiry(id, expires)?;
+            self.audit(&rec.tenant, Some(id), "sandbox.timeout", &json!({"timeout_s": timeout_s}))?;
+            rec.info.expires_at_ms = expires;
+        }
+        Ok(rec.info)
+    }
+
     /// Deletes the caller's sandbox `id` in any state but `creating`.
     pub async fn delete(&self, caller: &Caller, id: &str) -> Result<()> {
         let rec = self.record(caller, id)?;
@@ -254,7 +336,11 @@ impl Control {
     /// stopped → running (fresh supervisor, same layer) or paused → running (thaw).
     pub(crate) async fn resume(&self, rec: &SandboxRecord, why: &str) -> Result<SandboxRecord> {
         let _g = self.entries.lock(&rec.info.id).await;
-        let mut rec = self.fresh(rec)?;
+        self.resume_held(self.fresh(rec)?, why).await
+    }
+
+    /// [`Self::resume`] with the sandbox's lock held and `rec` read under it.
+    async fn resume_held(&self, mut rec: SandboxRecord, why: &str) -> Result<SandboxRecord> {
         let id = rec.info.id.clone();
         let t0 = std::time::Instant::now();
         match step(rec.info.state, Transition::Resume) {
@@ -266,7 +352,7 @@ impl Control {
             self.engine.freeze(&id, false).await?;
         } else {
             self.ledger.reserve(&id, claim(&rec))?;
-            if let Err(e) = self.boot(&rec, LayerSource::Existing).await {
+            if let Err(e) = self.boot(&rec, LayerSource::Existing, None).await {
                 // Still stopped, its layer still on the volume.
                 self.ledger.park(&id, claim(&rec));
                 self.audit(&rec.tenant, Some(&id), "sandbox.resume_failed", &json!({"reason": e.message}))?;
@@ -304,7 +390,11 @@ impl Control {
     /// running/paused → stopped: processes end, files stay (synced before this returns).
     pub(crate) async fn stop(&self, rec: &SandboxRecord, why: Option<&str>) -> Result<SandboxRecord> {
         let _g = self.entries.lock(&rec.info.id).await;
-        let mut rec = self.fresh(rec)?;
+        self.stop_held(self.fresh(rec)?, why).await
+    }
+
+    /// [`Self::stop`] with the sandbox's lock held and `rec` read under it.
+    async fn stop_held(&self, mut rec: SandboxRecord, why: Option<&str>) -> Result<SandboxRecord> {
         let id = rec.info.id.clone();
         match step(rec.info.state, Transition::Stop) {
             Step::Already => return Ok(rec),
@@ -325,7 +415,11 @@ impl Control {
     /// running → paused: every process frozen, memory kept, no CPU.
     pub(crate) async fn pause(&self, rec: &SandboxRecord, why: Option<&str>) -> Result<SandboxRecord> {
         let _g = self.entries.lock(&rec.info.id).await;
-        let mut rec = self.fresh(rec)?;
+        self.pause_held(self.fresh(rec)?, why).await
+    }
+
+    /// [`Self::pause`] with the sandbox's lock held and `rec` read under it.
+    async fn pause_held(&self, mut rec: SandboxRecord, why: Option<&str>) -> Result<SandboxRecord> {
         let id = rec.info.id.clone();
         match step(rec.info.state, Transition::Pause) {
             // Paused by its owner when its lifetime ends: from now on it counts as paused by expiry, so

@@ -22,11 +22,32 @@ fn admin_only(caller: &Caller) -> Result<()> {
     ))
 }
 
+/// A sandbox's network policy and the tenant's exemptions it was compiled with.
+pub(crate) struct CompiledPolicy {
+    policy: Policy,
+    exempt: Vec<String>,
+}
+
 impl Control {
     /// Compiles a sandbox's network spec for `tenant`, with the exemptions an admin gave the tenant.
     pub(crate) fn policy_for(&self, tenant: &str, spec: &NetworkSpec) -> Result<Policy> {
+        Ok(self.compile_policy(tenant, spec)?.policy)
+    }
+
+    /// [`Self::policy_for`], keeping the exemptions it was compiled with.
+    pub(crate) fn compile_policy(&self, tenant: &str, spec: &NetworkSpec) -> Result<CompiledPolicy> {
         let exempt = self.store.tenant_exemptions(tenant)?.unwrap_or_default();
-        self.engine.compile_network(spec, &exempt).map_err(|e| Error::invalid(format!("network: {e}")))
+        let policy = self.engine.compile_network(spec, &exempt).map_err(|e| Error::invalid(format!("network: {e}")))?;
+        Ok(CompiledPolicy { policy, exempt })
+    }
+
+    /// `compiled`'s policy, or a new one if the tenant's exemptions changed since it was compiled.
+    pub(crate) fn current_policy(&self, tenant: &str, spec: &NetworkSpec, compiled: CompiledPolicy) -> Result<Policy> {
+        if self.store.tenant_exemptions(tenant)?.unwrap_or_default() == compiled.exempt {
+            Ok(compiled.policy)
+        } else {
+            self.policy_for(tenant, spec)
+        }
     }
 
     /// A new policy for the caller's sandbox `id`, effective for new connections and lookups.

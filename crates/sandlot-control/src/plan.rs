@@ -1,7 +1,8 @@
 //! A create request turned, once, into what the engine runs: the validated limits, the record in
-//! state `creating` and the layer source. Its network spec is checked here, so a bad one is refused
-//! before anything is recorded; the policy the sandbox runs with is compiled when it boots, under its
-//! lock and after its record exists (see `Control::start_record`).
+//! state `creating`, the layer source and the compiled network policy. The policy is compiled here, so
+//! a bad spec is refused before anything is recorded, and used when the sandbox boots, under its lock
+//! after its record exists, unless the tenant's exemptions changed in between (see
+//! `Control::start_record`).
 
 use std::collections::BTreeMap;
 
@@ -10,6 +11,7 @@ use sandlot_engine::LayerSource;
 use sandlot_store::{now_ms, SandboxRecord};
 
 use crate::config::{MIN_DISK_MB, MIN_MEMORY_MB, MIN_PIDS};
+use crate::network::CompiledPolicy;
 use crate::{Caller, Control, Error, Result};
 
 const MAX_METADATA: usize = 64;
@@ -33,6 +35,8 @@ pub(crate) struct Plan {
     pub rec: SandboxRecord,
     /// Where its writable layer comes from.
     pub source: LayerSource,
+    /// Its network policy, when the plan compiled it (else the boot does).
+    pub policy: Option<CompiledPolicy>,
 }
 
 /// A random id with `prefix` (20 characters of [a-z0-9] from the OS RNG: 103 bits).
@@ -224,11 +228,11 @@ impl Control {
             rec.network = net.clone();
             rec.info.network = net.info(0, 0);
         }
-        self.policy_for(&caller.tenant, &rec.network)?;
+        let policy = self.compile_policy(&caller.tenant, &rec.network)?;
         rec.info.snapshot = match &source {
             LayerSource::Snapshot { id, .. } => Some(id.clone()),
             _ => None,
         };
-        Ok(Plan { rec, source })
+        Ok(Plan { rec, source, policy: Some(policy) })
     }
 }

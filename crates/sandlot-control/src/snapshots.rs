@@ -153,7 +153,7 @@ impl Control {
                 copy.info.metadata.insert("forked_from".into(), id.clone());
                 copy.info.snapshot = Some(snap.id.clone());
                 let source = LayerSource::Snapshot { id: snap.id.clone(), owner };
-                match self.start_record(Plan { rec: copy, source }).await {
+                match self.start_record(Plan { rec: copy, source, policy: None }).await {
                     Ok(info) => made.push(info),
                     Err(e) => {
                         failure = Some(e);

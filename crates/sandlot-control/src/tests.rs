@@ -310,6 +310,70 @@ async fn pause_freezes_and_resume_thaws_without_a_new_launch() {
 }
 
 #[tokio::test]
+async fn pause_unless_paused_pauses_or_stops_once_even_when_asked_twice_at_once() {
+    let h = harness();
+    let id = h.persistent().await;
+    let (c, a) = (&h.control, &h.alice);
+    let (first, second) = tokio::join!(c.pause_unless_paused(a, &id, true), c.pause_unless_paused(a, &id, true));
+    let outcomes = [first.unwrap().map(|i| i.state), second.unwrap().map(|i| i.state)];
+    assert!(outcomes.contains(&Some(SandboxState::Paused)) && outcomes.contains(&None), "{outcomes:?}");
+    // A paused sandbox is paused already for a pause without memory too: nothing changes.
+    assert_eq!(c.pause_unless_paused(a, &id, false).await.unwrap(), None);
+    assert_eq!(h.state(&id), SandboxState::Paused);
+    c.resume_sandbox(a, &id).await.unwrap();
+    assert_eq!(c.pause_unless_paused(a, &id, false).await.unwrap().map(|i| i.state), Some(SandboxState::Stopped));
+    assert_eq!(c.pause_unless_paused(a, &id, true).await.unwrap(), None);
+    let freezes = h.driver.calls().into_iter().filter(|c| matches!(c, Call::Freeze(_, true))).count();
+    assert_eq!(freezes, 1);
+    assert_eq!(c.pause_unless_paused(&h.bob, &id, true).await.unwrap_err().kind, Kind::NotFound);
+}
+
+#[tokio::test]
+async fn connect_resumes_once_and_sets_or_only_extends_the_lifetime() {
+    let h = harness();
+    let id = h.persistent().await;
+    let (c, a) = (&h.control, &h.alice);
+    // A running sandbox: left as it is, and a shorter timeout does not cut its lifetime.
+    let before = h.control.get(a, &id).unwrap().expires_at_ms;
+    let (info, resumed) = c.connect(a, &id, false, Some(1)).await.unwrap();
+    assert!(!resumed);
+    assert_eq!(info.expires_at_ms, before);
+    let (info, _) = c.connect(a, &id, false, Some(7200)).await.unwrap();
+    assert!(info.expires_at_ms >= now_ms() + 7_190_000, "a longer timeout extends it");
+    // Paused: two connects at once thaw it once; a resumed sandbox's timeout counts from now.
+    c.pause_sandbox(a, &id).await.unwrap();
+    let (first, second) = tokio::join!(c.connect(a, &id, false, Some(30)), c.connect(a, &id, false, Some(30)));
+    let resumed = [first.unwrap(), second.unwrap()];
+    assert_eq!(resumed.iter().filter(|(_, r)| *r).count(), 1, "{resumed:?}");
+    assert!(resumed.iter().all(|(i, _)| i.state == SandboxState::Running));
+    let thaws = h.driver.calls().into_iter().filter(|c| matches!(c, Call::Freeze(_, false))).count();
+    assert_eq!(thaws, 1);
+    let expires = h.control.get(a, &id).unwrap().expires_at_ms;
+    assert!(expires <= now_ms() + 30_000, "the resumed sandbox's lifetime is the connect's 30 s");
+    // Paused, cold: stopped and booted again from its files.
+    c.pause_sandbox(a, &id).await.unwrap();
+    let (info, resumed) = c.connect(a, &id, true, None).await.unwrap();
+    assert!(resumed && info.state == SandboxState::Running);
+    assert_eq!(h.launches(&id), [LayerSource::Fresh, LayerSource::Existing]);
+    assert_eq!(c.connect(a, &id, false, Some(u64::MAX)).await.unwrap_err().kind, Kind::Invalid);
+}
+
+#[tokio::test]
+async fn extend_timeout_never_shortens_a_lifetime() {
+    let h = harness();
+    let id = h.sandbox().await;
+    let (c, a) = (&h.control, &h.alice);
+    c.set_timeout(a, &id, 600).unwrap();
+    let set = h.control.get(a, &id).unwrap().expires_at_ms;
+    assert_eq!(c.extend_timeout(a, &id, 10).await.unwrap().expires_at_ms, set);
+    assert_eq!(h.control.get(a, &id).unwrap().expires_at_ms, set);
+    let longer = c.extend_timeout(a, &id, 1200).await.unwrap().expires_at_ms;
+    assert!(longer > set && longer >= now_ms() + 1_190_000);
+    assert_eq!(h.control.get(a, &id).unwrap().expires_at_ms, longer);
+    assert_eq!(c.extend_timeout(&h.bob, &id, 1200).await.unwrap_err().kind, Kind::NotFound);
+}
+
+#[tokio::test]
 async fn illegal_transitions_are_conflicts_that_name_the_state() {
     let h = harness();
     let id = h.persistent().await;

@@ -4,7 +4,7 @@
 //! as a host error) and converts the answer into the API's types.
 
 use sandlot_api::{FileList, FileStat, WriteResult};
-use sandlot_protocol::{FileAnswer, FileKind, FileOp};
+use sandlot_protocol::{FileAnswer, FileKind, FileOp, MkdirMode};
 use tokio::io::AsyncRead;
 
 use crate::{EngineError, FileStream, Sandbox};
@@ -28,8 +28,8 @@ impl Sandbox {
     }
 
     /// Creates directory `path`; with `parents` like `mkdir -p`.
-    pub async fn mkdir(&self, path: &str, uid: u32, parents: bool) -> Result<(), EngineError> {
-        match self.file_op(uid, FileOp::Mkdir { path: path.into(), parents }).await? {
+    pub async fn mkdir(&self, path: &str, uid: u32, mode: MkdirMode) -> Result<(), EngineError> {
+        match self.file_op(uid, FileOp::Mkdir { path: path.into(), mode }).await? {
             FileAnswer::Made => Ok(()),
             other => Err(unexpected("mkdir", &other)),
         }

@@ -28,7 +28,7 @@ pub use network::{NetEvent, NetworkSettings, Policy, PolicyError};
 pub use process::{Follow, Process, ProcessMeta, RawEvent};
 pub use sandbox::{ExecSpec, FileStream, NetCounters, Sandbox, WatchStream};
 /// Categories of file-operation failure, in [`EngineError::File`].
-pub use sandlot_protocol::FileErrorKind;
+pub use sandlot_protocol::{FileErrorKind, MkdirMode};
 
 /// Engine configuration.
 #[derive(Clone)]

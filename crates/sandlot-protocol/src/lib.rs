@@ -246,8 +246,8 @@ pub enum FileOp {
     Mkdir {
         /// Path.
         path: String,
-        /// Like `mkdir -p`.
-        parents: bool,
+        /// What happens with missing parents and with a directory already there.
+        mode: MkdirMode,
     },
     /// Remove a file or directory.
     Remove {
@@ -454,6 +454,19 @@ pub enum FileAnswer {
     Removed,
     /// A `Move` renamed the path.
     Moved,
+}
+
+/// How a [`FileOp::Mkdir`] treats missing parents and a directory already there.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MkdirMode {
+    /// `mkdir`: the parent must exist, and the path must not.
+    Single,
+    /// `mkdir -p`: parents are made as needed, and a directory already there is success.
+    Parents,
+    /// Parents are made as needed; the directory itself must be new (envd's `MakeDir`), decided by
+    /// the last `mkdir`, so two callers cannot both be told they made it.
+    ParentsNew,
 }
 
 /// Metadata of one path inside the sandbox, symlinks not followed.

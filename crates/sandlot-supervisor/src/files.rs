@@ -25,7 +25,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::UNIX_EPOCH;
 
-use sandlot_protocol::{Event, FileAnswer, FileErrorKind, FileKind, FileOp, FileStat, MAX_PAYLOAD};
+use sandlot_protocol::{Event, FileAnswer, FileErrorKind, FileKind, FileOp, FileStat, MkdirMode, MAX_PAYLOAD};
 
 use crate::credit::{Credits, Window};
 use crate::{lock, spawn_thread, Outbox, Permit};
@@ -207,12 +207,7 @@ fn run(
         }
         FileOp::Stat { path } => stat(&checked_path(&path)?).map(FileAnswer::Stat),
         FileOp::List { path, depth, max_entries } => list(&checked_path(&path)?, depth, max_entries),
-        FileOp::Mkdir { path, parents } => {
-            let path = checked_path(&path)?;
-            let r = if parents { fs::create_dir_all(&path) } else { fs::create_dir(&path) };
-            r.map_err(|e| OpError::io(&path, e))?;
-            Ok(FileAnswer::Made)
-        }
+        FileOp::Mkdir { path, mode } => mkdir(&checked_path(&path)?, mode),
         FileOp::Remove { path, recursive } => remove(&checked_path(&path)?, recursive),
         FileOp::Move { from, to, overwrite } => rename(&checked_path(&from)?, &checked_path(&to)?, overwrite),
         FileOp::Untar { path, max_bytes } => {
@@ -220,6 +215,20 @@ fn run(
         }
         FileOp::Tar { path } => tar(out, req, &checked_path(&path)?, &window.expect("opened for downloads")),
     }
+}
+
+fn mkdir(path: &Path, mode: MkdirMode) -> Result<FileAnswer, OpError> {
+    let made = match mode {
+        MkdirMode::Single => fs::create_dir(path),
+        MkdirMode::Parents => fs::create_dir_all(path),
+        // The parents as for `mkdir -p`, then one mkdir that fails if the directory is there.
+        MkdirMode::ParentsNew => match path.parent() {
+            Some(parent) => fs::create_dir_all(parent).and_then(|()| fs::create_dir(path)),
+            None => fs::create_dir(path),
+        },
+    };
+    made.map_err(|e| OpError::io(path, e))?;
+    Ok(FileAnswer::Made)
 }
 
 pub(crate) fn cstring(path: &Path) -> Result<CString, OpError> {
@@ -1136,6 +1145,25 @@ mod tests {
         assert_eq!(all, ["/a", "/b", "/b/deeper", "/b/x"]);
         assert!(matches!(list(&s.0, 2, 3), Err(OpError { kind: FileErrorKind::TooLarge, .. })));
         assert!(matches!(list(&s.0.join("a"), 1, 100), Err(OpError { kind: FileErrorKind::WrongKind, .. })));
+    }
+
+    #[test]
+    fn mkdir_modes_differ_on_missing_parents_and_a_directory_already_there() {
+        let s = Scratch::new("mkdir");
+        let exists =
+            |r: Result<FileAnswer, OpError>| matches!(r, Err(OpError { kind: FileErrorKind::AlreadyExists, .. }));
+        assert!(matches!(
+            mkdir(&s.0.join("a/b"), MkdirMode::Single),
+            Err(OpError { kind: FileErrorKind::NotFound, .. })
+        ));
+        assert_eq!(mkdir(&s.0.join("a/b"), MkdirMode::ParentsNew).unwrap(), FileAnswer::Made);
+        assert!(exists(mkdir(&s.0.join("a/b"), MkdirMode::ParentsNew)));
+        assert!(exists(mkdir(&s.0.join("a/b"), MkdirMode::Single)));
+        assert_eq!(mkdir(&s.0.join("a/b"), MkdirMode::Parents).unwrap(), FileAnswer::Made);
+        assert_eq!(mkdir(&s.0.join("c/d/e"), MkdirMode::Parents).unwrap(), FileAnswer::Made);
+        assert!(s.0.join("c/d/e").is_dir());
+        fs::write(s.0.join("f"), b"").unwrap();
+        assert!(exists(mkdir(&s.0.join("f"), MkdirMode::ParentsNew)), "a file there is there too");
     }
 
     #[test]

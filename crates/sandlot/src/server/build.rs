@@ -12,10 +12,11 @@ use bytes::Bytes;
 use sandlot_api::{BuildEvent, BuildImage, ErrorDetail, SnapshotImage, NDJSON};
 use sandlot_control::BuildFailure;
 
-use super::app::{channel_body, leased, AppState};
+use super::app::AppState;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, Auth, Leased};
 use super::images::{spool, wants_ndjson};
+use super::stream::{channel_body, leased};
 
 /// The build's options from its query string; `allow` and `build_arg` may repeat.
 fn options(pairs: Vec<(String, String)>) -> Result<BuildImage, ApiError> {

@@ -14,9 +14,10 @@ use sandlot_api::{
 };
 use sandlot_control::{Follow, Started};
 
-use super::app::{abandonable_queue, leased, AppState};
+use super::app::AppState;
 use super::error::ApiError;
 use super::extract::{optional_json, ApiJson, ApiPath, ApiQuery, Auth, Leased};
+use super::stream::{abandonable_queue, leased, Pace, StreamPolicy};
 
 /// Query of `GET …/processes`.
 #[derive(serde::Deserialize)]
@@ -52,24 +53,19 @@ pub async fn exec(
 ) -> Result<Response, ApiError> {
     Ok(match app.control.exec(&caller, &id, req, wants_ndjson(&headers)).await? {
         Started::Background { pid } => (StatusCode::ACCEPTED, Json(ProcessStarted { pid })).into_response(),
-        Started::Streaming(proc) => leased(&app, lease, ndjson(proc.follow())),
+        Started::Streaming(proc) => leased(&app, lease, ndjson(proc.follow(), app.streams)),
         Started::Finished(r) => Json(r).into_response(),
     })
 }
 
-/// How long an NDJSON stream waits for its client to take a line before it is abandoned: a client
-/// that stops reading keeps the process (and its output reservation) and its queued lines only this
-/// long.
-const STALL: std::time::Duration = std::time::Duration::from_secs(60);
-
 /// Streams a process's events, from its first, as NDJSON until it exits or the client goes; a client
-/// that takes no line for [`STALL`] (a second once the sandbox has ended) has its queued lines
-/// dropped and its stream cut.
-fn ndjson(follow: Follow) -> Response {
+/// that takes no line within the stream policy's bound has its queued lines dropped and its stream
+/// cut, so it keeps the process's output reservation only that long.
+fn ndjson(follow: Follow, policy: StreamPolicy) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
     let (lines, queue) = abandonable_queue(rx);
     tokio::spawn(async move {
-        if stream_lines(follow, &tx).await == Delivery::Stalled {
+        if stream_lines(follow, &tx, Pace::new(policy)).await == Delivery::Stalled {
             queue.abandon();
         }
     });
@@ -92,18 +88,18 @@ enum Delivery {
 }
 
 /// The follower reads at this client's pace.
-async fn stream_lines(mut follow: Follow, tx: &tokio::sync::mpsc::Sender<Result<Bytes, Infallible>>) -> Delivery {
+async fn stream_lines(
+    mut follow: Follow,
+    tx: &tokio::sync::mpsc::Sender<Result<Bytes, Infallible>>,
+    mut pace: Pace,
+) -> Delivery {
     let proc = follow.process();
     let mut pending: Option<Bytes> = None;
-    // Once the sandbox has ended its processes have too: a reading client gets the rest at once, one
-    // that does not read is cut off after a second.
-    let mut bound = STALL;
-    let mut sandbox_ended = false;
     loop {
         // While a line waits for room only its send, or an end, can fire: its bound is not restarted.
+        // (select! evaluates a disabled branch's expression too: the send is made inside its future.)
         tokio::select! {
-            sent = async { tokio::time::timeout(bound, tx.send(Ok(pending.clone().expect("pending")))).await },
-                if pending.is_some() => match sent {
+            sent = async { pace.send(tx.send(Ok(pending.clone().expect("pending")))).await }, if pending.is_some() => match sent {
                 Ok(Ok(())) => pending = None,
                 Ok(Err(_)) => return Delivery::Done,
                 Err(_) => return Delivery::Stalled,
@@ -113,10 +109,7 @@ async fn stream_lines(mut follow: Follow, tx: &tokio::sync::mpsc::Sender<Result<
                 None => return Delivery::Done,
             },
             _ = tx.closed() => return Delivery::Done,
-            _ = proc.sandbox_ended(), if !sandbox_ended => {
-                sandbox_ended = true;
-                bound = std::time::Duration::from_secs(1);
-            }
+            _ = proc.sandbox_ended(), if !pace.knows_sandbox_ended() => pace.sandbox_ended(),
         }
     }
 }
@@ -182,5 +175,5 @@ pub async fn logs(
     ApiQuery(q): ApiQuery<LogsQuery>,
 ) -> Result<Response, ApiError> {
     let follow = app.control.process(&caller, &id, pid).await?.follow();
-    Ok(leased(&app, lease, ndjson(if q.follow { follow } else { follow.up_to_now() })))
+    Ok(leased(&app, lease, ndjson(if q.follow { follow } else { follow.up_to_now() }, app.streams)))
 }

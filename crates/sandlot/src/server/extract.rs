@@ -25,7 +25,7 @@ impl FromRequestParts<AppState> for Auth {
 }
 
 /// The caller of a request whose answer is a stream that may outlive the key (a watch, a log, an
-/// exec's output, a pull's progress), and the lease [`super::app::leased`] keeps checking while it lasts.
+/// exec's output, a pull's progress), and the lease [`super::stream::leased`] keeps checking while it lasts.
 pub struct Leased(pub Caller, pub sandlot_control::KeyLease);
 
 impl FromRequestParts<AppState> for Leased {

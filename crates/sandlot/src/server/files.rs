@@ -9,12 +9,13 @@ use axum::Json;
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 use sandlot_api::{FileList, FileStat, MkdirRequest, MoveRequest, User};
-use sandlot_control::{Caller, FileStream, SandboxPath, Upload};
+use sandlot_control::{Caller, FileStream, MkdirMode, SandboxPath, Upload};
 use serde::Deserialize;
 
-use super::app::{abandonable_queue, channel_body, leased, AppState};
+use super::app::AppState;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, Auth, Leased};
+use super::stream::{abandonable_queue, channel_body, leased, Pace};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,12 +155,9 @@ pub struct WatchQuery {
     recursive: bool,
 }
 
-/// How long a watch's stream waits for its client to take a line before the watch is dropped.
-const WATCH_STALL: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// Streams a directory's changes as NDJSON lines until the client goes away (which stops the watch
-/// in the sandbox), the directory is removed, or the client takes no line for [`WATCH_STALL`] while
-/// events wait.
+/// in the sandbox), the directory is removed, or the client takes no line within the stream policy's
+/// bound while events wait.
 pub async fn watch(
     State(app): State<AppState>,
     Leased(caller, lease): Leased,
@@ -170,6 +168,7 @@ pub async fn watch(
     // Few lines wait here: the events wait in the watch's queue, where they are charged.
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(8);
     let (lines, queue) = abandonable_queue(rx);
+    let pace = Pace::new(app.streams);
     tokio::spawn(async move {
         loop {
             // A client that leaves is noticed even while nothing changes, so its watch (one of the
@@ -181,7 +180,7 @@ pub async fn watch(
             let Some(ev) = ev else { return };
             let mut line = serde_json::to_vec(&ev).expect("events serialise");
             line.push(b'\n');
-            match tokio::time::timeout(WATCH_STALL, tx.send(Ok(Bytes::from(line)))).await {
+            match pace.send(tx.send(Ok(Bytes::from(line)))).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => return,
                 // A client that takes nothing while events wait: its lines and its watch go (the
@@ -209,7 +208,10 @@ pub async fn mkdir(
     ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<MkdirRequest>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let st = app.control.mkdir(&caller, &id, &req.path, req.user, req.parents).await?;
+    let st = app
+        .control
+        .mkdir(&caller, &id, &req.path, req.user, if req.parents { MkdirMode::Parents } else { MkdirMode::Single })
+        .await?;
     Ok((StatusCode::CREATED, Json(st)))
 }
 

@@ -16,9 +16,10 @@ use tokio::io::AsyncWriteExt;
 
 use sandlot_control::{UPLOAD_DEADLINE, UPLOAD_IDLE};
 
-use super::app::{channel_body, leased, AppState};
+use super::app::AppState;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, Auth, Leased};
+use super::stream::{channel_body, leased};
 
 pub(super) fn wants_ndjson(headers: &HeaderMap) -> bool {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(NDJSON))

@@ -26,9 +26,10 @@ use sandlot_api::{
 use sandlot_control::{Caller, SandboxPath, Started, Upload};
 use tokio_util::sync::CancellationToken;
 
-use super::app::{leased, AppState};
+use super::app::AppState;
 use super::error::ApiError;
 use super::extract::bearer_key;
+use super::stream::leased;
 use crate::mcp::{
     parse_interpreter_lines, Connector, FileHead, SandboxBackend, SandlotMcp, ToolError, ToolResult, INTERPRETER_PORT,
     MAX_INTERPRETER_ANSWER, START_TAG,

@@ -20,7 +20,9 @@ mod prometheus;
 mod pty;
 mod sandboxes;
 mod snapshots;
+mod stream;
 mod tenants;
+mod tls;
 mod ui;
 
 use std::net::SocketAddr;
@@ -589,11 +591,11 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
         }
         (Some(_), None) => bail!("--e2b-tls-listen needs --e2b-domain DOMAIN (the certificate's and host routing's)"),
         (Some(addr), Some(domain)) => {
-            let setup = e2b::tls::setup(
+            let setup = tls::setup(
                 &domain,
                 args.e2b_tls_cert.as_deref(),
                 args.e2b_tls_key.as_deref(),
-                &e2b::tls::ca_dir(&state_dir),
+                &tls::ca_dir(&state_dir),
             )?;
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -624,6 +626,7 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
         e2b: e2b_settings,
         mcp_shutdown: tokio_util::sync::CancellationToken::new(),
         http_metrics: Default::default(),
+        streams: Default::default(),
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let services = control.start_services(shutdown_rx.clone());

@@ -69,6 +69,7 @@ mod tests {
             e2b: e2b::E2bSettings::new(&[], None).unwrap(),
             mcp_shutdown: tokio_util::sync::CancellationToken::new(),
             http_metrics: Default::default(),
+            streams: Default::default(),
         });
         Server { router: router(app), admin_key, _dir: dir }
     }

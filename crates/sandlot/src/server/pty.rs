@@ -9,7 +9,8 @@
 //! [`PTY_MAX_INPUT_FRAME`] bytes and handled one at a time (a client that sends faster than its
 //! process's terminal takes input waits on its own TCP window); output is read from the process's
 //! scrollback at this connection's pace (a slow reader skips ahead, it never makes the process or
-//! another reader wait) and a connection that takes no frame for [`STALL`] is dropped.
+//! another reader wait) and a connection that takes no frame within the stream policy's bound
+//! ([`StreamPolicy`](super::stream::StreamPolicy)) is dropped.
 //!
 //! The sandbox and process are resolved once, when the connection opens: typing costs no store read
 //! (see `Control::terminal_input` for a sandbox paused meanwhile). The key is re-checked every
@@ -33,14 +34,13 @@ use self::client::parse_query;
 use super::app::AppState;
 use super::error::ApiError;
 use super::extract::{bearer_key, ApiPath};
+use super::stream::Pace;
 
 /// The command of a terminal that names none: the user's login shell, bash where the image has it,
 /// else `sh` (busybox images).
 pub const DEFAULT_SHELL: &str = "command -v bash >/dev/null 2>&1 && exec bash -l; exec sh -l";
 /// Terminal size when the query names none.
 const DEFAULT_SIZE: PtySize = PtySize { rows: 24, cols: 80 };
-/// How long one frame to the client may wait for room before the connection is dropped.
-const STALL: Duration = Duration::from_secs(30);
 /// How often the server pings; a client from which nothing (not even a pong) came for
 /// [`IDLE`] is closed.
 const PING_EVERY: Duration = Duration::from_secs(30);
@@ -139,7 +139,8 @@ enum End {
     Exited,
     /// The client closed, or its connection broke.
     Gone,
-    /// The client took no frame for [`STALL`]: nothing more is sent, not even a close.
+    /// The client took no frame within the stream policy's bound: nothing more is sent, not even a
+    /// close.
     Stalled,
     /// Nothing came from the client for [`IDLE`].
     Idle,
@@ -175,9 +176,9 @@ fn text(msg: &PtyServerMessage) -> Message {
     Message::Text(serde_json::to_string(msg).expect("messages serialise").into())
 }
 
-/// Sends one frame within [`STALL`]; `false` when the client is gone or did not take it.
-async fn send(socket: &mut WebSocket, msg: Message) -> Result<(), End> {
-    match tokio::time::timeout(STALL, socket.send(msg)).await {
+/// Sends one frame within `pace`'s bound; an end when the client is gone or did not take it.
+async fn send(socket: &mut WebSocket, pace: &Pace, msg: Message) -> Result<(), End> {
+    match pace.send(socket.send(msg)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(End::Gone),
         Err(_) => Err(End::Stalled),
@@ -210,24 +211,26 @@ async fn run(
 ) -> Result<std::convert::Infallible, End> {
     let proc = slot.process();
     let pid = proc.handle;
-    send(socket, text(&PtyServerMessage::Started { pid })).await?;
+    let mut pace = Pace::new(app.streams);
+    send(socket, &pace, text(&PtyServerMessage::Started { pid })).await?;
     let mut follow = proc.follow();
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
     let mut heard = tokio::time::Instant::now();
     let mut recheck = tokio::time::interval_at(tokio::time::Instant::now() + LEASE_RECHECK, LEASE_RECHECK);
+    // When the sandbox ended: the process's end follows within a grace, or the session ends anyway.
     let mut sandbox_ended: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             ev = follow.next_raw() => match ev {
                 // A follower ends after the exit, which returned already.
                 None => return Err(End::Exited),
-                Some(RawEvent::Stdout(b) | RawEvent::Stderr(b)) => send(socket, Message::Binary(b.into())).await?,
+                Some(RawEvent::Stdout(b) | RawEvent::Stderr(b)) => send(socket, &pace, Message::Binary(b.into())).await?,
                 Some(RawEvent::Event(ExecEvent::Exited { status, exit_code, signal, .. })) => {
-                    send(socket, text(&PtyServerMessage::Exit { status, exit_code, signal })).await?;
+                    send(socket, &pace, text(&PtyServerMessage::Exit { status, exit_code, signal })).await?;
                     return Err(End::Exited);
                 }
                 Some(RawEvent::Event(ExecEvent::Error { code, message })) => {
-                    send(socket, text(&PtyServerMessage::Error { code, message })).await?;
+                    send(socket, &pace, text(&PtyServerMessage::Error { code, message })).await?;
                     return Err(End::SandboxEnded);
                 }
                 Some(RawEvent::Event(_)) => {}
@@ -253,13 +256,13 @@ async fn run(
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => None,
                 };
                 if let Some(reply) = reply {
-                    send(socket, text(&reply)).await?;
+                    send(socket, &pace, text(&reply)).await?;
                 }
             },
             _ = recheck.tick() => {
                 if let Err(e) = app.control.recheck_key(lease) {
                     tracing::info!(key = lease.id(), pid, "terminal closed: {}", e.message);
-                    send(socket, text(&error_message(&e))).await?;
+                    send(socket, &pace, text(&error_message(&e))).await?;
                     return Err(End::KeyEnded);
                 }
             },
@@ -267,10 +270,11 @@ async fn run(
                 if heard.elapsed() > IDLE {
                     return Err(End::Idle);
                 }
-                send(socket, Message::Ping(Default::default())).await?;
+                send(socket, &pace, Message::Ping(Default::default())).await?;
             },
             _ = proc.sandbox_ended(), if sandbox_ended.is_none() => {
                 sandbox_ended = Some(tokio::time::Instant::now());
+                pace.sandbox_ended();
             },
             // The process's end is recorded as its sandbox goes; if it never is, the session ends anyway.
             _ = tokio::time::sleep_until(sandbox_ended.unwrap_or_else(tokio::time::Instant::now) + Duration::from_secs(5)),

@@ -18,7 +18,6 @@ mod envd;
 mod error;
 mod sandboxes;
 mod templates;
-pub mod tls;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

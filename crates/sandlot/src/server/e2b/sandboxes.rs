@@ -450,10 +450,7 @@ pub async fn refresh(
     let id = sandbox_id(&id)?;
     let duration = req.duration.unwrap_or(app.control.config().defaults.timeout_s);
     // A refresh only ever extends: a sandbox whose end is later already keeps it.
-    let info = app.control.get(&caller, &id)?;
-    if info.expires_at_ms < sandlot_store::now_ms() + duration as i64 * 1000 {
-        app.control.set_timeout(&caller, &id, duration)?;
-    }
+    app.control.extend_timeout(&caller, &id, duration).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -465,19 +462,13 @@ pub async fn pause(
 ) -> Result<impl IntoResponse, E2bApiError> {
     let id = sandbox_id(&id)?;
     let req = body.map(|Json(b)| b).unwrap_or_default();
-    let info = app.control.get(&caller, &id)?;
-    if matches!(info.state, SandboxState::Paused | SandboxState::Stopped) {
-        return Err(E2bApiError::new(
-            StatusCode::CONFLICT,
-            format!("sandbox {} is already paused", e2b_sandbox_id(&id)),
-        ));
+    // `memory: false` keeps only the files (a stop); either way a second pause is E2B's 409.
+    match app.control.pause_unless_paused(&caller, &id, req.memory != Some(false)).await? {
+        Some(_) => Ok(StatusCode::NO_CONTENT),
+        None => {
+            Err(E2bApiError::new(StatusCode::CONFLICT, format!("sandbox {} is already paused", e2b_sandbox_id(&id))))
+        }
     }
-    if req.memory == Some(false) {
-        app.control.stop_sandbox(&caller, &id).await?;
-    } else {
-        app.control.pause_sandbox(&caller, &id).await?;
-    }
-    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Connect (v1 and v2) and the old resume: a paused or stopped sandbox is resumed (201), a running
@@ -495,28 +486,9 @@ pub async fn connect(
     e2b_state(info.state).ok_or_else(|| {
         E2bApiError::not_found(format!("sandbox {} not found: it is {}", e2b_sandbox_id(&id), info.state.as_str()))
     })?;
-    let status = match info.state {
-        SandboxState::Paused if req.memory == Some(false) => {
-            // `on_resume="reboot"`: cold boot from the files, as E2B does.
-            app.control.stop_sandbox(&caller, &id).await?;
-            app.control.resume_sandbox(&caller, &id).await?;
-            StatusCode::CREATED
-        }
-        SandboxState::Paused | SandboxState::Stopped => {
-            app.control.resume_sandbox(&caller, &id).await?;
-            StatusCode::CREATED
-        }
-        _ => StatusCode::OK,
-    };
-    // The timeout counts from now for a sandbox just resumed; a running one only ever gains time
-    // (a connect must not cut short what the sandbox's owner set), as E2B does.
-    let info = app.control.get(&caller, &id)?;
-    let info = match req.timeout {
-        Some(t) if status == StatusCode::CREATED || info.expires_at_ms < sandlot_store::now_ms() + t as i64 * 1000 => {
-            app.control.set_timeout(&caller, &id, t)?
-        }
-        _ => info,
-    };
+    // `memory: false` on a paused sandbox is `on_resume="reboot"`: cold boot from the files, as E2B does.
+    let (info, resumed) = app.control.connect(&caller, &id, req.memory == Some(false), req.timeout).await?;
+    let status = if resumed { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(answer(&app, &caller, &info)?)))
 }
 

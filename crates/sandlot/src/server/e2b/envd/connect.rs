@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use super::frame::{envelope, split_envelope, FrameError, FLAG_END_STREAM};
 pub use super::frame::{Codec, Message, MAX_MESSAGE_BYTES};
 use super::ConnectError;
+use crate::server::stream::{abandonable_queue, Abandon, Pace, StreamPolicy};
 
 impl From<FrameError> for ConnectError {
     fn from(e: FrameError) -> Self {
@@ -137,26 +138,29 @@ pub fn stream_error(codec: Codec, e: ConnectError) -> Response {
 pub struct ServerStream {
     codec: Codec,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
-    queue: crate::server::app::Abandon<Result<Bytes, std::io::Error>>,
+    queue: Abandon<Result<Bytes, std::io::Error>>,
+    policy: StreamPolicy,
     finished: bool,
 }
 
 /// Messages queued per stream before its producer waits for the client.
 const STREAM_QUEUE: usize = 16;
 
-/// How long a stream waits for its client to take a message: past it the stream is ended, so a
-/// client that stops reading holds what its producer holds (a process's output, a transfer) only
-/// this long.
-pub const STALL: Duration = Duration::from_secs(60);
-
 impl ServerStream {
-    /// A stream and the response that carries it.
-    pub fn open(codec: Codec) -> (ServerStream, Response) {
+    /// A stream and the response that carries it; its messages wait for the client under `policy`
+    /// (past it the stream is ended, so a client that stops reading holds what its producer holds,
+    /// a process's output or a watch, only that long).
+    pub fn open(codec: Codec, policy: StreamPolicy) -> (ServerStream, Response) {
         let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(STREAM_QUEUE);
-        let (messages, queue) = crate::server::app::abandonable_queue(rx);
+        let (messages, queue) = abandonable_queue(rx);
         let body = Body::from_stream(messages);
         let resp = ([(header::CONTENT_TYPE, codec.stream_type())], body).into_response();
-        (ServerStream { codec, tx, queue, finished: false }, resp)
+        (ServerStream { codec, tx, queue, policy, finished: false }, resp)
+    }
+
+    /// The policy its messages wait under.
+    pub fn pace(&self) -> Pace {
+        Pace::new(self.policy)
     }
 
     /// Ends the stream for a client that stopped reading: what is queued is dropped, no end message
@@ -176,7 +180,7 @@ impl ServerStream {
     /// read as a transport failure and answer by asking whether the sandbox still runs.
     pub async fn cut(mut self, why: &str) {
         self.finished = true;
-        let _ = tokio::time::timeout(STALL, self.tx.send(Err(std::io::Error::other(why.to_string())))).await;
+        let _ = self.pace().send(self.tx.send(Err(std::io::Error::other(why.to_string())))).await;
     }
 
     /// Waits until the client has gone.
@@ -188,7 +192,7 @@ impl ServerStream {
     pub async fn finish(mut self, error: Option<ConnectError>) {
         self.finished = true;
         // Bounded: the client may have stopped reading with the queue full.
-        let _ = tokio::time::timeout(STALL, self.tx.send(Ok(end_of_stream(error.as_ref())))).await;
+        let _ = self.pace().send(self.tx.send(Ok(end_of_stream(error.as_ref())))).await;
     }
 }
 

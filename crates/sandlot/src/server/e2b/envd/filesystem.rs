@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Extension;
 use sandlot_api::{FileKind, FileStat, User};
-use sandlot_control::Kind;
+use sandlot_control::{Kind, MkdirMode};
 
 use super::connect;
 use super::proto::{self, EntryInfo, FileType};
@@ -158,18 +158,9 @@ pub async fn make_dir(
 ) -> Reply {
     let (codec, req) = connect::read_unary::<proto::PathRequest>(&headers, body).await?;
     let user = basic_user(&headers)?;
-    match app.control.stat(&t.caller, &t.id, &req.path, user).await {
-        Ok(_) => {
-            return Err(ConnectError::new(
-                "already_exists",
-                axum::http::StatusCode::CONFLICT,
-                format!("{} already exists", req.path),
-            ))
-        }
-        Err(e) if matches!(e.kind, Kind::FileNotFound | Kind::NotFound) => {}
-        Err(e) => return Err(e.into()),
-    }
-    Ok(entry_response(codec, app.control.mkdir(&t.caller, &t.id, &req.path, user, true).await?))
+    // envd's MakeDir: parents as needed, and `already_exists` when the directory is there (the
+    // supervisor's last mkdir decides, so no check races the make).
+    Ok(entry_response(codec, app.control.mkdir(&t.caller, &t.id, &req.path, user, MkdirMode::ParentsNew).await?))
 }
 
 /// `Move`: a rename that replaces what is at the destination, as envd's (`os.Rename`) does.

@@ -13,9 +13,9 @@ use bytes::Bytes;
 use flate2::write::{GzDecoder, GzEncoder};
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
-use sandlot_engine::FileStream;
+use sandlot_control::FileStream;
 
-use crate::server::app::channel_body;
+use crate::server::stream::channel_body;
 
 /// Compressed bytes handed to the inflater per step.
 const INFLATE_STEP: usize = 1024;

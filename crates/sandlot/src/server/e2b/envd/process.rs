@@ -10,8 +10,8 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Extension;
 use sandlot_api::{ExecEvent, ExecRequest, ExitStatus};
+use sandlot_control::{Process, RawEvent};
 use sandlot_control::{Started, TERMINAL_SCROLLBACK_BYTES};
-use sandlot_engine::{Process, RawEvent};
 
 use super::connect::{self, Codec, Envelopes, ServerStream};
 use super::proto::{self, process_event as pe, process_input, process_selector, stream_input_request};
@@ -102,9 +102,9 @@ enum Step {
 }
 
 /// Streams a process's events, from its first (a replay for `Connect`), to `out`, with keepalives,
-/// until the end, the client's going or its deadline. A client that takes no message for
-/// [`connect::STALL`] (a second once the sandbox has ended) has its stream abandoned. The process (and with it its output reservation) is let
-/// go before the end of the stream is written: that write waits for a client that may not read.
+/// until the end, the client's going or its deadline. A client that takes no message within the
+/// stream policy's bound has its stream abandoned. The process (and with it its output reservation)
+/// is let go before the end of the stream is written: that write waits for a client that may not read.
 async fn pump(
     proc: Arc<Process>,
     out: ServerStream,
@@ -137,23 +137,22 @@ async fn pump_events(
     let deadline = deadline.map(|d| tokio::time::Instant::now() + d);
     let mut ping = keepalive.map(|k| tokio::time::interval_at(tokio::time::Instant::now() + k, k));
     let mut pending: Option<proto::StartResponse> = None;
-    // Once the sandbox has ended, every process of it has ended too: a reading client gets the rest
-    // at once, and one that does not read is cut off after a second instead of the full bound.
-    let mut send_bound = connect::STALL;
-    let mut sandbox_ended = false;
+    let mut pace = out.pace();
     loop {
         // While a message waits for room only the send, or an end, can fire, so its bound is not
         // restarted by other arms.
         let step = tokio::select! {
-            sent = async { tokio::time::timeout(send_bound, out.send(pending.as_ref().expect("pending"))).await },
-                if pending.is_some() => sent.map_or(Step::Stalled, Step::Sent),
+            // (select! evaluates a disabled branch's expression too: the send is made inside its future.)
+            sent = async { pace.send(out.send(pending.as_ref().expect("pending"))).await }, if pending.is_some() => {
+                sent.map_or(Step::Stalled, Step::Sent)
+            }
             ev = follow.next_raw(), if pending.is_none() => Step::Next(ev),
             _ = async { ping.as_mut().expect("keepalive").tick().await }, if ping.is_some() && pending.is_none() => Step::Ping,
             _ = async { tokio::time::sleep_until(deadline.expect("deadline")).await }, if deadline.is_some() => {
                 Step::End(PumpEnd::Finish(Some(ConnectError::deadline_exceeded())))
             }
             _ = out.gone() => Step::End(PumpEnd::Drop),
-            _ = proc.sandbox_ended(), if !sandbox_ended => Step::SandboxEnded,
+            _ = proc.sandbox_ended(), if !pace.knows_sandbox_ended() => Step::SandboxEnded,
         };
         let msg = match step {
             Step::Sent(true) => {
@@ -163,8 +162,7 @@ async fn pump_events(
             Step::Sent(false) => return PumpEnd::Drop,
             Step::Stalled => return PumpEnd::Abandon,
             Step::SandboxEnded => {
-                sandbox_ended = true;
-                send_bound = std::time::Duration::from_secs(1);
+                pace.sandbox_ended();
                 continue;
             }
             Step::End(end) => return end,
@@ -266,7 +264,7 @@ async fn start_stream(app: AppState, t: Target, headers: HeaderMap, body: Body) 
             }
         });
     }
-    let (out, resp) = ServerStream::open(codec);
+    let (out, resp) = ServerStream::open(codec, app.streams);
     tokio::spawn(pump(proc, out, connect::keepalive(&headers), deadline));
     Ok(resp)
 }
@@ -286,7 +284,7 @@ async fn connect_stream(app: AppState, t: Target, headers: HeaderMap, body: Body
     let (codec, req) = stream_request::<proto::SelectRequest>(&headers, body).await?;
     let deadline = connect::timeout(&headers)?;
     let proc = selected(&app, &t, req.process).await?;
-    let (out, resp) = ServerStream::open(codec);
+    let (out, resp) = ServerStream::open(codec, app.streams);
     tokio::spawn(pump(proc, out, connect::keepalive(&headers), deadline));
     Ok(resp)
 }
@@ -371,7 +369,7 @@ pub async fn stream_input(
         Ok::<_, ConnectError>(())
     };
     // A client stream is answered like a streaming call: one message, then the end of the stream.
-    let (out, resp) = ServerStream::open(codec);
+    let (out, resp) = ServerStream::open(codec, app.streams);
     match result.await {
         Ok(()) => {
             out.send(&proto::Empty {}).await;

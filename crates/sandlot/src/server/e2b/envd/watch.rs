@@ -195,7 +195,7 @@ fn watch_message(e: watch_dir_response::Event) -> proto::WatchDirResponse {
 
 /// `WatchDir`: `start`, then the events as they happen (with keepalives), until the client goes,
 /// its deadline, the watch ends (the directory removed, the sandbox stopped), or the client takes no
-/// event for [`connect::STALL`].
+/// event within the stream policy's bound.
 pub async fn watch_dir(
     State(app): State<AppState>,
     Extension(t): Extension<Target>,
@@ -217,7 +217,7 @@ async fn watch_stream(app: AppState, t: Target, headers: HeaderMap, body: Body) 
     let keepalive = connect::keepalive(&headers);
     let Started { mut stream, dir, user } = start_watch(&app, &t, &headers, &req).await?;
     let include_entry = req.include_entry;
-    let (out, resp) = ServerStream::open(codec);
+    let (out, resp) = ServerStream::open(codec, app.streams);
     tokio::spawn(async move {
         if !out.send(&watch_message(watch_dir_response::Event::Start(proto::Empty {}))).await {
             return;
@@ -240,10 +240,10 @@ async fn watch_stream(app: AppState, t: Target, headers: HeaderMap, body: Body) 
             if include_entry {
                 ev.entry = entry_of(&app, &t, user, &e).await;
             }
-            // A client that takes nothing for STALL while events wait loses the stream and the watch
-            // (whose queue is charged to its tenant and the daemon while nobody reads it).
+            // A client that takes nothing within the bound while events wait loses the stream and the
+            // watch (whose queue is charged to its tenant and the daemon while nobody reads it).
             let msg = watch_message(watch_dir_response::Event::Filesystem(ev));
-            match tokio::time::timeout(connect::STALL, out.send(&msg)).await {
+            match out.pace().send(out.send(&msg)).await {
                 Ok(true) => {}
                 Ok(false) => return,
                 Err(_) => return out.abandon(),

@@ -1,8 +1,9 @@
-//! The E2B surface's TLS listener (`--e2b-tls-listen`): the SDKs reach `https://{port}-{id}.{domain}`
-//! when `E2B_SANDBOX_URL` is unset, so host routing needs a certificate for `*.{domain}`. The admin's
-//! (`--e2b-tls-cert`/`--e2b-tls-key`), or one the server issues at every start from its own CA
-//! (`<state>/ca`), whose certificate clients then trust (`sandlot e2b env` writes it and names it in
-//! `SSL_CERT_FILE` / `NODE_EXTRA_CA_CERTS`).
+//! The TLS listener (`--e2b-tls-listen`), for the E2B surface: the SDKs reach
+//! `https://{port}-{id}.{domain}` when `E2B_SANDBOX_URL` is unset, so host routing needs a certificate
+//! for `*.{domain}`. The admin's (`--e2b-tls-cert`/`--e2b-tls-key`), or one the server issues at every
+//! start from its own CA (`<state>/ca`), whose certificate clients then trust (`sandlot e2b env` writes
+//! it and names it in `SSL_CERT_FILE` / `NODE_EXTRA_CA_CERTS`). Start-up, not a surface: it is here
+//! beside the listeners, so the E2B handlers need nothing below the control layer.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
