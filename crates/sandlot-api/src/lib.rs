@@ -4,6 +4,7 @@
 //! parses requests into these types (unknown fields are rejected) and the clients build them, so both ends
 //! agree on one definition.
 
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 /// Default TCP address of `sandlot serve`.

@@ -28,6 +28,7 @@
 //! Errors are one opaque [`Error`]: branch on [`Error::kind`], read the server's stable code with
 //! [`Error::code`].
 
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod build;

@@ -6,7 +6,6 @@
 //! concurrent creates cannot all pass the check and then all boot (`--max-sandboxes` too).
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Mutex;
 
 use sandlot_api::Limits;
@@ -33,25 +32,14 @@ pub struct Host {
     pub disk_mb: Option<u64>,
 }
 
-impl Host {
-    /// Reads /proc/meminfo, /proc/sys/kernel/pid_max and the size of the state directory's filesystem.
-    pub fn detect(state_dir: &Path, layers_volume_gb: Option<u64>) -> std::io::Result<Host> {
-        let memory = sandlot_engine::linux::host::host_memory_bytes()?;
-        let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")?
-            .trim()
-            .parse::<u64>()
-            .map_err(|e| std::io::Error::other(format!("/proc/sys/kernel/pid_max: {e}")))?;
-        let disk_mb = match layers_volume_gb {
-            None => None,
-            Some(gb) => {
-                let fs = nix::sys::statvfs::statvfs(state_dir).map_err(std::io::Error::from)?;
-                let fs_mb = (fs.blocks() * fs.fragment_size()) >> 20;
-                Some((gb << 10).min(fs_mb))
-            }
-        };
-        Ok(Host { memory_mb: memory >> 20, pid_max, disk_mb })
+impl From<sandlot_engine::HostCapacity> for Host {
+    /// The capacity the driver read, in the ledger's units.
+    fn from(c: sandlot_engine::HostCapacity) -> Host {
+        Host { memory_mb: c.memory_bytes >> 20, pid_max: c.pid_max, disk_mb: c.layers_bytes.map(|b| b >> 20) }
     }
+}
 
+impl Host {
     /// Most pids one sandbox may ask for.
     fn max_pids(&self) -> u64 {
         self.pids_total().min(MAX_PIDS)

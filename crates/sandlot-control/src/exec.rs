@@ -41,10 +41,12 @@ pub enum Started {
     Finished(ExecResult),
 }
 
-/// Turns a request into an [`ExecSpec`], validating every field.
+/// Turns a request into an [`ExecSpec`], validating every field; `tls_env` is the driver's (every
+/// command's TLS stacks pointed at the image's bundle).
 fn spec(
     max_timeout_s: u64,
     default_output: u64,
+    tls_env: Vec<(&'static str, &'static str)>,
     rec: &SandboxRecord,
     image: Option<&crate::images::RootConfig>,
     req: ExecRequest,
@@ -127,12 +129,8 @@ fn spec(
         ("LOGNAME", who.name.as_str()),
         ("SHELL", "/bin/bash"),
     ];
-    let mut env: std::collections::BTreeMap<String, String> = base
-        .into_iter()
-        .chain(term)
-        .chain(sandlot_engine::linux::tls_env())
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let mut env: std::collections::BTreeMap<String, String> =
+        base.into_iter().chain(term).chain(tls_env).map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let image_env = image.map(|i| i.run.env.as_slice()).unwrap_or_default();
     env.extend(image_env.iter().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())));
     env.extend(rec.env.clone());
@@ -249,13 +247,18 @@ impl Control {
             user: start_user,
             ..Default::default()
         };
-        let (spec, user) =
-            match spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, rec, image.as_ref(), req, false) {
-                Ok(s) => s,
-                Err(e) => {
-                    return failed(format!("label {START_LABEL} is not a command sandlot can run: {}", e.message))
-                }
-            };
+        let (spec, user) = match spec(
+            self.cfg.max_timeout_s,
+            self.cfg.max_output_bytes,
+            self.engine.tls_env(),
+            rec,
+            image.as_ref(),
+            req,
+            false,
+        ) {
+            Ok(s) => s,
+            Err(e) => return failed(format!("label {START_LABEL} is not a command sandlot can run: {}", e.message)),
+        };
         let proc = match sb.spawn(spec).await {
             Ok(p) => p,
             Err(e) => return failed(format!("the command could not start: {e}")),
@@ -328,8 +331,15 @@ impl Control {
         let background = req.background;
         let env_names: Vec<String> = req.env.keys().cloned().collect();
         let image = self.image_run_config(rec.image_key.as_deref())?;
-        let (spec, user) =
-            spec(self.cfg.max_timeout_s, self.cfg.max_output_bytes, &rec, image.as_ref(), req, scrollback)?;
+        let (spec, user) = spec(
+            self.cfg.max_timeout_s,
+            self.cfg.max_output_bytes,
+            self.engine.tls_env(),
+            &rec,
+            image.as_ref(),
+            req,
+            scrollback,
+        )?;
         let proc = sb.spawn(spec).await?;
         let mut row = audit_start(&proc, &user, &env_names, background);
         if scrollback {

@@ -9,6 +9,7 @@
 //!
 //! Data flows one way: surface → [`Control`] → engine (→ driver) and store.
 
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod access;
@@ -109,7 +110,7 @@ impl Control {
         images: Option<images::Images>,
     ) -> Arc<Control> {
         let ledger = capacity::Ledger::new(host, cfg.overcommit, cfg.max_sandboxes)
-            .with_pids_overhead(sandlot_engine::linux::SUPERVISOR_PIDS)
+            .with_pids_overhead(engine.supervisor_pids())
             .with_persistent_quota(cfg.persistent);
         Arc::new_cyclic(|me| Control {
             store,

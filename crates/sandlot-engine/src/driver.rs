@@ -3,17 +3,116 @@
 //!
 //! The engine keeps the state that is the same on every host (the supervisor link, processes, output
 //! budgets, transfers, the network proxy); a driver does the host-specific work (namespaces, cgroups,
-//! layers, uid ranges). [`crate::linux::LinuxDriver`] is the real one; `crate::fake::FakeDriver`
+//! layers, uid ranges). `sandlot_driver_linux::LinuxDriver` is the real one; `crate::fake::FakeDriver`
 //! (feature `fake`) runs an in-process supervisor over a socketpair so the layers above can be tested
-//! without root.
+//! without root. The types here are the seam's: a driver maps its host's own onto them.
 
 use std::collections::HashSet;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
+use sha2::{Digest, Sha256};
+
 use crate::{EngineError, LayerSource};
-pub use sandlot_linux::image_store::{chain_ids, ImageUser, LayerBlob, PrepareEvent};
-pub use sandlot_linux::layer_export::Exported;
+
+/// One layer of an image: its blob on the host and what it must hold.
+#[derive(Debug, Clone)]
+pub struct LayerBlob {
+    /// The blob's file.
+    pub path: std::path::PathBuf,
+    /// `sha256:<hex>` of the uncompressed tar (the image config's `rootfs.diff_ids` entry).
+    pub diff_id: String,
+}
+
+/// A progress report while an image root is made.
+#[derive(Debug, Clone)]
+pub enum PrepareEvent {
+    /// Layer `index` (bottom first) is being applied.
+    Unpacking {
+        /// Position in the image's layers.
+        index: usize,
+        /// Its diff id.
+        diff_id: String,
+    },
+    /// Layer `index` is applied (or was already, in a shared chain).
+    Unpacked {
+        /// Position in the image's layers.
+        index: usize,
+        /// What the unpacker did; `None` when the chain already existed.
+        report: Option<UnpackReport>,
+    },
+}
+
+/// What applying one layer did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnpackReport {
+    /// Tar entries applied (including whiteouts).
+    pub entries: u64,
+    /// File bytes written (apparent sizes).
+    pub bytes: u64,
+    /// What the layer is charged on the layers volume (file bytes and each entry's metadata cost).
+    pub charged: u64,
+    /// The first entries (or parts of entries, such as an xattr) skipped on purpose, each
+    /// "PATH: why" with the path escaped for printing.
+    pub dropped: Vec<String>,
+    /// How many were skipped in all.
+    pub dropped_count: u64,
+}
+
+/// Who an image's `USER` names, as its own `/etc/passwd` and `/etc/group` say.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageUser {
+    /// Uid inside the sandbox.
+    pub uid: u32,
+    /// Gid inside the sandbox.
+    pub gid: u32,
+    /// Login name (the uid as text when the image's passwd has none).
+    pub name: String,
+    /// Home directory (`/` when the image's passwd has none, as Docker does).
+    pub home: String,
+}
+
+/// What an export of a writable layer wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exported {
+    /// Entries written.
+    pub entries: u64,
+    /// Bytes of file data written.
+    pub bytes: u64,
+    /// Devices and sockets left out (the first few paths).
+    pub skipped: Vec<String>,
+    /// Entries whose owner was outside the sandbox's range and became 65534 (the first few paths).
+    pub remapped: Vec<String>,
+}
+
+/// What the host can give sandboxes, read once at start-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostCapacity {
+    /// Physical memory, bytes.
+    pub memory_bytes: u64,
+    /// Most process ids the host hands out (`kernel.pid_max` on Linux).
+    pub pid_max: u64,
+    /// Space for writable layers, bytes; `None` when layers have no size limit.
+    pub layers_bytes: Option<u64>,
+}
+
+/// The OCI ChainIDs of a stack of layers (bottom first): ChainID(1) = DiffID(1), ChainID(n) =
+/// sha256(ChainID(n-1) + " " + DiffID(n)). Image roots and the layer chains they share are named by
+/// them.
+pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(diff_ids.len());
+    for d in diff_ids {
+        let next = match out.last() {
+            None => d.clone(),
+            Some(prev) => {
+                let digest = Sha256::digest(format!("{prev} {d}").as_bytes());
+                format!("sha256:{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>())
+            }
+        };
+        out.push(next);
+    }
+    out
+}
 
 /// Whose writable layer an export reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,7 +292,7 @@ pub trait Driver: Send + Sync + 'static {
     /// Deletes snapshot `snap`.
     fn delete_snapshot(&self, snap: &str) -> Result<(), EngineError>;
     /// Writes the writable layer `from` names to `out` as an OCI layer tar (whiteouts, opaque
-    /// directories, owners as image ids; see `sandlot_linux::layer_export`).
+    /// directories, owners as image ids).
     fn export_layer(&self, from: &ExportFrom, out: &mut dyn std::io::Write) -> Result<Exported, EngineError>;
     /// Removes cgroups and layers of sandboxes that are neither in `keep` nor `running`.
     fn sweep(&self, keep: &HashSet<String>, running: &HashSet<String>) -> crate::SweepReport;
@@ -201,6 +300,29 @@ pub trait Driver: Send + Sync + 'static {
     fn sweep_snapshots(&self, keep: &HashSet<String>) -> Vec<String>;
     /// The host's own addresses and networks `(address, prefix)`, always denied to sandboxes.
     fn host_networks(&self) -> Vec<(std::net::IpAddr, u8)>;
+    /// What the host can give sandboxes (memory, process ids, space for layers).
+    fn capacity(&self) -> std::io::Result<HostCapacity>;
+    /// Process ids each sandbox holds beyond its own `pids` limit, for what the driver runs in it
+    /// (the supervisor and its threads); charged against the host's pids with the sandbox's own.
+    fn supervisor_pids(&self) -> u64;
+    /// Environment every command gets so that common TLS stacks trust the image's bundle (which
+    /// holds the daemon's egress CA besides the system roots).
+    fn tls_env(&self) -> Vec<(&'static str, &'static str)>;
     /// Releases what the driver holds for the daemon (its cgroup base), at graceful shutdown.
     fn shutdown(&self);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_ids_follow_the_oci_rule() {
+        let (a, b) = (format!("sha256:{}", "a".repeat(64)), format!("sha256:{}", "b".repeat(64)));
+        let ids = chain_ids(&[a.clone(), b.clone()]);
+        assert_eq!(ids[0], a);
+        let expected = Sha256::digest(format!("{a} {b}").as_bytes());
+        assert_eq!(ids[1], format!("sha256:{}", expected.iter().map(|x| format!("{x:02x}")).collect::<String>()));
+        assert_ne!(chain_ids(&[b, a])[1], ids[1], "the order of layers matters");
+    }
 }

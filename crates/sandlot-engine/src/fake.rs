@@ -289,6 +289,20 @@ impl Driver for FakeDriver {
         lock(&self.host).host_networks.clone()
     }
 
+    /// A host of 16 GiB with a 100 GB layers volume (tests of capacity give the control layer theirs).
+    fn capacity(&self) -> std::io::Result<crate::HostCapacity> {
+        Ok(crate::HostCapacity { memory_bytes: 16 << 30, pid_max: 1 << 22, layers_bytes: Some(100 << 30) })
+    }
+
+    /// As many as the Linux driver's supervisor holds, so the ledger's sums are the same.
+    fn supervisor_pids(&self) -> u64 {
+        160
+    }
+
+    fn tls_env(&self) -> Vec<(&'static str, &'static str)> {
+        vec![("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")]
+    }
+
     fn shutdown(&self) {}
 }
 

@@ -2,8 +2,10 @@
 //!
 //! The engine never sees HTTP or SQL and holds no `unsafe`. The control layer (`sandlot-control`)
 //! decides what to do and records it; the engine does it, through a [`Driver`] that does the host's
-//! part: [`linux::LinuxDriver`] in the daemon, `fake::FakeDriver` in tests (feature `fake`).
+//! part: `sandlot_driver_linux::LinuxDriver` in the daemon, `fake::FakeDriver` in tests (feature
+//! `fake`). Nothing here knows which host it runs on.
 
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod budget;
@@ -11,7 +13,6 @@ pub mod driver;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 mod files;
-pub mod linux;
 pub mod network;
 mod output;
 mod process;
@@ -22,7 +23,7 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use driver::{Driver, Resources, SnapshotTaken, Usage};
+pub use driver::{Driver, HostCapacity, Resources, SnapshotTaken, Usage};
 pub use files::WriteOptions;
 pub use network::{NetEvent, NetworkSettings, Policy, PolicyError};
 pub use process::{Follow, Process, ProcessMeta, RawEvent};
@@ -105,9 +106,9 @@ pub enum EngineError {
     /// A host-side step failed (layers, uid ranges, snapshots).
     #[error("host: {0}")]
     Io(#[from] io::Error),
-    /// A cgroup step failed.
+    /// A driver's own host step failed (a cgroup's, on Linux).
     #[error("host: {0}")]
-    Cgroup(#[from] sandlot_linux::cgroup::CgroupError),
+    Host(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A blocking host step panicked or was cancelled.
     #[error("host: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -128,6 +129,13 @@ pub enum EngineError {
         /// Message with the sandbox path.
         message: String,
     },
+}
+
+impl EngineError {
+    /// A driver's own host failure, with its cause kept.
+    pub fn host(e: impl std::error::Error + Send + Sync + 'static) -> EngineError {
+        EngineError::Host(Box::new(e))
+    }
 }
 
 /// What a start-up sweep removed.
@@ -203,6 +211,21 @@ impl Engine {
     /// The host networks always denied to sandboxes, for the log.
     pub fn host_networks(&self) -> Vec<String> {
         self.cfg.net.host_nets.list()
+    }
+
+    /// What the host can give sandboxes, as the driver reads it. Blocking (start-up).
+    pub fn host_capacity(&self) -> io::Result<HostCapacity> {
+        self.driver.capacity()
+    }
+
+    /// Process ids each sandbox holds beyond its own limit, for what the driver runs in it.
+    pub fn supervisor_pids(&self) -> u64 {
+        self.driver.supervisor_pids()
+    }
+
+    /// Environment every command gets so that its TLS stacks trust the image's bundle.
+    pub fn tls_env(&self) -> Vec<(&'static str, &'static str)> {
+        self.driver.tls_env()
     }
 
     /// Applies `policy` to running sandbox `id` (new connections and lookups), creating its network

@@ -46,10 +46,12 @@ pub enum NetworkSetupError {
     Broker(std::io::Error),
 }
 
-/// The network every sandbox shares, and the egress CA's certificate (PEM) for the images' trust store.
+/// The network every sandbox shares, and the egress CA's certificate (PEM) for the images' trust store;
+/// `gateway` is the address inside each sandbox where the daemon answers DNS (the driver's).
 pub fn shared(
     settings: &NetworkSettings,
     host_networks: Vec<(IpAddr, u8)>,
+    gateway: std::net::Ipv4Addr,
 ) -> Result<(Arc<EgressShared>, String), NetworkSetupError> {
     let ca = sandlot_netproxy::broker::Ca::load_or_create(&settings.ca_dir)
         .map_err(|source| NetworkSetupError::Ca { dir: settings.ca_dir.clone(), source })?;
@@ -58,7 +60,7 @@ pub fn shared(
     let ca_pem = broker.ca_pem().to_string();
     let net = Arc::new(EgressShared {
         broker: Some(Arc::new(broker)),
-        gateway: sandlot_linux::net::GATEWAY_ADDR,
+        gateway,
         overrides: settings.resolve.clone(),
         host_nets: HostNetworks::new(cidrs(host_networks)),
         dialer: Arc::new(TcpDialer { loopback_only: settings.loopback_only, redirect: settings.test_redirect.clone() }),
@@ -73,7 +75,8 @@ pub fn shared(
 pub fn offline() -> Arc<EgressShared> {
     Arc::new(EgressShared {
         broker: None,
-        gateway: sandlot_linux::net::GATEWAY_ADDR,
+        // Never dialled: these sandboxes have no network link.
+        gateway: std::net::Ipv4Addr::UNSPECIFIED,
         overrides: HashMap::new(),
         host_nets: HostNetworks::new(Vec::new()),
         dialer: Arc::new(TcpDialer::new(true)),

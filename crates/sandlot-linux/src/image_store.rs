@@ -85,20 +85,6 @@ pub struct ImageStore {
     dir: PathBuf,
 }
 
-/// The OCI ChainIDs of a stack of layers (bottom first): ChainID(1) = DiffID(1), ChainID(n) =
-/// sha256(ChainID(n-1) + " " + DiffID(n)).
-pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::with_capacity(diff_ids.len());
-    for d in diff_ids {
-        let next = match out.last() {
-            None => d.clone(),
-            Some(prev) => format!("sha256:{}", hex(&Sha256::digest(format!("{prev} {d}").as_bytes()))),
-        };
-        out.push(next);
-    }
-    out
-}
-
 /// Bytes a layer's uncompressed stream may hold after its tar archive ends: the end-of-archive blocks
 /// and a writer's record padding (tar's default record is 10 KiB), with room to spare.
 const MAX_AFTER_TAR_END: u64 = 1 << 20;
@@ -160,24 +146,28 @@ impl ImageStore {
         self.dir.join("tmp").join(format!("{what}-{n:016x}"))
     }
 
-    /// Makes image `key`'s root from `layers` (bottom first), applying each layer whose chain does not
-    /// exist yet, and returns its path. Each layer's uncompressed bytes are checked against its diff id
-    /// as they are applied; a mismatch, or a layer the unpacker refuses, leaves nothing behind.
-    /// `limits.max_bytes` bounds what all the layers this call unpacks add to the layers volume
-    /// together (file bytes, each entry's metadata cost, [`SUBVOLUME_COST`] for each new chain and for
-    /// the root); returns the root and those bytes. Blocking; seconds for a large image.
+    /// Makes image `key`'s root from `layers` (bottom first), applying each layer whose chain does
+    /// not exist yet, and returns its path. `chains` are the layers' OCI chain ids, one per layer
+    /// (the engine's `chain_ids`), which name the chains on disk. Each layer's uncompressed bytes
+    /// are checked against its diff id as they are applied; a mismatch, or a layer the unpacker
+    /// refuses, leaves nothing behind. `limits.max_bytes` bounds what all the layers this call
+    /// unpacks add to the layers volume together (file bytes, each entry's metadata cost,
+    /// [`SUBVOLUME_COST`] for each new chain and for the root); returns the root and those bytes.
+    /// Blocking; seconds for a large image.
     pub fn prepare(
         &self,
         key: &str,
         layers: &[LayerBlob],
+        chains: &[String],
         extras: &RootExtras,
         limits: &UnpackLimits,
         events: &mut dyn FnMut(PrepareEvent),
     ) -> io::Result<(PathBuf, u64)> {
+        if chains.len() != layers.len() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "one chain id per layer"));
+        }
         let root = self.root(key)?;
         let mut unpacked = 0u64;
-        let diff_ids: Vec<String> = layers.iter().map(|l| l.diff_id.clone()).collect();
-        let chains = chain_ids(&diff_ids);
         // What the root holds, recorded beside it: a key is only a name, and a root reused under a key
         // must hold exactly these layers.
         let top = chains.last().cloned().unwrap_or_else(|| "sha256:empty".into());
@@ -203,7 +193,7 @@ impl ImageStore {
             return Ok((root, 0));
         }
         let mut parent: Option<PathBuf> = None;
-        for (index, (layer, chain_id)) in layers.iter().zip(&chains).enumerate() {
+        for (index, (layer, chain_id)) in layers.iter().zip(chains).enumerate() {
             let path = self.chain(chain_id)?;
             if path.is_dir() {
                 // As for an existing root: the chain says what the layer holds only if this image's
@@ -535,16 +525,6 @@ fn with_accounts(file: &[u8], accounts: &[(&str, &str)]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn chain_ids_follow_the_oci_rule() {
-        let a = format!("sha256:{}", "a".repeat(64));
-        let b = format!("sha256:{}", "b".repeat(64));
-        let ids = chain_ids(&[a.clone(), b.clone()]);
-        assert_eq!(ids[0], a);
-        assert_eq!(ids[1], format!("sha256:{}", hex(&Sha256::digest(format!("{a} {b}").as_bytes()))));
-        assert_ne!(chain_ids(&[b.clone(), a.clone()])[1], ids[1]);
-    }
 
     #[test]
     fn accounts_are_added_only_when_missing() {

@@ -4,6 +4,7 @@
 //! heads), so every parser is bounded and returns `None` rather than guessing. This crate never touches
 //! the store or the driver's privileges.
 
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod broker;

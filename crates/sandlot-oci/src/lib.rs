@@ -22,6 +22,7 @@
 //! - [`registry`]: the distribution-spec client with the token and basic auth flows ([`Registry`]).
 //!
 //! All I/O is blocking: the daemon calls into this crate from `spawn_blocking`.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod archive;

@@ -6,6 +6,7 @@
 //! allocate more than [`MAX_HEADER`] + [`MAX_PAYLOAD`] per frame. Bulk data (process output, file bytes)
 //! travels in the payload so it is never base64-encoded.
 
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 use std::collections::BTreeMap;

@@ -4,6 +4,7 @@
 //! the source of truth; the engine's in-memory state is rebuilt from it at start-up. All access goes
 //! through typed methods; no SQL leaves this crate.
 
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod audit;

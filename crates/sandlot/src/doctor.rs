@@ -1,6 +1,6 @@
 //! `sandlot doctor`: checks this host for what `sandlot serve` needs and prints what to do.
 
-use sandlot_engine::linux::doctor;
+use sandlot_driver_linux::doctor;
 
 use crate::server::ServeArgs;
 

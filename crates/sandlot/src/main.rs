@@ -1,8 +1,12 @@
 //! `sandlot`: the server (`sandlot serve`) and the command-line client, in one binary.
 
+#![forbid(unsafe_code)]
+
 mod bench;
 mod cli;
 mod doctor;
+#[cfg(test)]
+mod layering;
 mod mcp;
 mod server;
 

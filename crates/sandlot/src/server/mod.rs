@@ -36,7 +36,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post};
 use axum::Router;
 use sandlot_control::Control;
-use sandlot_engine::linux::{doctor, host, LinuxConfig, LinuxDriver};
+use sandlot_driver_linux::{doctor, host, LinuxConfig, LinuxDriver};
 use sandlot_engine::{Engine, EngineConfig, NetworkSettings};
 use sandlot_store::Store;
 
@@ -293,8 +293,8 @@ impl ServeArgs {
     }
 
     /// The defence layers in force, after `--insecure-disable-layer`.
-    fn defence_layers(&self) -> anyhow::Result<sandlot_engine::linux::DefenceLayers> {
-        let mut layers = sandlot_engine::linux::DefenceLayers::default();
+    fn defence_layers(&self) -> anyhow::Result<sandlot_driver_linux::DefenceLayers> {
+        let mut layers = sandlot_driver_linux::DefenceLayers::default();
         for l in &self.disable_layers {
             match l.as_str() {
                 "seccomp" => layers.seccomp = false,
@@ -541,7 +541,11 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
         test_redirect: parse_redirect(&args.test_dial_redirect, args.test_loopback_only)?,
         fd_limit,
     };
-    let (net, egress_ca_pem) = sandlot_engine::network::shared(&settings, sandlot_engine::linux::host_networks())?;
+    let (net, egress_ca_pem) = sandlot_engine::network::shared(
+        &settings,
+        sandlot_driver_linux::host_networks(),
+        sandlot_driver_linux::GATEWAY_ADDR,
+    )?;
     let ca_pem = egress_ca_pem + &sandbox_cas(&args.sandbox_ca)?;
     tracing::info!("proxied connections: at most {} open, all sandboxes together", net.max_open_total);
     let driver = LinuxDriver::new(LinuxConfig {
@@ -554,15 +558,17 @@ async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec
     let engine = Engine::new(
         Arc::new(driver),
         EngineConfig { net, start_timeout: Duration::from_secs(15) },
-        sandlot_engine::linux::daemon_output_bytes(),
+        sandlot_driver_linux::daemon_output_bytes(),
     );
     tracing::info!("always denied to sandboxes, as the host's own: {}", engine.host_networks().join(", "));
     if args.no_disk_quota {
         tracing::warn!("--no-disk-quota: sandbox writable layers have no size limit and can fill the host's disk");
     }
-    let host =
-        sandlot_control::capacity::Host::detect(&state_dir, (!args.no_disk_quota).then_some(args.layers_volume_gb))
-            .context("reading the host's capacity (/proc/meminfo, /proc/sys/kernel/pid_max, the state filesystem)")?;
+    let host = sandlot_control::capacity::Host::from(
+        engine
+            .host_capacity()
+            .context("reading the host's capacity (/proc/meminfo, /proc/sys/kernel/pid_max, the state filesystem)")?,
+    );
     tracing::info!(
         "host capacity: {} MiB of memory, pid_max {}, {:?} MiB for layers; overcommit {}",
         host.memory_mb,

@@ -1,18 +1,28 @@
 //! The Linux driver: namespaces, cgroups, overlay layers on the btrfs volume and host uid ranges, all
-//! from `sandlot-linux`. The engine reaches the host only through here.
+//! from `sandlot-linux`, behind the engine's [`Driver`] trait. The engine reaches the host only
+//! through a driver, and this is the one that maps `sandlot-linux`'s own types onto the seam's.
+//!
+//! The binary builds it (with [`LinuxConfig`]) and hands it to the engine; what the daemon needs of
+//! the host before a driver exists (its networks, memory, the checks of `sandlot doctor`) is here too.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use sandlot_linux::cgroup::{CgroupLimits, Cgroups, SandboxCgroup};
-use sandlot_linux::image_store::{ImageStore, LayerBlob, PrepareEvent, RootExtras};
+use sandlot_linux::image_store::{self, ImageStore, RootExtras};
 use sandlot_linux::launch::ImageMount;
 use sandlot_linux::launch::{LaunchRequest, Launcher};
 use sandlot_linux::layers::Layer;
 use sandlot_linux::{image, ContainerSpec};
 
-use crate::driver::{Driver, Egress, ExportFrom, Exported, Instance, LaunchSpec, Launched, SnapshotTaken};
-use crate::{EngineError, LayerSource, SweepReport};
+use sandlot_engine::driver::{
+    Driver, Egress, ExportFrom, Exported, HostCapacity, ImageUser, Instance, LaunchSpec, Launched, LayerBlob,
+    PrepareEvent, SnapshotTaken, UnpackReport, Usage,
+};
+use sandlot_engine::{EngineError, LayerSource, SweepReport};
 
 /// Process-wide host set-up the daemon does before it starts anything.
 pub mod host {
@@ -20,8 +30,8 @@ pub mod host {
     pub use sandlot_linux::{host_memory_bytes, raise_fd_limit, running_as_root};
 }
 
-/// Pids each sandbox's cgroup holds beyond its own limit, for its supervisor alone.
-pub const SUPERVISOR_PIDS: u64 = sandlot_linux::cgroup::SUPERVISOR_PIDS;
+/// The gateway address inside every sandbox, where the daemon answers DNS.
+pub const GATEWAY_ADDR: std::net::Ipv4Addr = sandlot_linux::net::GATEWAY_ADDR;
 
 pub use sandlot_linux::DefenceLayers;
 
@@ -65,7 +75,7 @@ impl LinuxDriver {
         let state_lock = sandlot_linux::lock_state_dir(&cfg.state_dir, std::time::Duration::from_secs(5))?;
         let instance = instance_id(&cfg.state_dir)?;
         sandlot_linux::kmod::filesystem("overlay", "")?;
-        let cgroups = Cgroups::detect(&instance)?;
+        let cgroups = Cgroups::detect(&instance).map_err(EngineError::host)?;
         let rest = || -> Result<_, EngineError> {
             let volume = match cfg.layers_volume_gb {
                 Some(gb) => Some(sandlot_linux::volume::Volume::open(&cfg.state_dir, gb)?),
@@ -143,13 +153,20 @@ impl Driver for LinuxDriver {
             deadline: Some(deadline),
             ..defaults
         };
-        let (_, unpacked) = store.prepare(key, layers, &extras, &limits, events)?;
+        let blobs: Vec<image_store::LayerBlob> = layers
+            .iter()
+            .map(|l| image_store::LayerBlob { path: l.path.clone(), diff_id: l.diff_id.clone() })
+            .collect();
+        let chains = sandlot_engine::driver::chain_ids(&layers.iter().map(|l| l.diff_id.clone()).collect::<Vec<_>>());
+        let mut seam_events = |e: image_store::PrepareEvent| events(prepare_event(e));
+        let (_, unpacked) = store.prepare(key, &blobs, &chains, &extras, &limits, &mut seam_events)?;
         Ok(unpacked)
     }
 
-    fn image_user(&self, key: &str, spec: &str) -> Result<sandlot_linux::image_store::ImageUser, EngineError> {
+    fn image_user(&self, key: &str, spec: &str) -> Result<ImageUser, EngineError> {
         let store = self.images.as_ref().ok_or(EngineError::NoLayersVolume("images"))?;
-        Ok(store.resolve_user(key, spec)?)
+        let image_store::ImageUser { uid, gid, name, home } = store.resolve_user(key, spec)?;
+        Ok(ImageUser { uid, gid, name, home })
     }
 
     fn remove_unused_images(
@@ -234,7 +251,7 @@ impl Driver for LinuxDriver {
             Ok(c) => c,
             Err(e) => {
                 cleanup(&layer);
-                return Err(e.into());
+                return Err(EngineError::host(e));
             }
         };
         let image_mount = image_root.map(|root| ImageMount { root, at: layer.dir.join("image") });
@@ -338,7 +355,9 @@ impl Driver for LinuxDriver {
                 format!("the writable layer of {what} is not on this host"),
             )));
         }
-        Ok(sandlot_linux::layer_export::export_upper(&upper, sandlot_linux::IdRange { base }, out)?)
+        let sandlot_linux::layer_export::Exported { entries, bytes, skipped, remapped } =
+            sandlot_linux::layer_export::export_upper(&upper, sandlot_linux::IdRange { base }, out)?;
+        Ok(Exported { entries, bytes, skipped, remapped })
     }
 
     fn sweep(&self, keep: &HashSet<String>, running: &HashSet<String>) -> SweepReport {
@@ -378,6 +397,18 @@ impl Driver for LinuxDriver {
         removed
     }
 
+    fn capacity(&self) -> std::io::Result<HostCapacity> {
+        read_capacity(&self.cfg.state_dir, self.cfg.layers_volume_gb)
+    }
+
+    fn supervisor_pids(&self) -> u64 {
+        sandlot_linux::cgroup::SUPERVISOR_PIDS
+    }
+
+    fn tls_env(&self) -> Vec<(&'static str, &'static str)> {
+        tls_env()
+    }
+
     fn host_networks(&self) -> Vec<(std::net::IpAddr, u8)> {
         host_networks()
     }
@@ -407,9 +438,9 @@ impl Instance for LinuxInstance {
         self.cgroup.oom_kills()
     }
 
-    fn usage(&self, disk: bool) -> crate::driver::Usage {
+    fn usage(&self, disk: bool) -> Usage {
         let cg = self.cgroup.stats();
-        crate::driver::Usage {
+        Usage {
             cpu_usec: cg.cpu_usec,
             memory_bytes: cg.memory_bytes,
             cache_bytes: cg.cache_bytes,
@@ -430,7 +461,7 @@ impl Instance for LinuxInstance {
     }
 
     fn freeze(&self, frozen: bool) -> Result<(), EngineError> {
-        Ok(self.cgroup.freeze(frozen)?)
+        self.cgroup.freeze(frozen).map_err(EngineError::host)
     }
 
     fn kill(&self) {
@@ -469,6 +500,23 @@ impl Instance for LinuxInstance {
     }
 }
 
+/// The seam's form of an image store's progress report.
+fn prepare_event(e: image_store::PrepareEvent) -> PrepareEvent {
+    match e {
+        image_store::PrepareEvent::Unpacking { index, diff_id } => PrepareEvent::Unpacking { index, diff_id },
+        image_store::PrepareEvent::Unpacked { index, report } => PrepareEvent::Unpacked {
+            index,
+            report: report.map(|r| UnpackReport {
+                entries: r.entries,
+                bytes: r.bytes,
+                charged: r.charged,
+                dropped: r.dropped,
+                dropped_count: r.dropped_count,
+            }),
+        },
+    }
+}
+
 /// This state directory's instance name (random, made on first start), which names its cgroup base.
 fn instance_id(state_dir: &Path) -> Result<String, EngineError> {
     let path = state_dir.join("instance-id");
@@ -490,6 +538,25 @@ fn hostname(id: &str) -> String {
     format!("sandlot-{short}")
 }
 
+/// The host's capacity: `MemTotal`, `kernel.pid_max`, and with a layers volume of `layers_volume_gb`
+/// that size, or less if the file system holding the state directory (and the volume's sparse file)
+/// is smaller.
+fn read_capacity(state_dir: &Path, layers_volume_gb: Option<u64>) -> std::io::Result<HostCapacity> {
+    let memory_bytes = sandlot_linux::host_memory_bytes()?;
+    let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")?
+        .trim()
+        .parse::<u64>()
+        .map_err(|e| std::io::Error::other(format!("/proc/sys/kernel/pid_max: {e}")))?;
+    let layers_bytes = match layers_volume_gb {
+        None => None,
+        Some(gb) => {
+            let fs = nix::sys::statvfs::statvfs(state_dir).map_err(std::io::Error::from)?;
+            Some((gb << 30).min(fs.blocks() * fs.fragment_size()))
+        }
+    };
+    Ok(HostCapacity { memory_bytes, pid_max, layers_bytes })
+}
+
 /// Process output every sandbox together may hold in the daemon: an eighth of the host's memory
 /// (2.9 GiB on a 23 GiB host).
 pub fn daemon_output_bytes() -> u64 {
@@ -498,8 +565,8 @@ pub fn daemon_output_bytes() -> u64 {
 
 /// Environment that points every common TLS stack at the image's trust bundle, which holds the
 /// daemon's egress CA (for brokered hosts) besides the system roots.
-pub fn tls_env() -> [(&'static str, &'static str); 5] {
-    [
+fn tls_env() -> Vec<(&'static str, &'static str)> {
+    vec![
         ("SSL_CERT_FILE", image::CA_BUNDLE),
         ("REQUESTS_CA_BUNDLE", image::CA_BUNDLE),
         ("CURL_CA_BUNDLE", image::CA_BUNDLE),
