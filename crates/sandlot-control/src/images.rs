@@ -781,7 +781,7 @@ impl Control {
             let mut chains = HashSet::new();
             let mut blobs = HashSet::new();
             // One row at a time: every tenant's images together may be far more than one answer.
-            self.store.each_image(|json| {
+            self.store.each_image(&mut |json| {
                 let Ok(image) = serde_json::from_str::<Image>(json) else { return };
                 let diff_ids: Vec<String> = image.layers.iter().map(|l| l.diff_id.to_string()).collect();
                 chains.extend(chain_ids(&diff_ids));

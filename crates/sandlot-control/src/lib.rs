@@ -75,7 +75,7 @@ pub struct Caller {
 
 /// The control layer (see the crate's documentation).
 pub struct Control {
-    store: Store,
+    store: Box<dyn Store>,
     engine: Arc<Engine>,
     cfg: Config,
     entries: entries::Entries,
@@ -104,7 +104,7 @@ impl Control {
     /// server keeps images, their store and registry client.
     pub fn new(
         engine: Arc<Engine>,
-        store: Store,
+        store: Box<dyn Store>,
         cfg: Config,
         host: capacity::Host,
         images: Option<images::Images>,

@@ -7,7 +7,8 @@ use std::time::Duration;
 use sandlot_api::{CreateSandbox, ExecRequest, ExitStatus, SandboxState, TimeoutAction};
 use sandlot_engine::fake::{Call, FakeDriver};
 use sandlot_engine::{Engine, EngineConfig, LayerSource};
-use sandlot_store::{now_ms, Store};
+use sandlot_store::prelude::*;
+use sandlot_store::{now_ms, SqliteStore};
 
 use crate::capacity::Host;
 use crate::config::test_config;
@@ -27,7 +28,7 @@ const HOST: Host = Host { memory_mb: 16_384, pid_max: 1 << 22, disk_mb: Some(100
 
 fn harness_with(cfg: Config, host: Host) -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("sandlot.db")).unwrap();
+    let store = SqliteStore::open(&dir.path().join("sandlot.db")).unwrap();
     store.create_key("alice", false).unwrap();
     store.create_key("bob", false).unwrap();
     let driver = FakeDriver::new();
@@ -38,7 +39,7 @@ fn harness_with(cfg: Config, host: Host) -> Harness {
     );
     let registry = sandlot_oci::Registry::new(sandlot_oci::RegistryOptions::default()).unwrap();
     let images = crate::images::Images::new(registry, dir.path().join("blobs"), 1 << 30, Default::default()).unwrap();
-    let control = Control::new(engine, store, cfg, host, Some(images));
+    let control = Control::new(engine, Box::new(store), cfg, host, Some(images));
     let caller = |t: &str| Caller { tenant: t.into(), admin: false };
     Harness { control, driver, alice: caller("alice"), bob: caller("bob"), _dir: dir }
 }
@@ -1117,7 +1118,7 @@ async fn stopped_persistent_sandboxes_keep_their_disk_charged_until_deleted_and_
     // After a restart the stopped sandboxes are still charged.
     let restarted = Control::new(
         Arc::clone(&h.control.engine),
-        Store::open(&h._dir.path().join("sandlot.db")).unwrap(),
+        Box::new(SqliteStore::open(&h._dir.path().join("sandlot.db")).unwrap()),
         Config { persistent, ..test_config() },
         Host { disk_mb: Some(2500), ..HOST },
         None,

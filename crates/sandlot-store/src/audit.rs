@@ -4,7 +4,7 @@ use rusqlite::params;
 use sandlot_api::AuditEntry;
 use sha2::{Digest, Sha256};
 
-use crate::{now_ms, Result, Store};
+use crate::{now_ms, Result, SqliteStore};
 
 /// Bytes of a command line (or of a list of names) an audit row keeps: enough to read what ran, small
 /// enough that a tenant running commands with megabyte argvs cannot fill the host's disk through the
@@ -50,15 +50,21 @@ pub fn audit_argv(argv: &[String]) -> serde_json::Value {
     serde_json::json!({ "argv": head, "argv_truncated": true, "argv_bytes": bytes, "argv_sha256": sha })
 }
 
-impl Store {
+/// The audit log: who did what to which sandbox, kept for the retention window.
+pub trait AuditLog {
     /// Appends an audit record.
-    pub fn audit(
-        &self,
-        tenant: &str,
-        sandbox_id: Option<&str>,
-        action: &str,
-        detail: &serde_json::Value,
-    ) -> Result<()> {
+    fn audit(&self, tenant: &str, sandbox_id: Option<&str>, action: &str, detail: &serde_json::Value) -> Result<()>;
+
+    /// Deletes audit records older than `before_ms`, a batch at a time (so the database is never
+    /// locked for long); returns how many went.
+    fn prune_audit(&self, before_ms: i64) -> Result<usize>;
+
+    /// Audit records, newest first; `tenant = None` reads every tenant's (admin).
+    fn list_audit(&self, tenant: Option<&str>, sandbox_id: Option<&str>, limit: u32) -> Result<Vec<AuditEntry>>;
+}
+
+impl AuditLog for SqliteStore {
+    fn audit(&self, tenant: &str, sandbox_id: Option<&str>, action: &str, detail: &serde_json::Value) -> Result<()> {
         self.conn().execute(
             "INSERT INTO audit(at_ms, tenant, sandbox_id, action, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![now_ms(), tenant, sandbox_id, action, detail.to_string()],
@@ -66,9 +72,7 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes audit records older than `before_ms`, a batch at a time (so the database is never
-    /// locked for long); returns how many went.
-    pub fn prune_audit(&self, before_ms: i64) -> Result<usize> {
+    fn prune_audit(&self, before_ms: i64) -> Result<usize> {
         /// Rows one statement deletes: a few milliseconds of work between other writers' turns.
         const BATCH: i64 = 5_000;
         let mut total = 0;
@@ -84,8 +88,7 @@ impl Store {
         }
     }
 
-    /// Audit records, newest first; `tenant = None` reads every tenant's (admin).
-    pub fn list_audit(&self, tenant: Option<&str>, sandbox_id: Option<&str>, limit: u32) -> Result<Vec<AuditEntry>> {
+    fn list_audit(&self, tenant: Option<&str>, sandbox_id: Option<&str>, limit: u32) -> Result<Vec<AuditEntry>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT seq, at_ms, tenant, sandbox_id, action, detail FROM audit
@@ -107,6 +110,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prelude::*;
 
     #[test]
     fn a_megabyte_argv_is_stored_as_its_first_kib_with_length_and_digest() {
@@ -125,7 +129,7 @@ mod tests {
     #[test]
     fn audit_rows_older_than_the_retention_are_pruned() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db")).unwrap();
         store.audit("a", None, "old", &serde_json::json!({})).unwrap();
         store.audit("a", None, "old", &serde_json::json!({})).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -139,7 +143,7 @@ mod tests {
     #[test]
     fn audit_filters_by_tenant_and_sandbox() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db")).unwrap();
         store.audit("a", Some("sb_1"), "exec", &serde_json::json!({"argv": ["true"]})).unwrap();
         store.audit("b", None, "key.create", &serde_json::json!({})).unwrap();
         assert_eq!(store.list_audit(Some("a"), None, 10).unwrap().len(), 1);

@@ -4,7 +4,7 @@
 use rusqlite::{params, OptionalExtension};
 use sandlot_api::{Event, EventKind};
 
-use crate::{now_ms, Result, Store, StoreError};
+use crate::{now_ms, Result, SqliteStore, StoreError};
 
 /// Which events a read wants.
 #[derive(Debug, Clone, Default)]
@@ -60,16 +60,26 @@ fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, i64, String, St
     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
 }
 
-impl Store {
+/// Lifecycle events, read by cursor, pruned to a window.
+pub trait EventLog {
     /// Appends an event and returns its id (greater than every id before it, pruned ones included:
     /// the table is AUTOINCREMENT, so a cursor never sees an id twice).
-    pub fn insert_event(
-        &self,
-        tenant: &str,
-        sandbox_id: &str,
-        kind: EventKind,
-        detail: &serde_json::Value,
-    ) -> Result<i64> {
+    fn insert_event(&self, tenant: &str, sandbox_id: &str, kind: EventKind, detail: &serde_json::Value) -> Result<i64>;
+
+    /// Up to `limit` events with an id above `since` that pass `filter`, oldest first, looking at no
+    /// more than [`EVENTS_SCANNED_MAX`] rows (of the filter's tenant only, through `events_tenant`).
+    fn list_events(&self, filter: &EventFilter<'_>, since: i64, limit: u32) -> Result<EventPage>;
+
+    /// The id of the newest event (0 when there is none yet): where a new webhook's cursor starts.
+    fn last_event_id(&self) -> Result<i64>;
+
+    /// Deletes events older than `before_ms`, and each tenant's beyond its newest `keep_per_tenant`;
+    /// returns how many went. A batch at a time, so other writers get their turns.
+    fn prune_events(&self, before_ms: i64, keep_per_tenant: u64) -> Result<usize>;
+}
+
+impl EventLog for SqliteStore {
+    fn insert_event(&self, tenant: &str, sandbox_id: &str, kind: EventKind, detail: &serde_json::Value) -> Result<i64> {
         let conn = self.conn();
         conn.execute(
             "INSERT INTO events(at_ms, tenant, sandbox_id, kind, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -78,9 +88,7 @@ impl Store {
         Ok(conn.last_insert_rowid())
     }
 
-    /// Up to `limit` events with an id above `since` that pass `filter`, oldest first, looking at no
-    /// more than [`EVENTS_SCANNED_MAX`] rows (of the filter's tenant only, through `events_tenant`).
-    pub fn list_events(&self, filter: &EventFilter<'_>, since: i64, limit: u32) -> Result<EventPage> {
+    fn list_events(&self, filter: &EventFilter<'_>, since: i64, limit: u32) -> Result<EventPage> {
         let kinds: Vec<&str> = filter.kinds.iter().map(|k| k.as_str()).collect();
         let kinds = serde_json::to_string(&kinds)?;
         let conn = self.conn();
@@ -110,8 +118,7 @@ impl Store {
         Ok(EventPage { events, scanned_to: bound })
     }
 
-    /// The id of the newest event (0 when there is none yet): where a new webhook's cursor starts.
-    pub fn last_event_id(&self) -> Result<i64> {
+    fn last_event_id(&self) -> Result<i64> {
         // The AUTOINCREMENT counter, not MAX(id): it survives the pruning of every row.
         let seq: Option<i64> = self
             .conn()
@@ -121,9 +128,7 @@ impl Store {
         Ok(seq.unwrap_or(0))
     }
 
-    /// Deletes events older than `before_ms`, and each tenant's beyond its newest `keep_per_tenant`;
-    /// returns how many went. A batch at a time, so other writers get their turns.
-    pub fn prune_events(&self, before_ms: i64, keep_per_tenant: u64) -> Result<usize> {
+    fn prune_events(&self, before_ms: i64, keep_per_tenant: u64) -> Result<usize> {
         const BATCH: i64 = 5_000;
         let mut total = 0;
         loop {
@@ -158,8 +163,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn store() -> Store {
-        Store::open_in_memory().unwrap()
+    fn store() -> SqliteStore {
+        SqliteStore::open_in_memory().unwrap()
     }
 
     #[test]
@@ -217,7 +222,7 @@ mod tests {
         assert!(s.insert_event("a", "sb_1", EventKind::Stopped, &json!({})).unwrap() > b);
     }
 
-    fn plan(s: &Store, sql: &str, tenant: Option<&str>) -> String {
+    fn plan(s: &SqliteStore, sql: &str, tenant: Option<&str>) -> String {
         let conn = s.conn();
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let n = stmt.parameter_count();

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use rusqlite::{params, OptionalExtension};
 
-use crate::{Result, Store};
+use crate::{Result, SqliteStore};
 
 /// The owner of images every tenant may use (published by an admin). Tenant names are never empty.
 pub const PUBLIC: &str = "";
@@ -52,9 +52,72 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ImageRow> {
     })
 }
 
-impl Store {
+/// Images, their unpacked roots and the build cache.
+pub trait Images {
     /// Stores `image`, replacing the owner's image of the same name (a tag pulled again).
-    pub fn put_image(&self, image: &ImageRow) -> Result<()> {
+    fn put_image(&self, image: &ImageRow) -> Result<()>;
+
+    /// `owner`'s image called `name` (exactly; the control layer tries the tenant, then [`PUBLIC`]).
+    fn get_image(&self, owner: &str, name: &str) -> Result<Option<ImageRow>>;
+
+    /// The images `tenant` may use: its own and the public ones, by name.
+    fn list_images(&self, tenant: &str) -> Result<Vec<ImageRow>>;
+
+    /// Calls `f` with each stored image's JSON, of every owner, one row in memory at a time (garbage
+    /// collection keeps what these use).
+    fn each_image(&self, f: &mut dyn FnMut(&str)) -> Result<()>;
+
+    /// Removes `owner`'s image `name`; `false` if there was none.
+    fn delete_image(&self, owner: &str, name: &str) -> Result<bool>;
+
+    /// How many images `tenant` owns, and the bytes it is charged for images: those it owns, with a
+    /// blob several of them share (a base image's layers) counted once, plus the roots its sandboxes
+    /// and snapshots keep that none of its own or the public images name (an image deleted while a
+    /// snapshot pins its files still takes their room).
+    fn image_usage(&self, tenant: &str) -> Result<(u64, u64)>;
+
+    /// [`Store::image_usage`] as if `tenant`'s image `without` were gone (the image a new one of that
+    /// name replaces).
+    fn image_usage_without(&self, tenant: &str, without: Option<&str>) -> Result<(u64, u64)>;
+
+    /// The blobs `tenant`'s images name, but for image `without`: what a new image of the tenant's
+    /// sharing them is not charged again.
+    fn image_blobs(&self, tenant: &str, without: Option<&str>) -> Result<HashSet<String>>;
+
+    /// Records how image root `key` runs (its config, the control layer's JSON) and the image it
+    /// was made from (its layers, for an image built on top of it): kept as long as anything boots
+    /// the root, even after every image naming it is deleted. `bytes` is what the root is charged to
+    /// a tenant that keeps it without an image naming it.
+    fn put_image_root(&self, key: &str, config: &str, image: &str, bytes: u64, at_ms: i64) -> Result<()>;
+
+    /// The image (the control layer's JSON) root `key` was made from, if recorded (roots recorded by
+    /// an older server have none).
+    fn image_root_image(&self, key: &str) -> Result<Option<String>>;
+
+    /// The build cache's result for step `key` of `tenant`'s builds (the control layer's JSON).
+    fn build_step(&self, tenant: &str, key: &str) -> Result<Option<String>>;
+
+    /// Keeps each tenant's `keep` newest build-cache rows and drops the rest (the cache must not grow
+    /// with every Dockerfile ever built); returns how many went.
+    fn prune_build_cache(&self, keep: u64) -> Result<usize>;
+
+    /// Records the result of build step `key` for `tenant` (each tenant has its own cache: one never
+    /// learns from a hit what another built).
+    fn put_build_step(&self, tenant: &str, key: &str, result: &str, at_ms: i64) -> Result<()>;
+
+    /// How image root `key` runs, if it is recorded.
+    fn image_root_config(&self, key: &str) -> Result<Option<String>>;
+
+    /// Forgets image roots not in `keep`; returns how many went.
+    fn forget_image_roots(&self, keep: &HashSet<String>) -> Result<usize>;
+
+    /// Image roots something still boots or may boot: stored images, sandboxes not deleted, and
+    /// snapshots not deleted (a snapshot's sandboxes boot the root it was taken over).
+    fn image_keys_in_use(&self) -> Result<HashSet<String>>;
+}
+
+impl Images for SqliteStore {
+    fn put_image(&self, image: &ImageRow) -> Result<()> {
         self.conn().execute(
             "INSERT OR REPLACE INTO images(tenant, name, reference, digest, image_key, image, bytes, created_ms, blobs)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -73,14 +136,12 @@ impl Store {
         Ok(())
     }
 
-    /// `owner`'s image called `name` (exactly; the control layer tries the tenant, then [`PUBLIC`]).
-    pub fn get_image(&self, owner: &str, name: &str) -> Result<Option<ImageRow>> {
+    fn get_image(&self, owner: &str, name: &str) -> Result<Option<ImageRow>> {
         let sql = format!("{COLUMNS} WHERE tenant = ?1 AND name = ?2");
         Ok(self.conn().query_row(&sql, params![owner, name], row).optional()?)
     }
 
-    /// The images `tenant` may use: its own and the public ones, by name.
-    pub fn list_images(&self, tenant: &str) -> Result<Vec<ImageRow>> {
+    fn list_images(&self, tenant: &str) -> Result<Vec<ImageRow>> {
         let sql = format!("{COLUMNS} WHERE tenant = ?1 OR tenant = ?2 ORDER BY name, tenant DESC");
         let conn = self.conn();
         let mut stmt = conn.prepare(&sql)?;
@@ -88,9 +149,7 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
-    /// Calls `f` with each stored image's JSON, of every owner, one row in memory at a time (garbage
-    /// collection keeps what these use).
-    pub fn each_image(&self, mut f: impl FnMut(&str)) -> Result<()> {
+    fn each_image(&self, f: &mut dyn FnMut(&str)) -> Result<()> {
         let conn = self.conn();
         let mut stmt = conn.prepare("SELECT image FROM images")?;
         let mut rows = stmt.query([])?;
@@ -101,22 +160,15 @@ impl Store {
         Ok(())
     }
 
-    /// Removes `owner`'s image `name`; `false` if there was none.
-    pub fn delete_image(&self, owner: &str, name: &str) -> Result<bool> {
+    fn delete_image(&self, owner: &str, name: &str) -> Result<bool> {
         Ok(self.conn().execute("DELETE FROM images WHERE tenant = ?1 AND name = ?2", params![owner, name])? > 0)
     }
 
-    /// How many images `tenant` owns, and the bytes it is charged for images: those it owns, with a
-    /// blob several of them share (a base image's layers) counted once, plus the roots its sandboxes
-    /// and snapshots keep that none of its own or the public images name (an image deleted while a
-    /// snapshot pins its files still takes their room).
-    pub fn image_usage(&self, tenant: &str) -> Result<(u64, u64)> {
+    fn image_usage(&self, tenant: &str) -> Result<(u64, u64)> {
         self.image_usage_without(tenant, None)
     }
 
-    /// [`Store::image_usage`] as if `tenant`'s image `without` were gone (the image a new one of that
-    /// name replaces).
-    pub fn image_usage_without(&self, tenant: &str, without: Option<&str>) -> Result<(u64, u64)> {
+    fn image_usage_without(&self, tenant: &str, without: Option<&str>) -> Result<(u64, u64)> {
         // Each image's own share (its size less its blobs), then each distinct blob once.
         let (n, bytes): (i64, i64) = self.conn().query_row(
             "SELECT COUNT(*), COALESCE(SUM(bytes - (SELECT COALESCE(SUM(json_extract(b.value, '$[1]')), 0)
@@ -146,9 +198,7 @@ impl Store {
         Ok((n as u64, (bytes + pinned) as u64))
     }
 
-    /// The blobs `tenant`'s images name, but for image `without`: what a new image of the tenant's
-    /// sharing them is not charged again.
-    pub fn image_blobs(&self, tenant: &str, without: Option<&str>) -> Result<HashSet<String>> {
+    fn image_blobs(&self, tenant: &str, without: Option<&str>) -> Result<HashSet<String>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT DISTINCT json_extract(b.value, '$[0]') FROM images, json_each(images.blobs) AS b
@@ -158,11 +208,7 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<HashSet<_>>>()?)
     }
 
-    /// Records how image root `key` runs (its config, the control layer's JSON) and the image it
-    /// was made from (its layers, for an image built on top of it): kept as long as anything boots
-    /// the root, even after every image naming it is deleted. `bytes` is what the root is charged to
-    /// a tenant that keeps it without an image naming it.
-    pub fn put_image_root(&self, key: &str, config: &str, image: &str, bytes: u64, at_ms: i64) -> Result<()> {
+    fn put_image_root(&self, key: &str, config: &str, image: &str, bytes: u64, at_ms: i64) -> Result<()> {
         self.conn().execute(
             "INSERT INTO image_roots(image_key, config, image, created_ms, bytes) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT(image_key) DO UPDATE SET config = ?2, image = ?3, bytes = max(bytes, ?5)",
@@ -171,9 +217,7 @@ impl Store {
         Ok(())
     }
 
-    /// The image (the control layer's JSON) root `key` was made from, if recorded (roots recorded by
-    /// an older server have none).
-    pub fn image_root_image(&self, key: &str) -> Result<Option<String>> {
+    fn image_root_image(&self, key: &str) -> Result<Option<String>> {
         Ok(self
             .conn()
             .query_row("SELECT image FROM image_roots WHERE image_key = ?1", params![key], |r| r.get(0))
@@ -181,8 +225,7 @@ impl Store {
             .flatten())
     }
 
-    /// The build cache's result for step `key` of `tenant`'s builds (the control layer's JSON).
-    pub fn build_step(&self, tenant: &str, key: &str) -> Result<Option<String>> {
+    fn build_step(&self, tenant: &str, key: &str) -> Result<Option<String>> {
         Ok(self
             .conn()
             .query_row("SELECT result FROM build_cache WHERE tenant = ?1 AND key = ?2", params![tenant, key], |r| {
@@ -191,9 +234,7 @@ impl Store {
             .optional()?)
     }
 
-    /// Keeps each tenant's `keep` newest build-cache rows and drops the rest (the cache must not grow
-    /// with every Dockerfile ever built); returns how many went.
-    pub fn prune_build_cache(&self, keep: u64) -> Result<usize> {
+    fn prune_build_cache(&self, keep: u64) -> Result<usize> {
         Ok(self.conn().execute(
             "DELETE FROM build_cache WHERE rowid IN (
                  SELECT rowid FROM (
@@ -204,9 +245,7 @@ impl Store {
         )?)
     }
 
-    /// Records the result of build step `key` for `tenant` (each tenant has its own cache: one never
-    /// learns from a hit what another built).
-    pub fn put_build_step(&self, tenant: &str, key: &str, result: &str, at_ms: i64) -> Result<()> {
+    fn put_build_step(&self, tenant: &str, key: &str, result: &str, at_ms: i64) -> Result<()> {
         self.conn().execute(
             "INSERT OR REPLACE INTO build_cache(tenant, key, result, created_ms) VALUES (?1, ?2, ?3, ?4)",
             params![tenant, key, result, at_ms],
@@ -214,16 +253,14 @@ impl Store {
         Ok(())
     }
 
-    /// How image root `key` runs, if it is recorded.
-    pub fn image_root_config(&self, key: &str) -> Result<Option<String>> {
+    fn image_root_config(&self, key: &str) -> Result<Option<String>> {
         Ok(self
             .conn()
             .query_row("SELECT config FROM image_roots WHERE image_key = ?1", params![key], |r| r.get(0))
             .optional()?)
     }
 
-    /// Forgets image roots not in `keep`; returns how many went.
-    pub fn forget_image_roots(&self, keep: &HashSet<String>) -> Result<usize> {
+    fn forget_image_roots(&self, keep: &HashSet<String>) -> Result<usize> {
         let conn = self.conn();
         let mut stmt = conn.prepare("SELECT image_key FROM image_roots")?;
         let all: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
@@ -234,9 +271,7 @@ impl Store {
         Ok(n)
     }
 
-    /// Image roots something still boots or may boot: stored images, sandboxes not deleted, and
-    /// snapshots not deleted (a snapshot's sandboxes boot the root it was taken over).
-    pub fn image_keys_in_use(&self) -> Result<HashSet<String>> {
+    fn image_keys_in_use(&self) -> Result<HashSet<String>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT image_key FROM images
@@ -251,6 +286,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prelude::*;
 
     fn image(tenant: &str, name: &str, key: &str) -> ImageRow {
         ImageRow {
@@ -268,7 +304,7 @@ mod tests {
 
     #[test]
     fn a_blob_several_of_a_tenants_images_share_is_charged_once() {
-        let store = Store::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         let with = |name: &str, blobs: &[(&str, u64)]| ImageRow {
             bytes: 100 + blobs.iter().map(|b| b.1).sum::<u64>(),
             blobs: blobs.iter().map(|(d, s)| (d.to_string(), *s)).collect(),
@@ -292,7 +328,7 @@ mod tests {
 
     #[test]
     fn images_are_per_owner_and_public_ones_are_listed_for_everyone() {
-        let store = Store::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         store.put_image(&image("a", "py", "k1")).unwrap();
         store.put_image(&image(PUBLIC, "base", "k2")).unwrap();
         store.put_image(&image("b", "py", "k3")).unwrap();
@@ -312,7 +348,7 @@ mod tests {
 
     #[test]
     fn a_root_a_sandbox_keeps_is_charged_once_no_image_of_the_tenant_names_it() {
-        let store = Store::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         store.create_key("a", false).unwrap();
         let rec = crate::sandboxes::tests::record("sb_1", "a");
         let key = rec.image_key.clone().unwrap();
@@ -328,7 +364,7 @@ mod tests {
 
     #[test]
     fn the_build_cache_keeps_each_tenants_newest_rows() {
-        let store = Store::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         for i in 0..5 {
             store.put_build_step("a", &format!("k{i}"), "{}", i).unwrap();
         }
@@ -341,7 +377,7 @@ mod tests {
 
     #[test]
     fn a_root_config_outlives_its_images_until_forgotten() {
-        let store = Store::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         store.put_image_root("k1", r#"{"env":["A=1"]}"#, r#"{"layers":[]}"#, 10, 1).unwrap();
         store.put_image_root("k2", "{}", "{}", 10, 1).unwrap();
         assert_eq!(store.image_root_config("k1").unwrap().as_deref(), Some(r#"{"env":["A=1"]}"#));
@@ -354,7 +390,7 @@ mod tests {
 
     #[test]
     fn the_build_cache_is_per_tenant() {
-        let store = Store::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         store.put_build_step("t1", "sha256:k", r#"{"layer":null}"#, 1).unwrap();
         assert_eq!(store.build_step("t1", "sha256:k").unwrap().as_deref(), Some(r#"{"layer":null}"#));
         assert_eq!(store.build_step("t2", "sha256:k").unwrap(), None);

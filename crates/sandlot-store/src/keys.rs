@@ -5,7 +5,7 @@ use rusqlite::{params, OptionalExtension};
 use sandlot_api::KeyInfo;
 use sha2::{Digest, Sha256};
 
-use crate::{now_ms, Result, Store};
+use crate::{now_ms, Result, SqliteStore};
 
 /// Who a valid API key acts for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,9 +74,45 @@ fn random_token(prefix: &str) -> String {
     format!("{prefix}{body}")
 }
 
-impl Store {
+/// Tenants, their API keys (stored as digests) and their network exemptions.
+pub trait Keys {
     /// Creates the first admin key if no admin key exists; returns it in clear (shown once).
-    pub fn ensure_admin_key(&self) -> Result<Option<String>> {
+    fn ensure_admin_key(&self) -> Result<Option<String>>;
+
+    /// Creates an API key for `tenant` (creating the tenant if new) and returns it in clear.
+    fn create_key(&self, tenant: &str, admin: bool) -> Result<String>;
+
+    /// Creates an API key for `tenant` that stops working at `expires_ms` (if given); returns the key
+    /// in clear and its id.
+    fn create_key_expiring(&self, tenant: &str, admin: bool, expires_ms: Option<i64>) -> Result<(String, String)>;
+
+    /// What `key` is worth now; a valid key's last use is recorded (to the minute).
+    fn authenticate(&self, key: &str) -> Result<Auth>;
+
+    /// Whether `tenant` holds at least one key that works now (not revoked, not expired): what keeps
+    /// the tenant's per-sandbox tokens alive (revoking all its keys ends them too).
+    fn tenant_has_live_key(&self, tenant: &str) -> Result<bool>;
+
+    /// API keys, of one tenant or all, oldest first (revoked ones included, marked).
+    fn list_keys(&self, tenant: Option<&str>) -> Result<Vec<KeyInfo>>;
+
+    /// The key with id `id`, if there is one: one indexed read (the id is a prefix of the digest, the
+    /// table's primary key), cheap enough for long-lived connections to re-check their key often.
+    fn key_by_id(&self, id: &str) -> Result<Option<KeyInfo>>;
+
+    /// Revokes the key with id `id` (kept, marked, so its holder is told it was revoked); returns it
+    /// as it was, or `None` if there is no such key.
+    fn revoke_key(&self, id: &str) -> Result<Option<KeyInfo>>;
+
+    /// The always-denied ranges an admin opted `tenant` into; `None` if there is no such tenant.
+    fn tenant_exemptions(&self, tenant: &str) -> Result<Option<Vec<String>>>;
+
+    /// Replaces `tenant`'s exemptions; false if there is no such tenant.
+    fn set_tenant_exemptions(&self, tenant: &str, cidrs: &[String]) -> Result<bool>;
+}
+
+impl Keys for SqliteStore {
+    fn ensure_admin_key(&self) -> Result<Option<String>> {
         let has: bool =
             self.conn().query_row("SELECT EXISTS(SELECT 1 FROM api_keys WHERE admin = 1)", [], |r| r.get(0))?;
         if has {
@@ -85,14 +121,11 @@ impl Store {
         self.create_key("admin", true).map(Some)
     }
 
-    /// Creates an API key for `tenant` (creating the tenant if new) and returns it in clear.
-    pub fn create_key(&self, tenant: &str, admin: bool) -> Result<String> {
+    fn create_key(&self, tenant: &str, admin: bool) -> Result<String> {
         Ok(self.create_key_expiring(tenant, admin, None)?.0)
     }
 
-    /// Creates an API key for `tenant` that stops working at `expires_ms` (if given); returns the key
-    /// in clear and its id.
-    pub fn create_key_expiring(&self, tenant: &str, admin: bool, expires_ms: Option<i64>) -> Result<(String, String)> {
+    fn create_key_expiring(&self, tenant: &str, admin: bool, expires_ms: Option<i64>) -> Result<(String, String)> {
         let key = random_token("sl_");
         let d = digest(&key);
         let now = now_ms();
@@ -107,8 +140,7 @@ impl Store {
         Ok((key, key_id(&d)))
     }
 
-    /// What `key` is worth now; a valid key's last use is recorded (to the minute).
-    pub fn authenticate(&self, key: &str) -> Result<Auth> {
+    fn authenticate(&self, key: &str) -> Result<Auth> {
         let d = digest(key);
         let conn = self.conn();
         let row = conn
@@ -133,9 +165,7 @@ impl Store {
         Ok(Auth::Valid(Principal { tenant, admin }))
     }
 
-    /// Whether `tenant` holds at least one key that works now (not revoked, not expired): what keeps
-    /// the tenant's per-sandbox tokens alive (revoking all its keys ends them too).
-    pub fn tenant_has_live_key(&self, tenant: &str) -> Result<bool> {
+    fn tenant_has_live_key(&self, tenant: &str) -> Result<bool> {
         Ok(self.conn().query_row(
             "SELECT EXISTS(SELECT 1 FROM api_keys WHERE tenant = ?1 AND revoked_ms IS NULL
                  AND (expires_ms IS NULL OR expires_ms > ?2))",
@@ -144,8 +174,7 @@ impl Store {
         )?)
     }
 
-    /// API keys, of one tenant or all, oldest first (revoked ones included, marked).
-    pub fn list_keys(&self, tenant: Option<&str>) -> Result<Vec<KeyInfo>> {
+    fn list_keys(&self, tenant: Option<&str>) -> Result<Vec<KeyInfo>> {
         let conn = self.conn();
         let mut stmt =
             conn.prepare(&format!("{KEY_INFO_SELECT} WHERE (?1 IS NULL OR tenant = ?1) ORDER BY created_ms, digest"))?;
@@ -153,9 +182,7 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
-    /// The key with id `id`, if there is one: one indexed read (the id is a prefix of the digest, the
-    /// table's primary key), cheap enough for long-lived connections to re-check their key often.
-    pub fn key_by_id(&self, id: &str) -> Result<Option<KeyInfo>> {
+    fn key_by_id(&self, id: &str) -> Result<Option<KeyInfo>> {
         let Some(hex) = id.strip_prefix("key_").filter(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
         else {
             return Ok(None);
@@ -167,9 +194,7 @@ impl Store {
         Ok(rows.next().transpose()?)
     }
 
-    /// Revokes the key with id `id` (kept, marked, so its holder is told it was revoked); returns it
-    /// as it was, or `None` if there is no such key.
-    pub fn revoke_key(&self, id: &str) -> Result<Option<KeyInfo>> {
+    fn revoke_key(&self, id: &str) -> Result<Option<KeyInfo>> {
         let Some(key) = self.list_keys(None)?.into_iter().find(|k| k.id == id) else { return Ok(None) };
         let Some(hex) = id.strip_prefix("key_") else { return Ok(None) };
         self.conn().execute(
@@ -179,8 +204,7 @@ impl Store {
         Ok(Some(key))
     }
 
-    /// The always-denied ranges an admin opted `tenant` into; `None` if there is no such tenant.
-    pub fn tenant_exemptions(&self, tenant: &str) -> Result<Option<Vec<String>>> {
+    fn tenant_exemptions(&self, tenant: &str) -> Result<Option<Vec<String>>> {
         let text: Option<String> = self
             .conn()
             .query_row("SELECT network_exempt FROM tenants WHERE name = ?1", params![tenant], |r| r.get(0))
@@ -191,8 +215,7 @@ impl Store {
         })
     }
 
-    /// Replaces `tenant`'s exemptions; false if there is no such tenant.
-    pub fn set_tenant_exemptions(&self, tenant: &str, cidrs: &[String]) -> Result<bool> {
+    fn set_tenant_exemptions(&self, tenant: &str, cidrs: &[String]) -> Result<bool> {
         let n = self.conn().execute(
             "UPDATE tenants SET network_exempt = ?2 WHERE name = ?1",
             params![tenant, serde_json::to_string(cidrs)?],
@@ -208,7 +231,7 @@ mod tests {
     #[test]
     fn keys_authenticate_and_are_stored_hashed() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db")).unwrap();
         let admin = store.ensure_admin_key().unwrap().expect("first admin key");
         assert!(store.ensure_admin_key().unwrap().is_none(), "only one bootstrap key");
         let key = store.create_key("acme", false).unwrap();
@@ -233,7 +256,7 @@ mod tests {
     #[test]
     fn keys_are_listed_without_secrets_and_can_be_revoked_or_expire() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db")).unwrap();
         let (key, id) = store.create_key_expiring("acme", false, None).unwrap();
         let (old, _) = store.create_key_expiring("acme", false, Some(now_ms() - 1)).unwrap();
         store.create_key("other", false).unwrap();
@@ -242,7 +265,7 @@ mod tests {
         assert!(listed.iter().any(|k| (k.id.as_str(), k.prefix.as_str()) == (id.as_str(), &key[..8])));
         assert!(matches!(store.authenticate(&old).unwrap(), Auth::Expired(_)));
         assert!(matches!(store.authenticate(&key).unwrap(), Auth::Valid(_)));
-        let mine = |s: &Store| s.list_keys(Some("acme")).unwrap().into_iter().find(|k| k.id == id).unwrap();
+        let mine = |s: &SqliteStore| s.list_keys(Some("acme")).unwrap().into_iter().find(|k| k.id == id).unwrap();
         assert!(mine(&store).last_used_at_ms.is_some());
         assert_eq!(store.revoke_key(&id).unwrap().map(|k| k.tenant), Some("acme".to_string()));
         assert!(matches!(store.authenticate(&key).unwrap(), Auth::Revoked(_)));

@@ -1,13 +1,18 @@
-//! sandlot's durable state: one SQLite database in WAL mode.
+//! sandlot's durable state, behind the [`Store`] trait: one SQLite database in WAL mode
+//! ([`SqliteStore`]) on a single host.
 //!
-//! Tenants, API keys (stored as SHA-256 digests, never in clear), sandboxes and the audit log. SQLite is
-//! the source of truth; the engine's in-memory state is rebuilt from it at start-up. All access goes
-//! through typed methods; no SQL leaves this crate.
+//! Tenants, API keys (stored as SHA-256 digests, never in clear), sandboxes and the audit log. The store
+//! is the source of truth; the engine's in-memory state is rebuilt from it at start-up. All access goes
+//! through typed methods, one trait per table ([`Keys`], [`Sandboxes`], [`Snapshots`], [`Images`],
+//! [`AuditLog`], [`EventLog`], [`Webhooks`], [`Secrets`]); no SQL leaves this crate. The control layer
+//! holds a `dyn Store`, so another implementation (PostgreSQL, for a cluster) plugs in unchanged;
+//! [`conformance`] is what any implementation must pass.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod audit;
+pub mod conformance;
 mod events;
 mod images;
 mod keys;
@@ -23,12 +28,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
 
-pub use audit::{audit_argv, audit_head, AUDIT_LIST_BYTES};
-pub use events::{EventFilter, EventPage, EVENTS_SCANNED_MAX};
-pub use images::{ImageRow, PUBLIC};
-pub use keys::{key_id_of, Auth, Principal};
-pub use sandboxes::SandboxRecord;
-pub use webhooks::{DeliveryRow, WebhookRow};
+pub use audit::{audit_argv, audit_head, AuditLog, AUDIT_LIST_BYTES};
+pub use events::{EventFilter, EventLog, EventPage, EVENTS_SCANNED_MAX};
+pub use images::{ImageRow, Images, PUBLIC};
+pub use keys::{key_id_of, Auth, Keys, Principal};
+pub use sandboxes::{SandboxRecord, Sandboxes};
+pub use secrets::Secrets;
+pub use snapshots::Snapshots;
+pub use webhooks::{DeliveryRow, WebhookRow, Webhooks};
 
 /// Store failures.
 #[derive(Debug, thiserror::Error)]
@@ -51,12 +58,38 @@ pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// The database handle. One connection behind a mutex: writes are tiny and SQLite serialises them anyway.
-pub struct Store {
+/// The store's traits, to call their methods on a concrete store (a `dyn Store` needs none of this).
+pub mod prelude {
+    pub use crate::{AuditLog, EventLog, Images, Keys, Sandboxes, Secrets, Snapshots, Store, Webhooks};
+}
+
+/// Everything sandlot keeps durably: each table's trait, and a check of the whole. What the control
+/// layer holds (`Box<dyn Store>`); implementations must pass [`conformance::check_all`].
+pub trait Store:
+    Keys + Sandboxes + Snapshots + Images + AuditLog + EventLog + Webhooks + Secrets + Send + Sync
+{
+    /// Checks that the stored state is whole (SQLite's integrity check).
+    fn integrity_check(&self) -> Result<()>;
+}
+
+/// The single-host store: one SQLite database. One connection behind a mutex: writes are tiny and
+/// SQLite serialises them anyway.
+pub struct SqliteStore {
     conn: Mutex<Connection>,
 }
 
-impl Store {
+impl Store for SqliteStore {
+    fn integrity_check(&self) -> Result<()> {
+        let r: String = self.conn().query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        if r == "ok" {
+            Ok(())
+        } else {
+            Err(StoreError::Integrity(r))
+        }
+    }
+}
+
+impl SqliteStore {
     /// Opens (creating if needed) the database at `path` in WAL mode with `synchronous=NORMAL`: a
     /// committed transaction survives a crash or kill -9 of the daemon (the WAL is written before the
     /// commit returns), and only a power loss or kernel crash can drop the last few — while a commit
@@ -81,7 +114,7 @@ impl Store {
     fn with_schema(conn: Connection) -> Result<Self> {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         schema::apply(&conn)?;
-        Ok(Store { conn: Mutex::new(conn) })
+        Ok(SqliteStore { conn: Mutex::new(conn) })
     }
 
     /// Locks the connection, going on with it after a holder panicked: SQLite keeps the database whole
@@ -89,16 +122,6 @@ impl Store {
     /// `rusqlite::Transaction` drops during unwinding, so the next holder finds no half-written change.
     fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Runs SQLite's integrity check.
-    pub fn integrity_check(&self) -> Result<()> {
-        let r: String = self.conn().query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
-        if r == "ok" {
-            Ok(())
-        } else {
-            Err(StoreError::Integrity(r))
-        }
     }
 }
 
@@ -108,7 +131,7 @@ mod tests {
 
     #[test]
     fn an_in_memory_store_has_the_schema_and_checks_foreign_keys() {
-        let store = Store::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         let key = store.create_key("acme", false).unwrap();
         assert_eq!(store.authenticate(&key).unwrap(), Auth::Valid(Principal { tenant: "acme".into(), admin: false }));
         store.insert_sandbox(&sandboxes::tests::record("sb_1", "acme")).unwrap();
@@ -124,8 +147,8 @@ mod tests {
 
     #[test]
     fn in_memory_stores_share_nothing() {
-        let first = Store::open_in_memory().unwrap();
-        let second = Store::open_in_memory().unwrap();
+        let first = SqliteStore::open_in_memory().unwrap();
+        let second = SqliteStore::open_in_memory().unwrap();
         let key = first.create_key("acme", false).unwrap();
         assert_eq!(second.authenticate(&key).unwrap(), Auth::Unknown);
         assert!(second.ensure_admin_key().unwrap().is_some(), "the second store has no admin key of the first");

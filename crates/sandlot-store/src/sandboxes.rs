@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use rusqlite::{params, OptionalExtension};
 use sandlot_api::{Limits, NetworkSpec, SandboxInfo, SandboxState, TimeoutAction};
 
-use crate::{Result, Store};
+use crate::{Result, SqliteStore};
 
 /// A sandbox row.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,10 +25,48 @@ pub struct SandboxRecord {
     pub image_key: Option<String>,
 }
 
-impl Store {
+/// Sandbox records: state, limits, network spec, expiry, slot.
+pub trait Sandboxes {
     /// Records a new sandbox.
     /// Fails with a constraint error when the tenant already has a live sandbox of that name.
-    pub fn insert_sandbox(&self, rec: &SandboxRecord) -> Result<()> {
+    fn insert_sandbox(&self, rec: &SandboxRecord) -> Result<()>;
+
+    /// The tenant that owns sandbox `id`.
+    fn tenant_of(&self, id: &str) -> Result<Option<String>>;
+
+    /// Replaces a sandbox's network policy.
+    fn set_network(&self, id: &str, network: &NetworkSpec) -> Result<()>;
+
+    /// Records activity (an API call or process output) for idle timeouts.
+    fn touch(&self, id: &str, at_ms: i64) -> Result<()>;
+
+    /// Sets a new lifetime end.
+    fn set_expiry(&self, id: &str, expires_ms: i64) -> Result<()>;
+
+    /// The tenant's live sandbox called `name`.
+    fn get_by_name(&self, tenant: &str, name: &str) -> Result<Option<SandboxRecord>>;
+
+    /// Sets a sandbox's state (and reason, cleared when `None`).
+    fn set_state(&self, id: &str, state: SandboxState, reason: Option<&str>) -> Result<()>;
+
+    /// One sandbox of `tenant` (another tenant's id is simply not found).
+    fn get_sandbox(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>>;
+
+    /// One sandbox of `tenant`, deleted ones included (to report how it ended).
+    fn get_sandbox_any(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>>;
+
+    /// Records the host uid-range slot a sandbox runs with.
+    fn set_slot(&self, id: &str, slot: u32) -> Result<()>;
+
+    /// Sandboxes of `tenant` that are not deleted, newest first.
+    fn list_sandboxes(&self, tenant: &str) -> Result<Vec<SandboxRecord>>;
+
+    /// Every sandbox not deleted, of all tenants (start-up recovery, expiry).
+    fn live_sandboxes(&self) -> Result<Vec<SandboxRecord>>;
+}
+
+impl Sandboxes for SqliteStore {
+    fn insert_sandbox(&self, rec: &SandboxRecord) -> Result<()> {
         let i = &rec.info;
         self.conn().execute(
             "INSERT INTO sandboxes(id, tenant, state, reason, image, limits, env, metadata, slot, created_ms, expires_ms,
@@ -61,38 +99,32 @@ impl Store {
         Ok(())
     }
 
-    /// The tenant that owns sandbox `id`.
-    pub fn tenant_of(&self, id: &str) -> Result<Option<String>> {
+    fn tenant_of(&self, id: &str) -> Result<Option<String>> {
         Ok(self.conn().query_row("SELECT tenant FROM sandboxes WHERE id = ?1", params![id], |r| r.get(0)).optional()?)
     }
 
-    /// Replaces a sandbox's network policy.
-    pub fn set_network(&self, id: &str, network: &NetworkSpec) -> Result<()> {
+    fn set_network(&self, id: &str, network: &NetworkSpec) -> Result<()> {
         self.conn()
             .execute("UPDATE sandboxes SET network = ?2 WHERE id = ?1", params![id, serde_json::to_string(network)?])?;
         Ok(())
     }
 
-    /// Records activity (an API call or process output) for idle timeouts.
-    pub fn touch(&self, id: &str, at_ms: i64) -> Result<()> {
+    fn touch(&self, id: &str, at_ms: i64) -> Result<()> {
         self.conn().execute("UPDATE sandboxes SET active_ms = max(active_ms, ?2) WHERE id = ?1", params![id, at_ms])?;
         Ok(())
     }
 
-    /// Sets a new lifetime end.
-    pub fn set_expiry(&self, id: &str, expires_ms: i64) -> Result<()> {
+    fn set_expiry(&self, id: &str, expires_ms: i64) -> Result<()> {
         self.conn().execute("UPDATE sandboxes SET expires_ms = ?2 WHERE id = ?1", params![id, expires_ms])?;
         Ok(())
     }
 
-    /// The tenant's live sandbox called `name`.
-    pub fn get_by_name(&self, tenant: &str, name: &str) -> Result<Option<SandboxRecord>> {
+    fn get_by_name(&self, tenant: &str, name: &str) -> Result<Option<SandboxRecord>> {
         let sql = format!("{} WHERE tenant = ?1 AND name = ?2 AND state != 'deleted'", Self::COLUMNS);
         Ok(self.sandboxes(&sql, &[&tenant, &name])?.into_iter().next())
     }
 
-    /// Sets a sandbox's state (and reason, cleared when `None`).
-    pub fn set_state(&self, id: &str, state: SandboxState, reason: Option<&str>) -> Result<()> {
+    fn set_state(&self, id: &str, state: SandboxState, reason: Option<&str>) -> Result<()> {
         self.conn().execute(
             "UPDATE sandboxes SET state = ?2, reason = ?3 WHERE id = ?1",
             params![id, state.as_str(), reason],
@@ -100,6 +132,33 @@ impl Store {
         Ok(())
     }
 
+    fn get_sandbox(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>> {
+        let sql = format!("{} WHERE id = ?1 AND tenant = ?2 AND state != 'deleted'", Self::COLUMNS);
+        Ok(self.sandboxes(&sql, &[&id, &tenant])?.into_iter().next())
+    }
+
+    fn get_sandbox_any(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>> {
+        let sql = format!("{} WHERE id = ?1 AND tenant = ?2", Self::COLUMNS);
+        Ok(self.sandboxes(&sql, &[&id, &tenant])?.into_iter().next())
+    }
+
+    fn set_slot(&self, id: &str, slot: u32) -> Result<()> {
+        self.conn().execute("UPDATE sandboxes SET slot = ?2 WHERE id = ?1", params![id, slot])?;
+        Ok(())
+    }
+
+    fn list_sandboxes(&self, tenant: &str) -> Result<Vec<SandboxRecord>> {
+        let sql = format!("{} WHERE tenant = ?1 AND state != 'deleted' ORDER BY created_ms DESC, id", Self::COLUMNS);
+        self.sandboxes(&sql, &[&tenant])
+    }
+
+    fn live_sandboxes(&self) -> Result<Vec<SandboxRecord>> {
+        let sql = format!("{} WHERE state != 'deleted' ORDER BY created_ms", Self::COLUMNS);
+        self.sandboxes(&sql, &[])
+    }
+}
+
+impl SqliteStore {
     fn sandboxes(&self, sql: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<SandboxRecord>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(sql)?;
@@ -153,41 +212,12 @@ impl Store {
     const COLUMNS: &'static str =
         "SELECT id, tenant, state, reason, image, limits, env, metadata, slot, created_ms, expires_ms,
          name, persistent, auto_resume, idle_s, on_timeout, stop_after_s, active_ms, snapshot, network, image_key FROM sandboxes";
-
-    /// One sandbox of `tenant` (another tenant's id is simply not found).
-    pub fn get_sandbox(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>> {
-        let sql = format!("{} WHERE id = ?1 AND tenant = ?2 AND state != 'deleted'", Self::COLUMNS);
-        Ok(self.sandboxes(&sql, &[&id, &tenant])?.into_iter().next())
-    }
-
-    /// One sandbox of `tenant`, deleted ones included (to report how it ended).
-    pub fn get_sandbox_any(&self, tenant: &str, id: &str) -> Result<Option<SandboxRecord>> {
-        let sql = format!("{} WHERE id = ?1 AND tenant = ?2", Self::COLUMNS);
-        Ok(self.sandboxes(&sql, &[&id, &tenant])?.into_iter().next())
-    }
-
-    /// Records the host uid-range slot a sandbox runs with.
-    pub fn set_slot(&self, id: &str, slot: u32) -> Result<()> {
-        self.conn().execute("UPDATE sandboxes SET slot = ?2 WHERE id = ?1", params![id, slot])?;
-        Ok(())
-    }
-
-    /// Sandboxes of `tenant` that are not deleted, newest first.
-    pub fn list_sandboxes(&self, tenant: &str) -> Result<Vec<SandboxRecord>> {
-        let sql = format!("{} WHERE tenant = ?1 AND state != 'deleted' ORDER BY created_ms DESC, id", Self::COLUMNS);
-        self.sandboxes(&sql, &[&tenant])
-    }
-
-    /// Every sandbox not deleted, of all tenants (start-up recovery, expiry).
-    pub fn live_sandboxes(&self) -> Result<Vec<SandboxRecord>> {
-        let sql = format!("{} WHERE state != 'deleted' ORDER BY created_ms", Self::COLUMNS);
-        self.sandboxes(&sql, &[])
-    }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::prelude::*;
 
     pub(crate) fn record(id: &str, tenant: &str) -> SandboxRecord {
         SandboxRecord {
@@ -221,7 +251,7 @@ pub(crate) mod tests {
     #[test]
     fn sandboxes_are_scoped_by_tenant() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db")).unwrap();
         store.create_key("a", false).unwrap();
         store.create_key("b", false).unwrap();
         store.insert_sandbox(&record("sb_1", "a")).unwrap();

@@ -191,7 +191,8 @@ pub(crate) fn apply(conn: &Connection) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Store;
+    use crate::prelude::*;
+    use crate::SqliteStore;
     use sandlot_api::SandboxState;
 
     #[test]
@@ -210,7 +211,7 @@ mod tests {
         )
         .unwrap();
         drop(old);
-        let store = Store::open(&path).unwrap();
+        let store = SqliteStore::open(&path).unwrap();
         let rec = store.get_sandbox("a", "sb_old").unwrap().expect("the old row survives");
         assert_eq!(rec.info.state, SandboxState::Stopped);
         assert_eq!(rec.info.limits.disk_mb, None);

@@ -4,12 +4,17 @@
 
 use rusqlite::params;
 
-use crate::{Result, Store};
+use crate::{Result, SqliteStore};
 
-impl Store {
+/// The server's own secrets (signing keys), made once and kept.
+pub trait Secrets {
     /// The 32-byte secret named `name`, made from the OS's random source the first time it is asked
     /// for. Two servers racing on one database agree: the first insert wins and both read it back.
-    pub fn server_secret(&self, name: &str) -> Result<[u8; 32]> {
+    fn server_secret(&self, name: &str) -> Result<[u8; 32]>;
+}
+
+impl Secrets for SqliteStore {
+    fn server_secret(&self, name: &str) -> Result<[u8; 32]> {
         use rand::RngCore;
         let mut fresh = [0u8; 32];
         rand::rngs::OsRng.fill_bytes(&mut fresh);
@@ -25,16 +30,17 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use crate::Store;
+    use crate::prelude::*;
+    use crate::SqliteStore;
 
     #[test]
     fn a_secret_is_made_once_and_kept_across_opens() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        let first = Store::open(&path).unwrap().server_secret("access").unwrap();
+        let first = SqliteStore::open(&path).unwrap().server_secret("access").unwrap();
         assert_ne!(first, [0u8; 32]);
-        let again = Store::open(&path).unwrap().server_secret("access").unwrap();
+        let again = SqliteStore::open(&path).unwrap().server_secret("access").unwrap();
         assert_eq!(first, again);
-        assert_ne!(Store::open(&path).unwrap().server_secret("other").unwrap(), first);
+        assert_ne!(SqliteStore::open(&path).unwrap().server_secret("other").unwrap(), first);
     }
 }

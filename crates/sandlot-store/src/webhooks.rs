@@ -3,7 +3,7 @@
 use rusqlite::{params, OptionalExtension};
 use sandlot_api::{Delivery, EventKind};
 
-use crate::{now_ms, Result, Store, StoreError};
+use crate::{now_ms, Result, SqliteStore, StoreError};
 
 /// A webhook as stored: its secret too (it signs every delivery), which no answer carries.
 #[derive(Clone, PartialEq)]
@@ -51,10 +51,38 @@ fn to_webhook(t: (String, String, String, String, String, i64, i64)) -> Result<W
     Ok(WebhookRow { id, tenant, url, kinds, secret, created_ms, cursor })
 }
 
-impl Store {
+/// Webhooks and their deliveries.
+pub trait Webhooks {
     /// Stores a new webhook unless its tenant has `max_per_tenant` already (then `false`). Its cursor
     /// is the newest event now: it receives what happens from here on.
-    pub fn insert_webhook(&self, hook: &WebhookRow, max_per_tenant: u64) -> Result<bool> {
+    fn insert_webhook(&self, hook: &WebhookRow, max_per_tenant: u64) -> Result<bool>;
+
+    /// Webhooks, oldest first: one tenant's, or every tenant's (`None`).
+    fn list_webhooks(&self, tenant: Option<&str>) -> Result<Vec<WebhookRow>>;
+
+    /// Webhook `id` of `tenant` (`None`: of any tenant, for the admin and the delivery service).
+    fn get_webhook(&self, tenant: Option<&str>, id: &str) -> Result<Option<WebhookRow>>;
+
+    /// Deletes webhook `id` of `tenant` (`None`: any tenant's) and its delivery log; `false` if there
+    /// was none.
+    fn delete_webhook(&self, tenant: Option<&str>, id: &str) -> Result<bool>;
+
+    /// Moves webhook `id`'s cursor forward to `cursor` (never back); `false` if the webhook is gone.
+    fn advance_webhook(&self, id: &str, cursor: i64) -> Result<bool>;
+
+    /// Logs one delivery attempt of webhook `id`, and keeps its newest `keep` attempts only; `false`
+    /// (nothing logged) when the webhook is gone: an attempt in flight at its deletion leaves no row.
+    fn record_delivery(&self, id: &str, d: &Delivery, keep: u64) -> Result<bool>;
+
+    /// The newest `limit` attempts of webhook `id`, newest first.
+    fn list_deliveries(&self, id: &str, limit: u32) -> Result<Vec<Delivery>>;
+
+    /// Keeps each webhook's newest `keep` attempts; returns how many older ones went.
+    fn prune_deliveries(&self, keep: u64) -> Result<usize>;
+}
+
+impl Webhooks for SqliteStore {
+    fn insert_webhook(&self, hook: &WebhookRow, max_per_tenant: u64) -> Result<bool> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         let have: i64 =
@@ -79,8 +107,7 @@ impl Store {
         Ok(true)
     }
 
-    /// Webhooks, oldest first: one tenant's, or every tenant's (`None`).
-    pub fn list_webhooks(&self, tenant: Option<&str>) -> Result<Vec<WebhookRow>> {
+    fn list_webhooks(&self, tenant: Option<&str>) -> Result<Vec<WebhookRow>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(&format!(
             "SELECT {COLUMNS} FROM webhooks WHERE (?1 IS NULL OR tenant = ?1) ORDER BY created_ms, id"
@@ -89,8 +116,7 @@ impl Store {
         rows.map(|r| to_webhook(r.map_err(StoreError::from)?)).collect()
     }
 
-    /// Webhook `id` of `tenant` (`None`: of any tenant, for the admin and the delivery service).
-    pub fn get_webhook(&self, tenant: Option<&str>, id: &str) -> Result<Option<WebhookRow>> {
+    fn get_webhook(&self, tenant: Option<&str>, id: &str) -> Result<Option<WebhookRow>> {
         let conn = self.conn();
         let found = conn
             .query_row(
@@ -102,9 +128,7 @@ impl Store {
         found.map(to_webhook).transpose()
     }
 
-    /// Deletes webhook `id` of `tenant` (`None`: any tenant's) and its delivery log; `false` if there
-    /// was none.
-    pub fn delete_webhook(&self, tenant: Option<&str>, id: &str) -> Result<bool> {
+    fn delete_webhook(&self, tenant: Option<&str>, id: &str) -> Result<bool> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         let n =
@@ -116,16 +140,13 @@ impl Store {
         Ok(n > 0)
     }
 
-    /// Moves webhook `id`'s cursor forward to `cursor` (never back); `false` if the webhook is gone.
-    pub fn advance_webhook(&self, id: &str, cursor: i64) -> Result<bool> {
+    fn advance_webhook(&self, id: &str, cursor: i64) -> Result<bool> {
         let n =
             self.conn().execute("UPDATE webhooks SET cursor = MAX(cursor, ?2) WHERE id = ?1", params![id, cursor])?;
         Ok(n > 0)
     }
 
-    /// Logs one delivery attempt of webhook `id`, and keeps its newest `keep` attempts only; `false`
-    /// (nothing logged) when the webhook is gone: an attempt in flight at its deletion leaves no row.
-    pub fn record_delivery(&self, id: &str, d: &Delivery, keep: u64) -> Result<bool> {
+    fn record_delivery(&self, id: &str, d: &Delivery, keep: u64) -> Result<bool> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         let n = tx.execute(
@@ -156,8 +177,7 @@ impl Store {
         Ok(n > 0)
     }
 
-    /// The newest `limit` attempts of webhook `id`, newest first.
-    pub fn list_deliveries(&self, id: &str, limit: u32) -> Result<Vec<Delivery>> {
+    fn list_deliveries(&self, id: &str, limit: u32) -> Result<Vec<Delivery>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT event_id, kind, attempt, at_ms, status, error, duration_ms, ok, will_retry
@@ -196,8 +216,7 @@ impl Store {
         Ok(out)
     }
 
-    /// Keeps each webhook's newest `keep` attempts; returns how many older ones went.
-    pub fn prune_deliveries(&self, keep: u64) -> Result<usize> {
+    fn prune_deliveries(&self, keep: u64) -> Result<usize> {
         let ids: Vec<String> = {
             let conn = self.conn();
             let mut stmt =
@@ -253,7 +272,7 @@ mod tests {
 
     #[test]
     fn webhooks_are_per_tenant_capped_and_their_logs_go_with_them() {
-        let s = Store::open_in_memory().unwrap();
+        let s = SqliteStore::open_in_memory().unwrap();
         assert!(s.insert_webhook(&hook("wh_1", "a"), 2).unwrap());
         assert!(s.insert_webhook(&hook("wh_2", "a"), 2).unwrap());
         assert!(!s.insert_webhook(&hook("wh_3", "a"), 2).unwrap(), "the cap holds");
@@ -286,7 +305,7 @@ mod tests {
 
     #[test]
     fn a_delivery_log_stays_bounded_and_leaves_no_rows_behind_its_webhook() {
-        let s = Store::open_in_memory().unwrap();
+        let s = SqliteStore::open_in_memory().unwrap();
         assert!(s.insert_webhook(&hook("wh_1", "a"), 10).unwrap());
         assert!(s.insert_webhook(&hook("wh_2", "a"), 10).unwrap());
         // Each attempt logged trims the webhook's log to its newest `keep` rows, at once.

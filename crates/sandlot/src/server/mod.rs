@@ -38,7 +38,7 @@ use axum::Router;
 use sandlot_control::Control;
 use sandlot_driver_linux::{doctor, host, LinuxConfig, LinuxDriver};
 use sandlot_engine::{Engine, EngineConfig, NetworkSettings};
-use sandlot_store::Store;
+use sandlot_store::{SqliteStore, Store};
 
 pub use app::{App, AppState};
 pub use error::ApiError;
@@ -522,12 +522,12 @@ fn image_store(args: &ServeArgs, state_dir: &std::path::Path) -> anyhow::Result<
 async fn serve(args: ServeArgs, state_dir: PathBuf, fd_limit: u64, degraded: Vec<String>) -> anyhow::Result<()> {
     let control_cfg = sandlot_control::Config { degraded, ..args.control_config()? };
     let db = state_dir.join("sandlot.db");
-    let store = Store::open(&db).with_context(|| format!("opening {}", db.display()))?;
+    let store: Box<dyn Store> = Box::new(SqliteStore::open(&db).with_context(|| format!("opening {}", db.display()))?);
     store.integrity_check()?;
     for f in ["sandlot.db", "sandlot.db-wal", "sandlot.db-shm"] {
         let _ = std::fs::set_permissions(state_dir.join(f), std::fs::Permissions::from_mode(0o600));
     }
-    write_admin_key(&store, &state_dir)?;
+    write_admin_key(store.as_ref(), &state_dir)?;
 
     let layers = args.defence_layers()?;
     for l in &args.disable_layers {
@@ -772,7 +772,7 @@ fn parse_resolve(pairs: &[String]) -> anyhow::Result<std::collections::HashMap<S
 pub(crate) const MAX_JSON_BODY: usize = 16 << 20;
 
 /// Creates the bootstrap admin key on first start and writes it where the operator can find it.
-fn write_admin_key(store: &Store, state_dir: &Path) -> anyhow::Result<()> {
+fn write_admin_key(store: &dyn Store, state_dir: &Path) -> anyhow::Result<()> {
     let path = state_dir.join("admin.key");
     if let Some(key) = store.ensure_admin_key()? {
         use std::io::Write;

@@ -48,7 +48,8 @@ mod tests {
     /// The server's router over the fake driver, with `sandlot serve`'s default settings.
     fn server() -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let store = sandlot_store::Store::open(&dir.path().join("sandlot.db")).unwrap();
+        let store: Box<dyn sandlot_store::Store> =
+            Box::new(sandlot_store::SqliteStore::open(&dir.path().join("sandlot.db")).unwrap());
         let admin_key = store.ensure_admin_key().unwrap().expect("a new store has no admin key yet");
         let engine = sandlot_engine::Engine::new(
             Arc::new(sandlot_engine::fake::FakeDriver::new()),

@@ -285,7 +285,10 @@ fn pid1_symlink_to_proc_1_environ_is_refused() {
     let stat = root.stat("/proc/1/fd/3").expect("stat of pid 1's descriptor");
     assert_eq!(stat.link_target, None, "the file API read where pid 1's control socket leads: {stat:?}");
     let p = sb.spawn(&ExecRequest { shell: Some("exec sleep 600".into()), ..ExecRequest::default() }).unwrap();
-    let pid = sh(&sb, User::User, "cat /proc/[0-9]*/stat 2>/dev/null | grep '(sleep)' | cut -d' ' -f1").stdout;
+    // The spawned shell execs sleep a moment after the spawn answers: wait for it to be there.
+    let find = "until p=$(cat /proc/[0-9]*/stat 2>/dev/null | grep '(sleep)' | cut -d' ' -f1) && [ -n \"$p\" ]; \
+                do sleep 0.05; done; echo $p";
+    let pid = sh(&sb, User::User, find).stdout;
     let link = format!("/proc/{}/fd/1", pid.trim());
     let stat = root.stat(&link).unwrap_or_else(|e| panic!("{link}: {e}"));
     assert_eq!(stat.link_target, None, "the file API read where a user process's stdout leads: {stat:?}");
