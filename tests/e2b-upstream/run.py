@@ -49,7 +49,7 @@ import xml.etree.ElementTree as ET
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2b"))
-from conftest import Server, _free_port  # noqa: E402  (the E2B suite's server harness)
+from conftest import Server, free_port  # noqa: E402  (the E2B suite's server harness)
 
 DOMAIN = "e2b.test"
 #: Each suite: its directory, its runner, what the runner collects there, the share of tests that must
@@ -346,7 +346,7 @@ def main() -> int:
     ap.add_argument("runner_args", nargs="*", metavar="pytest_or_vitest_args")
     args = ap.parse_args()
 
-    tls_port = _free_port()
+    tls_port = free_port()
     internet_dir = tempfile.mkdtemp(prefix="sandlot-e2b-internet-")
     internet = Internet(internet_dir)
     server = Server(extra_args=["--e2b-domain", DOMAIN, "--e2b-tls-listen", f"127.0.0.1:{tls_port}",

@@ -1,102 +1,31 @@
-"""The E2B-compatibility suite's harness: one real `sandlot serve` per test session, and the
-environment the official E2B SDKs read pointed at it (docs/TESTING.md, "The E2B suite").
-
-SANDLOT_BIN names the binary (default: target/debug/sandlot of this checkout). The server listens on
-loopback only; its state is a temporary directory removed at the end. On a pure cgroup v2 host the
-daemon gets a cgroup of its own beside this process's (a daemon refuses to share one).
+"""The E2B-compatibility suite's harness: one real `sandlot serve` per test session (started by
+tests/support/sandlot_server.py, the suites' one launcher), and the environment the official E2B SDKs
+read pointed at it (docs/TESTING.md, "The E2B suite").
 """
 
 import contextlib
 import json
 import os
 import pathlib
-import shutil
-import signal
 import socket
 import subprocess
-import tempfile
+import sys
 import threading
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "support"))
+from sandlot_server import SandlotServer, binary, free_port  # noqa: E402  (the one launcher of the suites)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pure_cgroup_v2() -> bool:
-    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-        return False
-    with open("/proc/self/mountinfo") as f:
-        return not any(" - cgroup cgroup " in line and "memory" in line for line in f)
-
-
-class Server:
-    """A running `sandlot serve` and the keys to reach it."""
+class Server(SandlotServer):
+    """A running `sandlot serve` and the keys to reach it, sandlot's and E2B's (E2B_KEEP_LOGS=1 keeps
+    its log)."""
 
     def __init__(self, extra_args=()):
-        binary = os.environ.get("SANDLOT_BIN") or str(REPO / "target" / "debug" / "sandlot")
-        if not os.access(binary, os.X_OK):
-            raise RuntimeError(f"no sandlot binary at {binary}: run `cargo build -p sandlot` or set SANDLOT_BIN")
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.state = tempfile.mkdtemp(prefix="sandlot-e2b-")
-        self.cgroup = None
-        preexec = None
-        if _pure_cgroup_v2():
-            with open("/proc/self/cgroup") as f:
-                own = next(l.split("::", 1)[1].strip() for l in f if l.startswith("0::"))
-            parent = pathlib.Path("/sys/fs/cgroup" + own).parent
-            self.cgroup = parent / f"sandlot-e2b-test-{os.getpid()}-{self.port}"
-            self.cgroup.mkdir()
-            procs = str(self.cgroup / "cgroup.procs")
-
-            def preexec():
-                with open(procs, "w") as f:
-                    f.write(str(os.getpid()))
-
-        self.log_path = pathlib.Path(self.state + ".log")
-        self.log = open(self.log_path, "wb")
-        cmd = [
-            binary, "serve",
-            "--listen", f"127.0.0.1:{self.port}",
-            "--state-dir", self.state,
-            "--layers-volume-gb", "16",
-            "--test-loopback-only",
-            *extra_args,
-        ]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=preexec)
-        deadline = time.time() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sandlot serve exited {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
-            try:
-                urllib.request.urlopen(self.url + "/healthz", timeout=1).read()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise RuntimeError(f"sandlot serve did not answer in 60 s:\n{self.log_path.read_text()[-4000:]}")
-                time.sleep(0.1)
-        self.admin_key = (pathlib.Path(self.state) / "admin.key").read_text().strip()
+        super().__init__("e2b", extra_args, keep_logs="E2B_KEEP_LOGS")
         self.e2b_key = e2b_key(self.admin_key)
-
-    def native(self, method, path, body=None, key=None):
-        """A call to sandlot's own API, answered as parsed JSON (None when empty)."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {key or self.admin_key}")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(req, timeout=60) as r:
-            text = r.read()
-        return json.loads(text) if text else None
 
     def exec(self, e2b_id: str, shell: str, key=None) -> dict:
         """Runs `shell` in E2B sandbox `e2b_id` through sandlot's own API (the E2B surface is what is
@@ -105,42 +34,12 @@ class Server:
 
     def e2b(self, method, path, body=None, key=None):
         """A raw call to the E2B control plane: (status, parsed JSON body or None, headers)."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + "/e2b" + path, data=data, method=method)
-        req.add_header("X-API-Key", key or self.e2b_key)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                status, text, headers = r.status, r.read(), r.headers
-        except urllib.error.HTTPError as e:
-            status, text, headers = e.code, e.read(), e.headers
+        status, text, headers = self.call(method, "/e2b" + path, body, headers={"X-API-Key": key or self.e2b_key})
         return status, (json.loads(text) if text else None), headers
 
     def tenant_key(self, tenant: str) -> str:
         """A new E2B-format API key of `tenant`."""
-        return e2b_key(self.native("POST", "/v1/keys", {"tenant": tenant})["key"])
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        shutil.rmtree(self.state, ignore_errors=True)
-        # The daemon's log goes with its state unless asked for (E2B_KEEP_LOGS=1, to read a failure).
-        if not os.environ.get("E2B_KEEP_LOGS"):
-            self.log_path.unlink(missing_ok=True)
-        if self.cgroup is not None:
-            for _ in range(50):
-                try:
-                    self.cgroup.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)
+        return e2b_key(super().tenant_key(tenant))
 
 
 def e2b_key(sandlot_key: str) -> str:
@@ -280,7 +179,7 @@ def tls_server(tmp_path_factory):
     issued; the SDK environment is what `sandlot e2b env` prints for it (E2B_DOMAIN with the TLS
     port, the CA bundle in SSL_CERT_FILE), the control plane over TLS too. `.proxy` is the test
     process's way to `*.TLS_DOMAIN` (pass it as the SDKs' `proxy` option)."""
-    tls_port = _free_port()
+    tls_port = free_port()
     s = Server(extra_args=["--e2b-domain", TLS_DOMAIN, "--e2b-tls-listen", f"127.0.0.1:{tls_port}"])
     s.tls_port = tls_port
     proxy = LoopbackConnectProxy(tls_port)
@@ -289,10 +188,9 @@ def tls_server(tmp_path_factory):
     env_keys = (*_E2B_ENV, "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS")
     saved = {k: os.environ.get(k) for k in env_keys}
     try:
-        binary = os.environ.get("SANDLOT_BIN") or str(REPO / "target" / "debug" / "sandlot")
         ca_dir = tmp_path_factory.mktemp("e2b-ca")
         out = subprocess.run(
-            [binary, "e2b", "env", "--url", s.url, "--api-key", s.admin_key, "--ca-dir", str(ca_dir)],
+            [binary(), "e2b", "env", "--url", s.url, "--api-key", s.admin_key, "--ca-dir", str(ca_dir)],
             check=True, capture_output=True, text=True, timeout=60,
         ).stdout
         s.env_lines = out

@@ -2,24 +2,16 @@
 over both transports, stdio (`sandlot mcp`) and streamable HTTP (`/mcp`), opened with the official
 MCP Python client (docs/TESTING.md, "The MCP suite").
 
-SANDLOT_BIN names the binary (default: target/debug/sandlot of this checkout). The server listens on
-loopback only; its state is a temporary directory removed at the end. On a pure cgroup v2 host the
-daemon gets a cgroup of its own beside this process's (a daemon refuses to share one).
+The server is started by tests/support/sandlot_server.py, the suites' one launcher (SANDLOT_BIN names
+the binary).
 """
 
 import contextlib
-import json
 import os
 import pathlib
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
+import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import httpx
 import pytest
@@ -29,93 +21,20 @@ from mcp.client.streamable_http import streamable_http_client
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BINARY = os.environ.get("SANDLOT_BIN") or str(REPO / "target" / "debug" / "sandlot")
+sys.path.insert(0, str(REPO / "tests" / "support"))
+from sandlot_server import SandlotServer  # noqa: E402  (the one launcher of the suites)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pure_cgroup_v2() -> bool:
-    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-        return False
-    with open("/proc/self/mountinfo") as f:
-        return not any(" - cgroup cgroup " in line and "memory" in line for line in f)
-
-
-class Server:
-    """A running `sandlot serve` and the keys to reach it."""
+class Server(SandlotServer):
+    """A running `sandlot serve` and the keys to reach it (MCP_KEEP_LOGS=1 keeps its log)."""
 
     def __init__(self, extra_args=()):
-        binary = os.environ.get("SANDLOT_BIN") or str(REPO / "target" / "debug" / "sandlot")
-        if not os.access(binary, os.X_OK):
-            raise RuntimeError(f"no sandlot binary at {binary}: run `cargo build -p sandlot` or set SANDLOT_BIN")
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.state = tempfile.mkdtemp(prefix="sandlot-mcp-")
-        self.cgroup = None
-        preexec = None
-        if _pure_cgroup_v2():
-            with open("/proc/self/cgroup") as f:
-                own = next(l.split("::", 1)[1].strip() for l in f if l.startswith("0::"))
-            parent = pathlib.Path("/sys/fs/cgroup" + own).parent
-            self.cgroup = parent / f"sandlot-mcp-test-{os.getpid()}-{self.port}"
-            self.cgroup.mkdir()
-            procs = str(self.cgroup / "cgroup.procs")
-
-            def preexec():
-                with open(procs, "w") as f:
-                    f.write(str(os.getpid()))
-
-        self.log_path = pathlib.Path(self.state + ".log")
-        self.log = open(self.log_path, "wb")
-        cmd = [
-            binary, "serve",
-            "--listen", f"127.0.0.1:{self.port}",
-            "--state-dir", self.state,
-            "--layers-volume-gb", "16",
-            "--test-loopback-only",
-            *extra_args,
-        ]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=preexec)
-        deadline = time.time() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sandlot serve exited {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
-            try:
-                urllib.request.urlopen(self.url + "/healthz", timeout=1).read()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise RuntimeError(f"sandlot serve did not answer in 60 s:\n{self.log_path.read_text()[-4000:]}")
-                time.sleep(0.1)
-        self.admin_key = (pathlib.Path(self.state) / "admin.key").read_text().strip()
-
-    def native(self, method, path, body=None, key=None):
-        """A call to sandlot's own API, answered as parsed JSON (None when empty)."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {key or self.admin_key}")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(req, timeout=60) as r:
-            text = r.read()
-        return json.loads(text) if text else None
+        super().__init__("mcp", extra_args, keep_logs="MCP_KEEP_LOGS")
 
     def status(self, method, path, body=None, key=None, headers=None):
         """A raw call: (status, body bytes)."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        if key:
-            req.add_header("Authorization", f"Bearer {key}")
-        for k, v in (headers or {}).items():
-            req.add_header(k, v)
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
+        status, text, _ = self.call(method, path, body, key=key, headers=headers)
+        return status, text
 
     def read(self, sandbox_id, path, key=None) -> bytes:
         """A file's bytes through the native API (`GET /v1/sandboxes/{id}/files?path=`)."""
@@ -123,10 +42,6 @@ class Server:
         status, body = self.status("GET", f"/v1/sandboxes/{sandbox_id}/files?{q}", key=key or self.admin_key)
         assert status == 200, (status, body)
         return body
-
-    def tenant_key(self, tenant: str) -> str:
-        """A new API key of `tenant`."""
-        return self.native("POST", "/v1/keys", {"tenant": tenant})["key"]
 
     def wait_state(self, sandbox_id, state, key, timeout=30.0) -> dict:
         """The sandbox's info once its state is `state` (fails after `timeout` seconds)."""
@@ -137,28 +52,6 @@ class Server:
                 assert info["state"] == state, info
                 return info
             time.sleep(0.2)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        shutil.rmtree(self.state, ignore_errors=True)
-        # The daemon's log goes with its state unless asked for (MCP_KEEP_LOGS=1, to read a failure).
-        if not os.environ.get("MCP_KEEP_LOGS"):
-            self.log_path.unlink(missing_ok=True)
-        if self.cgroup is not None:
-            for _ in range(50):
-                try:
-                    self.cgroup.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)
-
 
 
 @pytest.fixture(scope="session")

@@ -10,34 +10,15 @@ test_openapi.py needs none of this: the fixtures start only when a test asks for
 
 import http.server
 import json
-import os
 import pathlib
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
+import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pure_cgroup_v2() -> bool:
-    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-        return False
-    with open("/proc/self/mountinfo") as f:
-        return not any(" - cgroup cgroup " in line and "memory" in line for line in f)
 
 
 class _Loopback(http.server.BaseHTTPRequestHandler):
@@ -85,58 +66,18 @@ class Loopback:
     def stop(self):
         self.httpd.shutdown()
         self.httpd.server_close()
+sys.path.insert(0, str(REPO / "tests" / "support"))
+from sandlot_server import SandlotServer  # noqa: E402  (the one launcher of the suites)
 
 
-class Server:
-    """A running `sandlot serve` and its admin key."""
+class Server(SandlotServer):
+    """A running `sandlot serve` and its admin key (OPENAPI_KEEP_LOGS=1 keeps its log)."""
 
     def __init__(self, extra_args=()):
-        binary = os.environ.get("SANDLOT_BIN") or str(REPO / "target" / "debug" / "sandlot")
-        if not os.access(binary, os.X_OK):
-            raise RuntimeError(f"no sandlot binary at {binary}: run `cargo build -p sandlot` or set SANDLOT_BIN")
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.state = tempfile.mkdtemp(prefix="sandlot-openapi-")
-        self.cgroup = None
-        preexec = None
-        if _pure_cgroup_v2():
-            with open("/proc/self/cgroup") as f:
-                own = next(l.split("::", 1)[1].strip() for l in f if l.startswith("0::"))
-            parent = pathlib.Path("/sys/fs/cgroup" + own).parent
-            self.cgroup = parent / f"sandlot-openapi-test-{os.getpid()}-{self.port}"
-            self.cgroup.mkdir()
-            procs = str(self.cgroup / "cgroup.procs")
-
-            def preexec():
-                with open(procs, "w") as f:
-                    f.write(str(os.getpid()))
-
-        self.log_path = pathlib.Path(self.state + ".log")
-        self.log = open(self.log_path, "wb")
-        cmd = [
-            binary, "serve",
-            "--listen", f"127.0.0.1:{self.port}",
-            "--state-dir", self.state,
-            "--layers-volume-gb", "16",
-            "--test-loopback-only",
-            *extra_args,
-        ]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=preexec)
-        deadline = time.time() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sandlot serve exited {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
-            try:
-                urllib.request.urlopen(self.url + "/healthz", timeout=1).read()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise RuntimeError(f"sandlot serve did not answer in 60 s:\n{self.log_path.read_text()[-4000:]}")
-                time.sleep(0.1)
-        self.admin_key = (pathlib.Path(self.state) / "admin.key").read_text().strip()
+        super().__init__("openapi", extra_args, keep_logs="OPENAPI_KEEP_LOGS")
 
     def call(self, method, path, body=None, key=None, timeout=60):
-        """A raw call: (status, body bytes)."""
+        """A raw call with the admin key unless `key` is given: (status, body bytes)."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {key or self.admin_key}")
@@ -147,34 +88,6 @@ class Server:
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
-
-    def native(self, method, path, body=None, key=None):
-        """A call that must succeed, answered as parsed JSON (None when empty)."""
-        status, text = self.call(method, path, body, key)
-        assert 200 <= status < 300, (method, path, status, text)
-        return json.loads(text) if text else None
-
-    def log_tail(self, n=4000):
-        self.log.flush()
-        return self.log_path.read_text(errors="replace")[-n:]
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        shutil.rmtree(self.state, ignore_errors=True)
-        if self.cgroup is not None:
-            try:
-                self.cgroup.rmdir()
-            except OSError:
-                pass
-        if not os.environ.get("OPENAPI_KEEP_LOGS"):
-            self.log_path.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")

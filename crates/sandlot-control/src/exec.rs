@@ -34,6 +34,9 @@ pub enum Started {
     Background {
         /// The process handle's id in the API.
         pid: u64,
+        /// The process itself, for a surface that streams it at once (envd's `Start`) without
+        /// looking it up again.
+        process: Arc<Process>,
     },
     /// The caller follows its events as they happen.
     Streaming(Arc<Process>),
@@ -348,7 +351,7 @@ impl Control {
         if background {
             self.audit_exec(&rec, "exec.start", &row);
             self.audit_when_done(rec, &proc, serde_json::Value::Null, true);
-            return Ok(Started::Background { pid: proc.handle });
+            return Ok(Started::Background { pid: proc.handle, process: proc });
         }
         if streaming {
             self.audit_when_done(rec, &proc, row, false);

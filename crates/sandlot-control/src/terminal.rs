@@ -191,10 +191,14 @@ impl Control {
         req.background = true;
         req.stdin_open = Some(true);
         req.max_output_bytes = Some(TERMINAL_SCROLLBACK_BYTES);
-        let Started::Background { pid } = self.exec_as(caller, id, req, false, true).await? else {
-            unreachable!("a background exec answers with its pid")
+        let Started::Background { process: proc, .. } = self.exec_as(caller, id, req, false, true).await? else {
+            unreachable!("a background exec answers with its process")
         };
-        let (_, sb, proc) = self.running_process(caller, id, pid).await?;
+        // The process's own sandbox, without another read of the record: gone only if it just ended.
+        let sb = self
+            .engine
+            .get(id)
+            .ok_or_else(|| Error::conflict(format!("sandbox {id} ended as its terminal started")))?;
         Ok((Arc::clone(&proc), TerminalSlot { place, id: id.into(), sb, proc }))
     }
 

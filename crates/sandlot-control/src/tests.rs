@@ -508,7 +508,7 @@ async fn a_tag_finds_the_newest_running_process_and_a_resize_needs_a_pty() {
     let id = h.sandbox().await;
     let spawn = |tag: &str| ExecRequest { tag: Some(tag.into()), background: true, ..run(&["sleep"]) };
     let pid = |s: Started| match s {
-        Started::Background { pid } => pid,
+        Started::Background { pid, .. } => pid,
         _ => panic!("a background exec answers with its pid"),
     };
     let older = pid(h.control.exec(&h.alice, &id, spawn("web"), false).await.unwrap());
@@ -534,7 +534,7 @@ async fn a_background_process_runs_until_killed_and_then_reports_the_signal() {
     let h = harness();
     let id = h.sandbox().await;
     let req = ExecRequest { background: true, ..run(&["sleep"]) };
-    let Started::Background { pid } = h.control.exec(&h.alice, &id, req, false).await.unwrap() else { panic!() };
+    let Started::Background { pid, .. } = h.control.exec(&h.alice, &id, req, false).await.unwrap() else { panic!() };
     let list = h.control.processes(&h.alice, &id, false).await.unwrap();
     assert!(list.processes.iter().any(|p| p.pid == pid && p.running));
     h.control.kill(&h.alice, &id, pid, Some(15)).await.unwrap();
@@ -553,7 +553,7 @@ async fn a_deleted_sandbox_ends_its_process_holders_and_its_output_reservation()
     let h = harness();
     let id = h.sandbox().await;
     let req = ExecRequest { background: true, ..run(&["sleep"]) };
-    let Started::Background { pid } = h.control.exec(&h.alice, &id, req, false).await.unwrap() else { panic!() };
+    let Started::Background { pid, .. } = h.control.exec(&h.alice, &id, req, false).await.unwrap() else { panic!() };
     let proc = h.control.process(&h.alice, &id, pid).await.unwrap();
     assert!(h.control.engine.output_used() > 0, "the running process reserves its output");
     let holder = tokio::spawn(async move {
@@ -582,7 +582,8 @@ async fn a_process_listing_is_filtered_before_it_is_copied_and_bounded() {
     let h = harness();
     let id = h.sandbox().await;
     let background = |argv: &[&str]| ExecRequest { background: true, ..run(argv) };
-    let Started::Background { pid: done } = h.control.exec(&h.alice, &id, background(&["true"]), false).await.unwrap()
+    let Started::Background { pid: done, .. } =
+        h.control.exec(&h.alice, &id, background(&["true"]), false).await.unwrap()
     else {
         panic!()
     };
@@ -590,7 +591,7 @@ async fn a_process_listing_is_filtered_before_it_is_copied_and_bounded() {
     let big = "x".repeat(1_000_000);
     let mut sleepers = Vec::new();
     for _ in 0..17 {
-        let Started::Background { pid } =
+        let Started::Background { pid, .. } =
             h.control.exec(&h.alice, &id, background(&["sleep", &big]), false).await.unwrap()
         else {
             panic!()
@@ -988,7 +989,7 @@ async fn terminal_connections_are_capped_per_sandbox_and_kept_per_tenant() {
     drop(slots);
     assert_eq!(c.entries.terminals.load(std::sync::atomic::Ordering::SeqCst), 0, "every place given back");
     assert_eq!(c.open_terminal(&h.alice, &id, run(&["true"])).await.err().unwrap().kind, Kind::Invalid, "no size");
-    let Started::Background { pid: plain } =
+    let Started::Background { pid: plain, .. } =
         c.exec(&h.alice, &id, ExecRequest { background: true, ..run(&["sleep", "60"]) }, false).await.unwrap()
     else {
         panic!("a background exec")

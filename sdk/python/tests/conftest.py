@@ -1,11 +1,9 @@
 """The Python SDK suite's harness: one real `sandlot serve` per test session, tenant keys made with its
 admin key, and the SDK pointed at it.
 
-SANDLOT_BIN names the binary (default: target/debug/sandlot of this checkout). The server listens on
-loopback only (`--test-loopback-only`); its state is a temporary directory removed at the end, with its
-btrfs layers volume (snapshots, forks and persistent sandboxes need it). On a pure cgroup v2 host the
-daemon gets a cgroup of its own beside this process's (a daemon refuses to share one), removed after.
-SDK_PY_KEEP_LOGS=1 keeps the server's log to read a failure.
+The server is started by tests/support/sandlot_server.py, the suites' one launcher (SANDLOT_BIN names
+the binary; its btrfs layers volume serves snapshots, forks and persistent sandboxes; SDK_PY_KEEP_LOGS=1
+keeps its log).
 """
 
 import gzip
@@ -15,9 +13,8 @@ import json
 import os
 import pathlib
 import shutil
-import signal
-import socket
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -27,101 +24,19 @@ import uuid
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "tests" / "support"))
+from sandlot_server import SandlotServer, free_port  # noqa: E402  (the one launcher of the suites)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pure_cgroup_v2() -> bool:
-    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-        return False
-    with open("/proc/self/mountinfo") as f:
-        return not any(" - cgroup cgroup " in line and "memory" in line for line in f)
-
-
-class Server:
-    """A running `sandlot serve`: its URL, its admin key, and tenant keys made on demand."""
+class Server(SandlotServer):
+    """A running `sandlot serve`: its URL, its admin key, and tenant keys made on demand; it may pull
+    from the suite's own registry (the `registry` fixture) on `registry_port`, plain HTTP."""
 
     def __init__(self):
-        binary = os.environ.get("SANDLOT_BIN") or str(REPO / "target" / "debug" / "sandlot")
-        if not os.access(binary, os.X_OK):
-            raise RuntimeError(f"no sandlot binary at {binary}: run `cargo build -p sandlot` or set SANDLOT_BIN")
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        # Where the suite's own registry (the `registry` fixture) listens, plain HTTP on loopback.
-        self.registry_port = _free_port()
-        self.state = tempfile.mkdtemp(prefix="sandlot-sdk-py-")
-        self.cgroup = None
-        preexec = None
-        if _pure_cgroup_v2():
-            with open("/proc/self/cgroup") as f:
-                own = next(l.split("::", 1)[1].strip() for l in f if l.startswith("0::"))
-            parent = pathlib.Path("/sys/fs/cgroup" + own).parent
-            self.cgroup = parent / f"sandlot-sdk-py-test-{os.getpid()}-{self.port}"
-            self.cgroup.mkdir()
-            procs = str(self.cgroup / "cgroup.procs")
-
-            def preexec():
-                with open(procs, "w") as f:
-                    f.write(str(os.getpid()))
-
-        self.log_path = pathlib.Path(self.state + ".log")
-        self.log = open(self.log_path, "wb")
-        cmd = [
-            binary, "serve",
-            "--listen", f"127.0.0.1:{self.port}",
-            "--state-dir", self.state,
-            "--layers-volume-gb", "16",
-            "--test-loopback-only",
-            "--insecure-registry", f"127.0.0.1:{self.registry_port}",
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=preexec)
-        deadline = time.time() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sandlot serve exited {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
-            try:
-                urllib.request.urlopen(self.url + "/healthz", timeout=1).read()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise RuntimeError(f"sandlot serve did not answer in 60 s:\n{self.log_path.read_text()[-4000:]}")
-                time.sleep(0.1)
-        self.admin_key = (pathlib.Path(self.state) / "admin.key").read_text().strip()
-
-    def tenant_key(self, tenant: str) -> str:
-        """A new API key of `tenant`, made with the admin key over plain HTTP (not through the SDK
-        under test)."""
-        req = urllib.request.Request(
-            self.url + "/v1/keys", data=json.dumps({"tenant": tenant}).encode(), method="POST"
+        self.registry_port = free_port()
+        super().__init__(
+            "sdk-py", ["--insecure-registry", f"127.0.0.1:{self.registry_port}"], keep_logs="SDK_PY_KEEP_LOGS"
         )
-        req.add_header("Authorization", f"Bearer {self.admin_key}")
-        req.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return json.loads(r.read())["key"]
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        shutil.rmtree(self.state, ignore_errors=True)
-        if not os.environ.get("SDK_PY_KEEP_LOGS"):
-            self.log_path.unlink(missing_ok=True)
-        if self.cgroup is not None:
-            for _ in range(50):
-                try:
-                    self.cgroup.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")

@@ -3,137 +3,37 @@
 // a root file system of Debian's static busybox for image tests, and Debian's docker-registry on
 // loopback for pulls.
 //
-// SANDLOT_BIN names the binary (default: target/debug/sandlot of this checkout). The server listens on
-// loopback only (`--test-loopback-only`); its state is a temporary directory removed at the end, with
-// its btrfs layers volume (snapshots, forks and persistent sandboxes need it). On a pure cgroup v2 host
-// the daemon gets a cgroup of its own beside this process's (a daemon refuses to share one), removed
-// after. SDK_TS_KEEP_LOGS=1 keeps the server's log to read a failure.
+// The server is started by tests/support/sandlot-server.mjs, the Node suites' one launcher (SANDLOT_BIN
+// names the binary; its btrfs layers volume serves snapshots, forks and persistent sandboxes;
+// SDK_TS_KEEP_LOGS=1 keeps its log).
 //
 // It lives outside test/ because `node --test test/` runs every .js file under test/ as a test file.
 
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import zlib from 'node:zlib';
 
+import { REPO, SandlotServer, freePort } from '../../../tests/support/sandlot-server.mjs';
+
+export { REPO, freePort };
 export const SDK = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-export const REPO = path.resolve(SDK, '../..');
 export const MIB = 1 << 20;
 
-/** A loopback port nothing listens on right now. */
-export function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-// On a pure cgroup v2 host the daemon needs a cgroup of its own (it refuses to share one).
-function ownCgroup(port) {
-  if (!fs.existsSync('/sys/fs/cgroup/cgroup.controllers')) return null;
-  const mounts = fs.readFileSync('/proc/self/mountinfo', 'utf8');
-  if (mounts.split('\n').some((l) => l.includes(' - cgroup cgroup ') && l.includes('memory'))) return null;
-  const own = fs
-    .readFileSync('/proc/self/cgroup', 'utf8')
-    .split('\n')
-    .find((l) => l.startsWith('0::'))
-    .slice(3);
-  const dir = path.join('/sys/fs/cgroup', path.dirname(own), `sandlot-sdk-ts-test-${process.pid}-${port}`);
-  fs.mkdirSync(dir);
-  return dir;
-}
-
-/** A running `sandlot serve`: its URL, its admin key, tenant keys made on demand, and `stop()`. */
-export class Server {
+/**
+ * A running `sandlot serve` (tests/support/sandlot-server.mjs, the Node suites' one launcher) that may
+ * pull from the suite's own registry (`Registry`) on `registryPort`, plain HTTP.
+ */
+export class Server extends SandlotServer {
   static async start() {
-    const s = new Server();
-    await s.boot();
+    const registryPort = await freePort();
+    const args = ['--insecure-registry', `127.0.0.1:${registryPort}`];
+    const s = await super.start({ name: 'sdk-ts', args, keepLogs: 'SDK_TS_KEEP_LOGS' });
+    s.registryPort = registryPort;
     return s;
-  }
-
-  async boot() {
-    const binary = process.env.SANDLOT_BIN || path.join(REPO, 'target/debug/sandlot');
-    if (!fs.existsSync(binary)) throw new Error(`no sandlot binary at ${binary}: run cargo build -p sandlot or set SANDLOT_BIN`);
-    this.port = await freePort();
-    this.registryPort = await freePort();
-    this.url = `http://127.0.0.1:${this.port}`;
-    this.state = fs.mkdtempSync(path.join(os.tmpdir(), 'sandlot-sdk-ts-'));
-    this.logPath = `${this.state}.log`;
-    this.cgroup = ownCgroup(this.port);
-    const args = [
-      'serve',
-      '--listen', `127.0.0.1:${this.port}`,
-      '--state-dir', this.state,
-      '--layers-volume-gb', '16',
-      '--test-loopback-only',
-      '--insecure-registry', `127.0.0.1:${this.registryPort}`,
-    ];
-    this.log = fs.openSync(this.logPath, 'w');
-    // The shell moves itself into the cgroup, then becomes the daemon.
-    const script = this.cgroup ? `echo $$ > ${this.cgroup}/cgroup.procs && exec "$0" "$@"` : 'exec "$0" "$@"';
-    this.proc = spawn('/bin/sh', ['-c', script, binary, ...args], { stdio: ['ignore', this.log, this.log] });
-    const exited = new Promise((r) => this.proc.once('exit', r));
-    this.exited = exited;
-    const deadline = Date.now() + 60_000;
-    for (;;) {
-      if (this.proc.exitCode !== null) {
-        throw new Error(`sandlot serve exited ${this.proc.exitCode}:\n${fs.readFileSync(this.logPath, 'utf8').slice(-4000)}`);
-      }
-      try {
-        if ((await fetch(`${this.url}/healthz`)).ok) break;
-      } catch {}
-      if (Date.now() > deadline) throw new Error(`sandlot serve did not answer in 60 s:\n${fs.readFileSync(this.logPath, 'utf8').slice(-4000)}`);
-      await sleep(100);
-    }
-    this.adminKey = fs.readFileSync(path.join(this.state, 'admin.key'), 'utf8').trim();
-  }
-
-  /** A new API key of `tenant`, made with the admin key over plain HTTP. */
-  async tenantKey(tenant) {
-    const r = await fetch(`${this.url}/v1/keys`, {
-      method: 'POST',
-      headers: { Authorization: `Bearer ${this.adminKey}`, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ tenant }),
-    });
-    if (r.status !== 201) throw new Error(`POST /v1/keys answered ${r.status}: ${await r.text()}`);
-    return (await r.json()).key;
-  }
-
-  async stop() {
-    if (this.proc && this.proc.exitCode === null) {
-      this.proc.kill('SIGTERM');
-      let timer;
-      await Promise.race([this.exited, new Promise((r) => (timer = setTimeout(r, 60_000)))]);
-      // A pending timer would hold the test runner open until it fires.
-      clearTimeout(timer);
-      if (this.proc.exitCode === null) {
-        this.proc.kill('SIGKILL');
-        await this.exited;
-      }
-    }
-    if (this.log !== undefined) fs.closeSync(this.log);
-    fs.rmSync(this.state, { recursive: true, force: true });
-    if (!process.env.SDK_TS_KEEP_LOGS) fs.rmSync(this.logPath, { force: true });
-    if (this.cgroup) {
-      for (let i = 0; i < 50; i++) {
-        try {
-          fs.rmdirSync(this.cgroup);
-          break;
-        } catch {
-          await sleep(100);
-        }
-      }
-    }
   }
 }
 

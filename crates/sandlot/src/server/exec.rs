@@ -52,7 +52,7 @@ pub async fn exec(
     ApiJson(req): ApiJson<ExecRequest>,
 ) -> Result<Response, ApiError> {
     Ok(match app.control.exec(&caller, &id, req, wants_ndjson(&headers)).await? {
-        Started::Background { pid } => (StatusCode::ACCEPTED, Json(ProcessStarted { pid })).into_response(),
+        Started::Background { pid, .. } => (StatusCode::ACCEPTED, Json(ProcessStarted { pid })).into_response(),
         Started::Streaming(proc) => leased(&app, lease, ndjson(proc.follow(), app.streams)),
         Started::Finished(r) => Json(r).into_response(),
     })

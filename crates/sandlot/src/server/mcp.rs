@@ -81,7 +81,7 @@ impl SandboxBackend for ControlBackend {
             Started::Finished(r) => Ok(r),
             // Neither streaming nor background was asked for.
             Started::Streaming(p) => Ok(p.wait().await),
-            Started::Background { pid } => {
+            Started::Background { pid, .. } => {
                 Err(ToolError::new("internal", format!("started in the background as {pid}")))
             }
         }

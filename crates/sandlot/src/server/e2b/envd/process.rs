@@ -250,10 +250,11 @@ async fn start_stream(app: AppState, t: Target, headers: HeaderMap, body: Body) 
     // scrollback kept for `Connect` (a command's head-and-tail capture stops streaming at its cap).
     let terminal = exec.pty.is_some();
     let exec = ExecRequest { max_output_bytes: terminal.then_some(TERMINAL_SCROLLBACK_BYTES), ..exec };
-    let Started::Background { pid } = app.control.exec_as(&t.caller, &t.id, exec, false, terminal).await? else {
-        unreachable!("a background exec answers with its pid")
+    let Started::Background { process: proc, .. } =
+        app.control.exec_as(&t.caller, &t.id, exec, false, terminal).await?
+    else {
+        unreachable!("a background exec answers with its process")
     };
-    let proc = app.control.process(&t.caller, &t.id, pid).await?;
     // `Start`'s deadline is the command's `timeout`: it ends the process too, whether or not the
     // client is still there to see it.
     if let Some(d) = deadline {
