@@ -27,7 +27,7 @@ pub struct ImageRow {
     pub image: String,
     /// Its size: its blobs (compressed layers and config), what its layers added to the layers
     /// volume, and its rows here. A tenant is charged this less the blobs another of its images
-    /// already holds ([`Store::image_usage`]).
+    /// already holds ([`Images::image_usage`]).
     pub bytes: u64,
     /// The blobs it names (layers and config) and their sizes, bytes: what is charged once however
     /// many of the owner's images share them (a common base image).
@@ -76,7 +76,7 @@ pub trait Images {
     /// snapshot pins its files still takes their room).
     fn image_usage(&self, tenant: &str) -> Result<(u64, u64)>;
 
-    /// [`Store::image_usage`] as if `tenant`'s image `without` were gone (the image a new one of that
+    /// [`Images::image_usage`] as if `tenant`'s image `without` were gone (the image a new one of that
     /// name replaces).
     fn image_usage_without(&self, tenant: &str, without: Option<&str>) -> Result<(u64, u64)>;
 
