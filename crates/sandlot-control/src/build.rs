@@ -768,7 +768,7 @@ impl Control {
         let home = if user.uid == 0 { "/root" } else { "/" };
         let mut env: BTreeMap<String, String> = [("PATH", DEFAULT_PATH), ("HOME", home)]
             .into_iter()
-            .chain(self.engine.tls_env())
+            .chain(self.engine.tls_env().iter().copied())
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         env.extend(image.config.env.iter().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())));

@@ -49,7 +49,7 @@ pub enum Started {
 fn spec(
     max_timeout_s: u64,
     default_output: u64,
-    tls_env: Vec<(&'static str, &'static str)>,
+    tls_env: &[(&'static str, &'static str)],
     rec: &SandboxRecord,
     image: Option<&crate::images::RootConfig>,
     req: ExecRequest,
@@ -132,8 +132,12 @@ fn spec(
         ("LOGNAME", who.name.as_str()),
         ("SHELL", "/bin/bash"),
     ];
-    let mut env: std::collections::BTreeMap<String, String> =
-        base.into_iter().chain(term).chain(tls_env).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut env: std::collections::BTreeMap<String, String> = base
+        .into_iter()
+        .chain(term)
+        .chain(tls_env.iter().copied())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let image_env = image.map(|i| i.run.env.as_slice()).unwrap_or_default();
     env.extend(image_env.iter().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())));
     env.extend(rec.env.clone());

@@ -286,14 +286,21 @@ impl Control {
             rec = self.resume_held(rec, "api").await?;
         }
         if let Some(t) = timeout_s {
-            let expires = now_ms() + t as i64 * 1000;
-            if resumed || rec.info.expires_at_ms < expires {
-                self.store.set_expiry(id, expires)?;
-                self.audit(&rec.tenant, Some(id), "sandbox.timeout", &json!({"timeout_s": t}))?;
-                rec.info.expires_at_ms = expires;
-            }
+            self.lifetime_held(&mut rec, t, resumed)?;
         }
         Ok((rec.info, resumed))
+    }
+
+    /// Makes `rec`'s sandbox end `timeout_s` from now: always when `set`, else only if that is later
+    /// than its end now (a lifetime is only ever extended). Under the sandbox's lock.
+    fn lifetime_held(&self, rec: &mut SandboxRecord, timeout_s: u64, set: bool) -> Result<()> {
+        let expires = now_ms() + timeout_s as i64 * 1000;
+        if set || rec.info.expires_at_ms < expires {
+            self.store.set_expiry(&rec.info.id, expires)?;
+            self.audit(&rec.tenant, Some(&rec.info.id), "sandbox.timeout", &json!({"timeout_s": timeout_s}))?;
+            rec.info.expires_at_ms = expires;
+        }
+        Ok(())
     }
 
     /// Extends the caller's sandbox `id` to end no sooner than `timeout_s` from now; one that ends
@@ -304,12 +311,7 @@ impl Control {
         let rec = self.record(caller, id)?;
         let _g = self.entries.lock(id).await;
         let mut rec = self.fresh(&rec)?;
-        let expires = now_ms() + timeout_s as i64 * 1000;
-        if rec.info.expires_at_ms < expires {
-            self.store.set_expiry(id, expires)?;
-            self.audit(&rec.tenant, Some(id), "sandbox.timeout", &json!({"timeout_s": timeout_s}))?;
-            rec.info.expires_at_ms = expires;
-        }
+        self.lifetime_held(&mut rec, timeout_s, false)?;
         Ok(rec.info)
     }
 

@@ -405,8 +405,8 @@ impl Driver for LinuxDriver {
         sandlot_linux::cgroup::SUPERVISOR_PIDS
     }
 
-    fn tls_env(&self) -> Vec<(&'static str, &'static str)> {
-        tls_env()
+    fn tls_env(&self) -> &'static [(&'static str, &'static str)] {
+        &TLS_ENV
     }
 
     fn host_networks(&self) -> Vec<(std::net::IpAddr, u8)> {
@@ -565,15 +565,13 @@ pub fn daemon_output_bytes() -> u64 {
 
 /// Environment that points every common TLS stack at the image's trust bundle, which holds the
 /// daemon's egress CA (for brokered hosts) besides the system roots.
-fn tls_env() -> Vec<(&'static str, &'static str)> {
-    vec![
-        ("SSL_CERT_FILE", image::CA_BUNDLE),
-        ("REQUESTS_CA_BUNDLE", image::CA_BUNDLE),
-        ("CURL_CA_BUNDLE", image::CA_BUNDLE),
-        ("PIP_CERT", image::CA_BUNDLE),
-        ("NODE_EXTRA_CA_CERTS", image::CA_CERT),
-    ]
-}
+const TLS_ENV: [(&str, &str); 5] = [
+    ("SSL_CERT_FILE", image::CA_BUNDLE),
+    ("REQUESTS_CA_BUNDLE", image::CA_BUNDLE),
+    ("CURL_CA_BUNDLE", image::CA_BUNDLE),
+    ("PIP_CERT", image::CA_BUNDLE),
+    ("NODE_EXTRA_CA_CERTS", image::CA_CERT),
+];
 
 /// The host's own addresses, networks and default gateways `(address, prefix)`, always denied to
 /// sandboxes (read before the driver exists: the network is set up first).

@@ -307,7 +307,7 @@ pub trait Driver: Send + Sync + 'static {
     fn supervisor_pids(&self) -> u64;
     /// Environment every command gets so that common TLS stacks trust the image's bundle (which
     /// holds the daemon's egress CA besides the system roots).
-    fn tls_env(&self) -> Vec<(&'static str, &'static str)>;
+    fn tls_env(&self) -> &'static [(&'static str, &'static str)];
     /// Releases what the driver holds for the daemon (its cgroup base), at graceful shutdown.
     fn shutdown(&self);
 }

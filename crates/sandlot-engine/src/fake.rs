@@ -299,8 +299,8 @@ impl Driver for FakeDriver {
         160
     }
 
-    fn tls_env(&self) -> Vec<(&'static str, &'static str)> {
-        vec![("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")]
+    fn tls_env(&self) -> &'static [(&'static str, &'static str)] {
+        &[("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")]
     }
 
     fn shutdown(&self) {}

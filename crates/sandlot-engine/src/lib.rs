@@ -224,7 +224,7 @@ impl Engine {
     }
 
     /// Environment every command gets so that its TLS stacks trust the image's bundle.
-    pub fn tls_env(&self) -> Vec<(&'static str, &'static str)> {
+    pub fn tls_env(&self) -> &'static [(&'static str, &'static str)] {
         self.driver.tls_env()
     }
 

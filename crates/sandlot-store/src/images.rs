@@ -350,7 +350,7 @@ mod tests {
     fn a_root_a_sandbox_keeps_is_charged_once_no_image_of_the_tenant_names_it() {
         let store = SqliteStore::open_in_memory().unwrap();
         store.create_key("a", false).unwrap();
-        let rec = crate::sandboxes::tests::record("sb_1", "a");
+        let rec = crate::conformance::record("sb_1", "a", Some("n"));
         let key = rec.image_key.clone().unwrap();
         store.insert_sandbox(&rec).unwrap();
         store.put_image_root(&key, "{}", "{}", 500, 1).unwrap();

@@ -134,13 +134,13 @@ mod tests {
         let store = SqliteStore::open_in_memory().unwrap();
         let key = store.create_key("acme", false).unwrap();
         assert_eq!(store.authenticate(&key).unwrap(), Auth::Valid(Principal { tenant: "acme".into(), admin: false }));
-        store.insert_sandbox(&sandboxes::tests::record("sb_1", "acme")).unwrap();
-        assert_eq!(store.get_sandbox("acme", "sb_1").unwrap(), Some(sandboxes::tests::record("sb_1", "acme")));
+        store.insert_sandbox(&conformance::record("sb_1", "acme", Some("n"))).unwrap();
+        assert_eq!(store.get_sandbox("acme", "sb_1").unwrap(), Some(conformance::record("sb_1", "acme", Some("n"))));
         store.audit("acme", Some("sb_1"), "exec", &serde_json::json!({})).unwrap();
         assert_eq!(store.list_audit(Some("acme"), None, 10).unwrap().len(), 1);
         let version: i64 = store.conn().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(version, 1);
-        let err = store.insert_sandbox(&sandboxes::tests::record("sb_2", "nobody")).unwrap_err();
+        let err = store.insert_sandbox(&conformance::record("sb_2", "nobody", Some("n"))).unwrap_err();
         assert!(err.to_string().contains("FOREIGN KEY"), "{err}");
         store.integrity_check().unwrap();
     }
