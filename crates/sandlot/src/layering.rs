@@ -1,5 +1,6 @@
 //! The house's layering, checked: which crate may depend on which (the table in
-//! docs/ARCHITECTURE.md), and that the server's handlers reach nothing below the control layer.
+//! docs/ARCHITECTURE.md), that the server's handlers reach nothing below the control layer, and that
+//! only the host crates may hold `unsafe`.
 //! A new edge is a decision: add it here and to ARCHITECTURE.md together.
 
 use std::collections::BTreeMap;
@@ -34,6 +35,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
 ];
+
+/// The crates that hold `unsafe` (each block under the workspace's `undocumented_unsafe_blocks` lint);
+/// every other crate forbids it at its root.
+const UNSAFE_ALLOWED: &[&str] = &["sandlot-linux", "sandlot-supervisor"];
 
 /// Crates below the control layer, as a handler would name them in Rust.
 const BELOW_CONTROL: &[&str] = &[
@@ -106,6 +111,21 @@ fn every_crate_depends_only_on_the_crates_below_it() {
         seen.push(name);
     }
     assert_eq!(seen.len(), ALLOWED.len(), "a crate of ALLOWED is gone: {seen:?}");
+}
+
+#[test]
+fn every_crate_but_the_host_ones_forbids_unsafe() {
+    for (name, _) in ALLOWED {
+        let src = workspace().join("crates").join(name).join("src");
+        let root = if src.join("lib.rs").exists() { src.join("lib.rs") } else { src.join("main.rs") };
+        let text = std::fs::read_to_string(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+        let forbids = text.lines().any(|l| l.trim() == "#![forbid(unsafe_code)]");
+        assert_eq!(
+            forbids,
+            !UNSAFE_ALLOWED.contains(name),
+            "{name}: #![forbid(unsafe_code)] at its root unless it is one of {UNSAFE_ALLOWED:?}"
+        );
+    }
 }
 
 #[test]
