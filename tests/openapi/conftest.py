@@ -13,8 +13,6 @@ import json
 import pathlib
 import sys
 import threading
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -78,16 +76,8 @@ class Server(SandlotServer):
 
     def call(self, method, path, body=None, key=None, timeout=60):
         """A raw call with the admin key unless `key` is given: (status, body bytes)."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {key or self.admin_key}")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
+        status, text, _ = super().call(method, path, body, key=key or self.admin_key, timeout=timeout)
+        return status, text
 
 
 @pytest.fixture(scope="session")

@@ -105,7 +105,7 @@ class SandlotServer:
         except OSError:
             return ""
 
-    def call(self, method, path, body=None, key=None, headers=None):
+    def call(self, method, path, body=None, key=None, headers=None, timeout=60):
         """A raw call to the server: (status, body bytes, response headers). `key` defaults to none."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
@@ -116,7 +116,7 @@ class SandlotServer:
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=60) as r:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, r.read(), r.headers
         except urllib.error.HTTPError as e:
             return e.code, e.read(), e.headers
